@@ -1,0 +1,709 @@
+"""kproxy vs kubectl proxy vs the kube-apiserver itself, in one run on the local control plane.
+
+    python -m benchmarks.run [--duration 10] [--rounds 1] [--envtest-dir DIR] [--output FILE]
+
+Three peers answer the same requests:
+
+* ``direct``: the kube-apiserver, HTTPS with the admin client certificate;
+* ``kproxy``: ``kproxy run`` with an empty filter chain, ``credentials: proxy``, plain HTTP;
+* ``kubectl proxy``: the kubectl built with the control plane, plain HTTP, filter disabled.
+
+Scenarios: a small GET (one ConfigMap), a LIST of 500 ConfigMaps (JSON, no compression) and
+the same LIST with ``Accept-Encoding: gzip``.  Each (scenario, peer) measurement runs the
+closed-loop load generator of :mod:`benchmarks.load` in its own process.  With ``--rounds N``
+every scenario is measured N times per peer, the peer order rotating between rounds, and the
+samples are pooled.
+
+The control plane is started in a temporary directory and stopped at the end unless
+``--envtest-dir`` names one started with ``kproxy envtest up``; the proxies are always started
+here and always stopped (also on errors, Ctrl-C and SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from benchmarks.load import MACHINE, Expect, LoadResult, LoadSpec, TLSFiles
+from kproxy.testing import envtest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "bench"
+CONFIGMAPS = 500
+GET_NAME = "cm-0001"
+DATA_BYTES = 200
+
+DIRECT, KPROXY, KUBECTL = "direct", "kproxy", "kubectl proxy"
+PEER_CHOICES = {"direct": DIRECT, "kproxy": KPROXY, "kubectl-proxy": KUBECTL}
+
+_START_TIMEOUT = 60.0
+#: share of the machine other processes may use during a measurement before the report warns
+NOISY_OTHERS = 0.10
+_STOP_GRACE = 10.0
+# Environment variables that could route a child's traffic elsewhere; loopback benchmarks never want them.
+_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not be set up or run; the message says what failed."""
+
+
+# --------------------------------------------------------------------------- peers and scenarios
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    base_url: str
+    tls: TLSFiles | None = None
+    #: the proxy process, whose CPU time is reported (None for the apiserver itself)
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: str
+    concurrency: int
+    headers: dict[str, str]
+    expect: Expect
+
+
+def scenarios(concurrency_get: int, concurrency_list: int, gzip: bool) -> list[Scenario]:
+    base = {"Accept": "application/json", "User-Agent": "kproxy-bench"}
+    # Say "identity" explicitly: a request without Accept-Encoding lets Go's transport in kubectl
+    # proxy ask the apiserver for gzip and decompress it itself, which no other peer would do.
+    plain = {**base, "Accept-Encoding": "identity"}
+    ns = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+    out = [
+        Scenario("GET 1 ConfigMap", f"{ns}/{GET_NAME}", concurrency_get, plain, Expect("ConfigMap")),
+        Scenario(f"LIST {CONFIGMAPS}", ns, concurrency_list, plain, Expect("ConfigMapList", CONFIGMAPS)),
+    ]
+    if gzip:
+        out.append(
+            Scenario(
+                f"LIST {CONFIGMAPS} gzip",
+                ns,
+                concurrency_list,
+                {**base, "Accept-Encoding": "gzip"},
+                Expect("ConfigMapList", CONFIGMAPS),
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..100) of an ascending sequence; NaN when empty."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-len(sorted_values) * q // 100))  # ceil(n * q / 100), at least 1
+    return sorted_values[int(rank) - 1]
+
+
+@dataclass
+class Measurement:
+    """One (scenario, peer) pair, pooled over rounds."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    check_errors: list[str] = field(default_factory=list)
+    body_bytes: int = 0
+    window_s: float = 0.0
+    cpu_s: Counter[str] = field(default_factory=Counter)
+    encodings: set[str] = field(default_factory=set)
+    _sorted: list[float] | None = None
+
+    def add(self, r: LoadResult) -> None:
+        if r.check_error:
+            self.check_errors.append(r.check_error)
+            return
+        self.latencies_ms += r.latencies_ms
+        self._sorted = None
+        self.ok += r.ok
+        self.errors.update(r.errors)
+        self.body_bytes += r.body_bytes
+        self.window_s += r.window_s
+        self.cpu_s.update(r.cpu_s)
+        self.encodings.add(r.content_encoding)
+
+    def _lat(self) -> list[float]:
+        if self._sorted is None:
+            self._sorted = sorted(self.latencies_ms)
+        return self._sorted
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.check_errors) or self.ok == 0
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def p50(self) -> float:
+        return percentile(self._lat(), 50)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self._lat(), 99)
+
+    @property
+    def rps(self) -> float:
+        return self.ok / self.window_s if self.window_s else 0.0
+
+    @property
+    def kib_per_response(self) -> float:
+        return self.body_bytes / self.ok / 1024 if self.ok else float("nan")
+
+    def cpu_ms_per_request(self, name: str) -> float | None:
+        if name not in self.cpu_s or not self.ok:
+            return None
+        return self.cpu_s[name] * 1000 / self.ok
+
+    def cpu_busy(self, ncpu: int) -> tuple[float, float]:
+        """Fractions of the machine's CPUs used during the windows: by the benchmark's own
+        processes (load generator, proxy, apiserver, etcd), and by everything else."""
+        if not self.window_s:
+            return float("nan"), float("nan")
+        capacity = self.window_s * ncpu
+        ours = sum(v for k, v in self.cpu_s.items() if k != MACHINE)
+        machine = self.cpu_s.get(MACHINE)
+        others = max(0.0, machine - ours) / capacity if machine is not None else float("nan")
+        return ours / capacity, others
+
+
+def run_load(spec: dict[str, Any], timeout: float) -> LoadResult:
+    """One measurement in a fresh ``python -m benchmarks.load`` process."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.load"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env=_child_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BenchError(f"load generator failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    data = json.loads(proc.stdout)
+    return LoadResult(**data)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in _PROXY_ENV:
+        env.pop(name, None)
+        env.pop(name.lower(), None)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:
+    """Status of a plain-HTTP GET on loopback, None when nothing answers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Process:
+    """A server this runner started, in its own process group; ``stop`` ends exactly that group."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @classmethod
+    def start(cls, name: str, argv: Sequence[str], log: Path) -> Process:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=_child_env(),
+            )
+        return cls(name, proc, log)
+
+    def wait_ready(self, ready: Callable[[], bool], what: str, timeout: float = _START_TIMEOUT) -> None:
+        """Return once ``ready()``; otherwise stop the process and raise with the tail of its log."""
+        deadline = time.monotonic() + timeout
+        try:
+            while not ready():
+                if self.proc.poll() is not None:
+                    raise BenchError(
+                        f"{self.name} exited with code {self.proc.returncode} before {what}; "
+                        f"last lines of {self.log}:\n{_tail(self.log)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise BenchError(
+                        f"{self.name} not ready after {timeout:.0f}s ({what}); "
+                        f"last lines of {self.log}:\n{_tail(self.log)}"
+                    )
+                time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        # Anything the server left behind in its own group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def kproxy_argv() -> list[str]:
+    script = Path(sys.executable).parent / "kproxy"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kproxy.cli"]
+
+
+def start_kproxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
+    port, admin = free_port(), free_port()
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "admin_listen": f"127.0.0.1:{admin}",
+        "credentials": "proxy",
+        "upstream": {"kubeconfig": str(info.admin_kubeconfig)},
+        "log": {"level": "warning", "access_log": False},
+        "filters": [],
+    }
+    cfg = work / "kproxy.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = Process.start(KPROXY, [*kproxy_argv(), "run", "--config", str(cfg)], work / "kproxy.log")
+    proc.wait_ready(lambda: http_status(admin, "/readyz") == 200, "GET /readyz on its admin listener said 200")
+    return proc, Peer(KPROXY, f"http://127.0.0.1:{port}", pid=proc.proc.pid)
+
+
+def start_kubectl_proxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
+    port = free_port()
+    argv = [
+        str(info.kubectl),
+        f"--kubeconfig={info.admin_kubeconfig}",
+        f"--cache-dir={work / 'kubectl-cache'}",
+        "proxy",
+        "--address=127.0.0.1",
+        f"--port={port}",
+        # Without this kubectl proxy rejects some paths and non-localhost Host headers.
+        "--disable-filter=true",
+    ]
+    proc = Process.start(KUBECTL, argv, work / "kubectl-proxy.log")
+    proc.wait_ready(lambda: http_status(port, "/version") == 200, "GET /version said 200")
+    return proc, Peer(KUBECTL, f"http://127.0.0.1:{port}", pid=proc.proc.pid)
+
+
+# --------------------------------------------------------------------------- control plane and data
+
+
+@contextlib.contextmanager
+def control_plane(envtest_dir: Path | None) -> Iterator[envtest.ControlPlaneInfo]:
+    """A running control plane: the one in ``envtest_dir``, or a fresh one stopped on exit."""
+    if envtest_dir is not None:
+        st = envtest.status(envtest_dir)
+        if not st.up:
+            raise BenchError(f"no ready control plane in {envtest_dir}: {st.summary()}")
+        yield envtest.load(envtest_dir)
+        return
+    bins = envtest.ensure_binaries()
+    directory = Path(tempfile.mkdtemp(prefix="kproxy-bench-envtest-"))
+    ok = False
+    try:
+        log(f"starting a control plane in {directory} ...")
+        yield envtest.up(directory, bins=bins)
+        ok = True
+    finally:
+        envtest.down(directory)
+        if ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            log(f"control-plane files kept for inspection in {directory}")
+
+
+@contextlib.contextmanager
+def work_dir() -> Iterator[Path]:
+    """Configs and logs of the proxies: removed after a clean run, kept (and named) otherwise."""
+    directory = Path(tempfile.mkdtemp(prefix="kproxy-bench-"))
+    ok = False
+    try:
+        yield directory
+        ok = True
+    finally:
+        if ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            log(f"proxy configs and logs kept for inspection in {directory}")
+
+
+def configmap_list(count: int) -> dict[str, Any]:
+    rnd = random.Random(42)  # same bytes every run, so every run compresses alike
+    items = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i:04d}", "namespace": NAMESPACE, "labels": {"app": "kproxy-bench"}},
+            "data": {"payload": rnd.randbytes(DATA_BYTES // 2).hex()},
+        }
+        for i in range(count)
+    ]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def seed(info: envtest.ControlPlaneInfo) -> None:
+    """Namespace ``bench`` holding exactly the benchmark's ConfigMaps (recreated when reused)."""
+    kubectl = info.kubectl_runner()
+    if kubectl.run(["get", "namespace", NAMESPACE], check=False).returncode == 0:
+        kubectl.run(["delete", "configmaps", "--all", f"--namespace={NAMESPACE}"], timeout=300)
+    else:
+        kubectl.run(["create", "namespace", NAMESPACE])
+    kubectl.run(["create", "-f", "-"], input=json.dumps(configmap_list(CONFIGMAPS)), timeout=600)
+
+
+def k8s_server_version(info: envtest.ControlPlaneInfo) -> str:
+    try:
+        status, body = info.request("GET", "/version")
+        if status == 200:
+            return str(json.loads(body).get("gitVersion", "?"))
+    except (OSError, ValueError, http.client.HTTPException):
+        pass
+    return info.version or "?"
+
+
+# --------------------------------------------------------------------------- report
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def ncpu() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def context_lines(args: argparse.Namespace, k8s: str, load_before: tuple[float, float, float]) -> list[str]:
+    from kproxy import __version__ as kproxy_version
+
+    return [
+        f"- machine: {ncpu()} CPUs ({_cpu_model()}), Linux {platform.release()}, "
+        f"load average before the run {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}",
+        f"- software: Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
+        f"kproxy {kproxy_version}, Kubernetes {k8s} (kube-apiserver, etcd and kubectl from envtest)",
+        f"- load: closed loop, keep-alive, one load-generator process per measurement; "
+        f"GET concurrency {args.concurrency_get}, LIST concurrency {args.concurrency_list}; "
+        f"{args.duration:g} s measured after {args.warmup:g} s warm-up, {args.rounds} round(s)",
+        f"- data: {CONFIGMAPS} ConfigMaps of ~{DATA_BYTES} B in namespace {NAMESPACE}; "
+        f"GET /api/v1/namespaces/{NAMESPACE}/configmaps/{GET_NAME}, LIST /api/v1/namespaces/{NAMESPACE}/configmaps",
+        "- peers: direct = kube-apiserver over HTTPS (admin client certificate); "
+        "kproxy = `kproxy run`, no filters, credentials: proxy, HTTP; "
+        "kubectl proxy = `kubectl proxy --disable-filter=true`, HTTP",
+    ]
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    if x is None or x != x:  # None or NaN
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or not b or a != a or b != b:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def report(
+    results: dict[tuple[str, str], Measurement],
+    scen: Sequence[Scenario],
+    peers: Sequence[str],
+    context: Sequence[str],
+) -> tuple[str, bool]:
+    """The markdown report, and whether every measurement ran without errors."""
+    n = ncpu()
+    clean = True
+    lines = ["## kproxy benchmark", "", *context, ""]
+    lines += [
+        "| scenario | peer | p50 ms | p99 ms | req/s | errors | KiB/resp | p50 vs direct | req/s vs direct |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for s in scen:
+        direct = results.get((s.name, DIRECT))
+        for p in peers:
+            m = results[(s.name, p)]
+            if m.failed:
+                clean = False
+                why = "; ".join(m.check_errors) or "no successful request"
+                lines.append(f"| {s.name} | {p} | - | - | - | FAILED: {why} | - | - | - |")
+                continue
+            errors = str(m.error_count)
+            if m.error_count:
+                clean = False
+                errors = f"**{m.error_count}** ({', '.join(f'{k}: {v}' for k, v in m.errors.items())})"
+            enc = "" if m.encodings <= {"identity"} else f" ({'/'.join(sorted(m.encodings))})"
+            base = direct if direct is not None and not direct.failed else None
+            lines.append(
+                f"| {s.name} | {p} | {_f(m.p50)} | {_f(m.p99)} | {m.rps:.0f} | {errors} | "
+                f"{_f(m.kib_per_response, 1)}{enc} | "
+                f"{_ratio(m.p50, base.p50 if base else None)} | {_ratio(m.rps, base.rps if base else None)} |"
+            )
+
+    if KPROXY in peers and KUBECTL in peers:
+        lines += [
+            "",
+            "### kproxy vs kubectl proxy",
+            "",
+            "Added p50 = the peer's p50 minus direct's p50 (the latency the proxy hop adds).",
+            "",
+            "| scenario | added p50 kproxy ms | added p50 kubectl proxy ms | p50 kproxy/kubectl | "
+            "p99 kproxy/kubectl | req/s kproxy/kubectl | goal met |",
+            "|---|--:|--:|--:|--:|--:|---|",
+        ]
+        met_all = True
+        for s in scen:
+            k, c, d = results[(s.name, KPROXY)], results[(s.name, KUBECTL)], results.get((s.name, DIRECT))
+            if k.failed or c.failed:
+                met_all = False
+                lines.append(f"| {s.name} | - | - | - | - | - | no data |")
+                continue
+            add_k: float | None
+            add_c: float | None
+            if d is not None and not d.failed:
+                add_k, add_c = k.p50 - d.p50, c.p50 - d.p50
+                latency_ok = add_k <= add_c
+            else:  # without direct, the same comparison on the peers' own p50
+                add_k = add_c = None
+                latency_ok = k.p50 <= c.p50
+            met = latency_ok and k.rps >= c.rps and not (k.error_count or c.error_count)
+            met_all = met_all and met
+            misses = [what for what, bad in (("latency", not latency_ok), ("req/s", k.rps < c.rps)) if bad]
+            verdict = "yes" if met else f"**no** ({', '.join(misses) or 'errors'})"
+            lines.append(
+                f"| {s.name} | {_f(add_k)} | {_f(add_c)} | {_ratio(k.p50, c.p50)} | {_ratio(k.p99, c.p99)} | "
+                f"{_ratio(k.rps, c.rps)} | {verdict} |"
+            )
+        lines += [
+            "",
+            "Goal: kproxy adds no more p50 latency than kubectl proxy and serves at least as many requests/s: "
+            + ("**met in every scenario**." if met_all else "**not met in every scenario** (see above)."),
+        ]
+
+    lines += [
+        "",
+        "### CPU per request (ms of CPU time, all threads, during the measured windows)",
+        "",
+        f"The last two columns: share of the machine's {n} CPUs used by these four processes, "
+        "and by anything else running at the same time.",
+        "",
+        "| scenario | peer | load generator | proxy | kube-apiserver | etcd | CPU used, benchmark | CPU used, others |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    busiest_others = 0.0
+    for s in scen:
+        for p in peers:
+            m = results[(s.name, p)]
+            if m.failed:
+                continue
+            ours, others = m.cpu_busy(n)
+            if others == others:  # not NaN
+                busiest_others = max(busiest_others, others)
+            lines.append(
+                f"| {s.name} | {p} | {_f(m.cpu_ms_per_request('loadgen'), 3)} | "
+                f"{_f(m.cpu_ms_per_request('proxy'), 3)} | {_f(m.cpu_ms_per_request('apiserver'), 3)} | "
+                f"{_f(m.cpu_ms_per_request('etcd'), 3)} | {_f(ours * 100, 0)}% | {_f(others * 100, 0)}% |"
+            )
+    if busiest_others > NOISY_OTHERS:
+        lines += [
+            "",
+            f"**WARNING: other processes used up to {busiest_others * 100:.0f}% of the machine during a "
+            "measurement; the numbers are noisy. Run again on a quiet machine.**",
+        ]
+    if not clean:
+        lines += ["", "**WARNING: some measurements had errors or failed; their numbers are not comparable.**"]
+    return "\n".join(lines) + "\n", clean
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Latency and requests/s of the kube-apiserver direct, through kproxy and through kubectl proxy.",
+    )
+    p.add_argument("--duration", type=float, default=10.0, help="seconds measured per scenario and peer (10)")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before each measurement (2)")
+    p.add_argument("--rounds", type=int, default=1, help="measure each scenario and peer N times, pooled (1)")
+    p.add_argument("--concurrency-get", type=int, default=16, help="concurrent workers for GET (16)")
+    p.add_argument("--concurrency-list", type=int, default=4, help="concurrent workers for LIST (4)")
+    p.add_argument("--no-gzip", action="store_true", help="skip the LIST with Accept-Encoding: gzip")
+    p.add_argument(
+        "--peers",
+        default=",".join(PEER_CHOICES),
+        help=f"comma-separated subset of {','.join(PEER_CHOICES)} (all)",
+    )
+    p.add_argument(
+        "--envtest-dir",
+        type=Path,
+        help="reuse the control plane of `kproxy envtest up --dir DIR` instead of starting one",
+    )
+    p.add_argument("--output", type=Path, help="also write the markdown report to this file")
+    args = p.parse_args(argv)
+    names = [x.strip() for x in args.peers.split(",") if x.strip()]
+    if not names or any(x not in PEER_CHOICES for x in names):
+        p.error(f"--peers takes a comma-separated subset of {','.join(PEER_CHOICES)}")
+    args.peer_names = [PEER_CHOICES[x] for x in PEER_CHOICES if x in names]
+    if args.duration <= 0 or args.warmup < 0 or args.rounds < 1:
+        p.error("--duration must be > 0, --warmup >= 0 and --rounds >= 1")
+    if args.concurrency_get < 1 or args.concurrency_list < 1:
+        p.error("concurrency must be at least 1")
+    return args
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop what we started
+
+
+def bench(args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()
+    scen = scenarios(args.concurrency_get, args.concurrency_list, gzip=not args.no_gzip)
+    peer_names: list[str] = args.peer_names
+    with contextlib.ExitStack() as stack:
+        info = stack.enter_context(control_plane(args.envtest_dir))
+        work = stack.enter_context(work_dir())
+        k8s = k8s_server_version(info)
+        log(f"control plane {info.server} ({k8s}); creating {CONFIGMAPS} ConfigMaps in namespace {NAMESPACE} ...")
+        seed(info)
+
+        cp_pids = {"apiserver": info.apiserver_pid, "etcd": info.etcd_pid}
+        peers: dict[str, Peer] = {}
+        if DIRECT in peer_names:
+            peers[DIRECT] = Peer(
+                DIRECT, info.server, TLSFiles(str(info.ca_file), str(info.admin_cert), str(info.admin_key))
+            )
+        for name, start in ((KPROXY, start_kproxy), (KUBECTL, start_kubectl_proxy)):
+            if name in peer_names:
+                log(f"starting {name} ...")
+                proc, peers[name] = start(work, info)
+                stack.callback(proc.stop)
+
+        results = {(s.name, p): Measurement() for s in scen for p in peer_names}
+        for rnd in range(args.rounds):
+            order = peer_names[rnd % len(peer_names) :] + peer_names[: rnd % len(peer_names)]
+            for s in scen:
+                for name in order:
+                    peer = peers[name]
+                    pids = {k: v for k, v in cp_pids.items() if v is not None}
+                    if peer.pid is not None:
+                        pids["proxy"] = peer.pid
+                    spec = LoadSpec(
+                        url=peer.base_url + s.path,
+                        concurrency=s.concurrency,
+                        duration=args.duration,
+                        warmup=args.warmup,
+                        headers=s.headers,
+                        expect=s.expect,
+                        tls=peer.tls,
+                        pids=pids,
+                    )
+                    r = run_load(asdict(spec), timeout=args.warmup + args.duration + 120)
+                    results[(s.name, name)].add(r)
+                    log(_progress(rnd, args.rounds, s, name, r))
+
+        text, clean = report(results, scen, peer_names, context_lines(args, k8s, load_before))
+    print(text)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        log(f"wrote {args.output}")
+    return 0 if clean else 1
+
+
+def _progress(rnd: int, rounds: int, s: Scenario, peer: str, r: LoadResult) -> str:
+    prefix = f"[{rnd + 1}/{rounds}] {s.name:<16} {peer:<14}"
+    if r.check_error:
+        return f"{prefix} FAILED: {r.check_error}"
+    lat = sorted(r.latencies_ms)
+    errors = sum(r.errors.values())
+    return (
+        f"{prefix} p50 {percentile(lat, 50):7.2f} ms  p99 {percentile(lat, 99):7.2f} ms  "
+        f"{r.ok / r.window_s:7.0f} req/s  errors {errors}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return bench(args)
+    except (BenchError, envtest.EnvtestError, envtest.KubectlError) as e:
+        log(f"error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

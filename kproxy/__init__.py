@@ -1,0 +1,3 @@
+"""kproxy: a Kubernetes API gateway."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,174 @@
+"""Command line: ``kproxy run | kubeconfig | envtest | check-config | version``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kproxy import __version__
+from kproxy.config import Config, ConfigError, load_config, with_overrides
+
+log = logging.getLogger("kproxy")
+
+
+def _config_from_args(args: argparse.Namespace) -> Config:
+    cfg = load_config(args.config)
+    return with_overrides(
+        cfg,
+        **{
+            "upstream.kubeconfig": getattr(args, "kubeconfig", None),
+            "upstream.context": getattr(args, "context", None),
+            "listen": getattr(args, "listen", None),
+            "admin_listen": getattr(args, "admin_listen", None),
+            "log.level": getattr(args, "log_level", None),
+            "log.format": getattr(args, "log_format", None),
+        },
+    )
+
+
+async def _serve(cfg: Config) -> int:
+    from kproxy.filters import build_filters
+    from kproxy.kubeconfig import resolve_upstream
+    from kproxy.server import ProxyServer
+
+    target = resolve_upstream(cfg.upstream.kubeconfig, cfg.upstream.context)
+    server = ProxyServer(cfg, target, build_filters(cfg))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("signal received, shutting down", extra={"deadline_s": cfg.shutdown_timeout})
+    await server.shutdown()
+    log.info("stopped")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kproxy.logs import setup_logging
+
+    cfg = _config_from_args(args)
+    setup_logging(cfg.log.level, cfg.log.format)
+    return asyncio.run(_serve(cfg))
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from kproxy.filters import build_filters
+
+    cfg = _config_from_args(args)
+    filters = build_filters(cfg)
+    scheme = "https" if cfg.tls else "http"
+    print(f"config {args.config}: OK")
+    print(f"listen:       {scheme}://{cfg.listen.host}:{cfg.listen.port}")
+    print(f"admin_listen: http://{cfg.admin_listen.host}:{cfg.admin_listen.port}")
+    print(f"credentials:  {cfg.credentials}")
+    print(f"upstream:     {cfg.upstream.kubeconfig or '(KUBECONFIG, in-cluster, or ~/.kube/config)'}")
+    print("chain:")
+    for i, (flt, entry) in enumerate(zip(filters, cfg.filters, strict=True)):
+        settings: Any = getattr(flt, "settings", None)
+        shown = settings.model_dump() if hasattr(settings, "model_dump") else entry.settings
+        print(f"  {i + 1}. {entry.name} {yaml.safe_dump(shown, default_flow_style=True).strip()}")
+    print("  -> upstream kube-apiserver")
+    return 0
+
+
+def cmd_kubeconfig(args: argparse.Namespace) -> int:
+    cfg = _config_from_args(args)
+    host = cfg.listen.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if cfg.tls else "http"
+    cluster: dict[str, Any] = {"server": f"{scheme}://{host}:{cfg.listen.port}"}
+    if cfg.tls and args.certificate_authority:
+        cluster["certificate-authority"] = str(Path(args.certificate_authority).resolve())
+    user: dict[str, Any] = {}
+    if args.token:
+        user["token"] = args.token
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kproxy", "cluster": cluster}],
+        "users": [{"name": "kproxy", "user": user}],
+        "contexts": [{"name": "kproxy", "context": {"cluster": "kproxy", "user": "kproxy"}}],
+        "current-context": "kproxy",
+    }
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        out.chmod(0o600)
+        print(f"wrote {out}: KUBECONFIG={out} kubectl get ns", file=sys.stderr)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help="YAML config file (see config.example.yaml)")
+    p.add_argument("--kubeconfig", help="kubeconfig of the upstream apiserver (default: $KUBECONFIG, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context to use")
+    p.add_argument("--listen", help="HOST:PORT of the proxy listener (default 127.0.0.1:8001)")
+    p.add_argument("--admin-listen", help="HOST:PORT of the admin listener (default 127.0.0.1:9099)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kproxy", description="A Kubernetes API gateway.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the proxy")
+    _common(run)
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument("--log-format", choices=["text", "json"])
+    run.set_defaults(func=cmd_run)
+
+    check = sub.add_parser("check-config", help="validate a config and print the resolved chain")
+    check.add_argument("config", help="YAML config file")
+    check.set_defaults(func=cmd_check_config)
+
+    kc = sub.add_parser("kubeconfig", help="write a kubeconfig whose server is the proxy's listener")
+    _common(kc)
+    kc.add_argument("--output", "-o", required=True, help="file to write, or - for stdout")
+    kc.add_argument("--token", help="bearer token to put in the kubeconfig (credentials: forward)")
+    kc.add_argument("--certificate-authority", help="CA of the proxy's serving certificate (tls)")
+    kc.set_defaults(func=cmd_kubeconfig)
+
+    env = sub.add_parser("envtest", help="a local real kube-apiserver + etcd: up | down | status --dir DIR")
+    env.add_argument("rest", nargs=argparse.REMAINDER)
+    env.set_defaults(func=None)
+
+    ver = sub.add_parser("version", help="print the version")
+    ver.set_defaults(func=lambda _a: print(f"kproxy {__version__}") or 0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["envtest"]:
+        from kproxy.testing.envtest import main as envtest_main
+
+        return envtest_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as err:
+        print(f"kproxy: config error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

@@ -1,0 +1,198 @@
+"""YAML config -> typed, validated settings.
+
+Every error names the offending key (``filters[1].resources: ...``), at start-up, so a bad
+config never reaches a running proxy. Filters validate their own settings: each filter class
+carries a pydantic model, looked up by the entry's ``name:``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_MAX_BODY = 3 * 1024 * 1024  # the apiserver's MaxRequestBodyBytes
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names the key."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> Any:
+    """``30``, ``"30s"``, ``"1.5m"``, ``"250ms"`` -> seconds as float. Others fail validation."""
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f'expected a duration such as "30s", "2m" or a number of seconds, got {value!r}')
+        return float(m.group(1)) * _UNITS[m.group(2)]
+    return value
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+
+
+def split_hostport(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenAddr(Strict):
+    host: str
+    port: int
+
+
+def _listen(value: Any) -> Any:
+    if isinstance(value, str):
+        host, port = split_hostport(value)
+        return {"host": host, "port": port}
+    return value
+
+
+Listen = Annotated[ListenAddr, BeforeValidator(_listen)]
+
+
+class TLSConfig(Strict):
+    """Serve HTTPS on the main listener."""
+
+    cert_file: str
+    key_file: str
+
+
+class UpstreamConfig(Strict):
+    kubeconfig: str | None = None
+    context: str | None = None
+    connect_timeout: Duration = 10.0
+    # 0 = unlimited pooled connections to the upstream.
+    max_connections: int = Field(default=0, ge=0)
+
+
+class LogConfig(Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+    access_log: bool = True
+
+
+class FilterEntry(BaseModel):
+    """One ``filters:`` entry: ``name`` plus that filter's own settings (validated by it)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class Config(Strict):
+    listen: Listen = ListenAddr(host="127.0.0.1", port=8001)
+    admin_listen: Listen = ListenAddr(host="127.0.0.1", port=9099)
+    # With credentials: proxy every caller gets the proxy's own rights, so a non-loopback
+    # listener must be asked for explicitly (the kubectl proxy model).
+    allow_remote: bool = False
+    credentials: Literal["proxy", "forward"] = "proxy"
+    upstream: UpstreamConfig = UpstreamConfig()
+    tls: TLSConfig | None = None
+    max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
+    shutdown_timeout: Duration = 30.0
+    log: LogConfig = LogConfig()
+    filters: list[FilterEntry] = []
+
+    @field_validator("filters")
+    @classmethod
+    def _unique_names(cls, v: list[FilterEntry]) -> list[FilterEntry]:
+        seen: set[str] = set()
+        for i, entry in enumerate(v):
+            if entry.name in seen:
+                raise ValueError(f"filters[{i}]: filter {entry.name!r} is listed twice")
+            seen.add(entry.name)
+        return v
+
+
+def _loc(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    lines = []
+    for e in err.errors():
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{_loc(tuple(e['loc']), prefix)}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_config(data: Mapping[str, Any] | None) -> Config:
+    """Validate a config mapping; raise ConfigError naming each bad key."""
+    try:
+        cfg = Config.model_validate(data or {})
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err)) from None
+    if cfg.credentials == "proxy" and not cfg.allow_remote and not is_loopback(cfg.listen.host):
+        raise ConfigError(
+            f"listen: {cfg.listen.host} is not a loopback address; with credentials: proxy every caller "
+            "gets the proxy's own rights, so set allow_remote: true to listen there"
+        )
+    return cfg
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read and validate a YAML config file (no file: all defaults)."""
+    if path is None:
+        return parse_config({})
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read config {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the config must be a mapping at the top level")
+    return parse_config(data)
+
+
+def with_overrides(cfg: Config, **overrides: Any) -> Config:
+    """Apply command-line overrides (None = not given) and re-validate."""
+    data = cfg.model_dump()
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return parse_config(data)

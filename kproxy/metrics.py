@@ -1,0 +1,52 @@
+"""Prometheus metrics, in a registry of kproxy's own (the only process-wide state).
+
+Labels are bounded: verb and resource come from the parsed RequestInfo (resource as
+``resource.group``, ``""`` for non-resource paths), code is the HTTP status.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_FILTER_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kproxy_requests", "Requests served, by verb, resource and HTTP code.", ["verb", "resource", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kproxy_request_duration_seconds",
+            "Time from request to the end of the response (watches excluded).",
+            ["verb", "resource"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bytes_in = Counter("kproxy_request_bytes", "Request body bytes received from clients.", registry=r)
+        self.bytes_out = Counter("kproxy_response_bytes", "Response body bytes sent to clients.", registry=r)
+        self.in_flight = Gauge("kproxy_requests_in_flight", "Requests being served (watches excluded).", registry=r)
+        self.open_watches = Gauge("kproxy_open_watches", "Watch and other long-running streams open.", registry=r)
+        self.upgrades = Gauge(
+            "kproxy_open_upgraded_connections", "Spliced exec/attach/portforward connections.", registry=r
+        )
+        self.upstream_errors = Counter(
+            "kproxy_upstream_errors", "Upstream requests that failed before a response.", ["reason"], registry=r
+        )
+        self.filter_time = Histogram(
+            "kproxy_filter_duration_seconds",
+            "Time spent in each filter itself (excluding the rest of the chain).",
+            ["filter"],
+            buckets=_FILTER_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
+        )
+
+    def observe_filter(self, name: str, seconds: float) -> None:
+        self.filter_time.labels(name).observe(seconds)

@@ -1,0 +1,365 @@
+"""The aiohttp listener, the admin listener, and the proxy's lifecycle.
+
+Each request becomes an ``Exchange`` (RequestInfo parsed once), runs through the chain, and the
+resulting ``Reply`` is written back: complete bodies in one write, streams chunk by chunk as
+they arrive (watches see each event as soon as the upstream sends it), upgrades spliced.
+
+The main listener uses aiohttp's low-level ``web.Server`` (no router, no middlewares): every
+path goes to one handler, which keeps the per-request cost of the proxy itself small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
+from kproxy.config import Config
+from kproxy.httputil import is_upgrade
+from kproxy.kubeconfig import UpstreamTarget
+from kproxy.metrics import Metrics
+from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, RequestInfoError, request_info_from_target
+from kproxy.status import StatusError, internal_error, request_entity_too_large
+from kproxy.upgrade import splice
+from kproxy.upstream import Upstream
+
+log = logging.getLogger("kproxy")
+access = logging.getLogger("kproxy.access")
+
+_STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+@dataclass(slots=True, eq=False)
+class _OpenStream:
+    """A response being streamed; shutdown ends it cleanly."""
+
+    body: StreamBody
+    watch: bool
+    ending: bool = False
+
+
+@dataclass(slots=True)
+class _ReadyCache:
+    ok: bool = False
+    reason: str = "not checked yet"
+    at: float = field(default=-1e9)
+
+
+class ProxyServer:
+    """kproxy: listener + chain + upstream + admin listener."""
+
+    def __init__(self, cfg: Config, target: UpstreamTarget, filters: list[Filter] | None = None) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.upstream = Upstream(
+            target,
+            cfg.credentials,
+            connect_timeout=cfg.upstream.connect_timeout,
+            max_connections=cfg.upstream.max_connections,
+        )
+        self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)
+        self.access_log = cfg.log.access_log
+        self._limit = cfg.max_request_body_bytes
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._streams: set[_OpenStream] = set()
+        self._stopping = False
+        self._ready = _ReadyCache()
+        self._runner: web.ServerRunner | None = None
+        self._admin_runner: web.AppRunner | None = None
+        self._sites: list[web.BaseSite] = []
+        self.bound: tuple[str, int] | None = None
+        self.admin_bound: tuple[str, int] | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self.upstream.start()
+        await self.chain.start()
+        server = web.Server(
+            self.handle,
+            handler_cancellation=True,
+            access_log=None,
+            max_line_size=65536,
+            max_field_size=65536,
+        )
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        ssl_ctx = None
+        if self.cfg.tls is not None:
+            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
+        site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
+        await site.start()
+        self._sites.append(site)
+        self.bound = _bound(site)
+
+        admin = web.Application()
+        admin.router.add_get("/metrics", self._metrics)
+        admin.router.add_get("/healthz", self._healthz)
+        admin.router.add_get("/livez", self._healthz)
+        admin.router.add_get("/readyz", self._readyz)
+        self._admin_runner = web.AppRunner(admin, handle_signals=False, access_log=None)
+        await self._admin_runner.setup()
+        asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
+        await asite.start()
+        self.admin_bound = _bound(asite)
+        scheme = "https" if ssl_ctx else "http"
+        log.info(
+            "kproxy listening",
+            extra={
+                "listen": f"{scheme}://{_fmt(self.bound)}",
+                "admin": f"http://{_fmt(self.admin_bound)}",
+                "upstream": str(self.upstream.base),
+                "credentials": self.cfg.credentials,
+                "filters": [f.name for f in self.chain.filters],
+            },
+        )
+
+    async def shutdown(self, deadline: float | None = None) -> None:
+        """Stop accepting, end open watches cleanly, let in-flight requests finish (bounded)."""
+        deadline = self.cfg.shutdown_timeout if deadline is None else deadline
+        self._stopping = True
+        for site in self._sites:
+            await site.stop()
+        log.info("draining", extra={"in_flight": self._in_flight, "streams": len(self._streams)})
+        for stream in list(self._streams):
+            if stream.watch:
+                stream.ending = True
+                stream.body.abort()
+        try:
+            await asyncio.wait_for(self._idle.wait(), deadline)
+        except TimeoutError:
+            log.warning("drain deadline passed", extra={"in_flight": self._in_flight})
+        for stream in list(self._streams):
+            stream.ending = True
+            stream.body.abort()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._admin_runner is not None:
+            await self._admin_runner.cleanup()
+        await self.chain.stop()
+        await self.upstream.close()
+
+    # ----------------------------------------------------------------- main listener
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        started = time.perf_counter()
+        raw = request.raw_path
+        raw_path, _, raw_query = raw.partition("?")
+        info = _request_info(request.method, raw, raw_path)
+        upgrade = is_upgrade(request.headers)
+        headers = CIMultiDict(request.headers)
+        length = request.content_length
+        ex = Exchange(
+            request.method,
+            raw_path,
+            raw_query,
+            headers,
+            _request_body(request, length, self._limit),
+            info,
+            client=request.remote,
+            upgrade=upgrade,
+        )
+        long_running = info.verb == "watch" or upgrade
+        if not long_running:
+            self._in_flight += 1
+            self._idle.clear()
+            self.metrics.in_flight.inc()
+        status = 500
+        sent = 0
+        try:
+            if length is not None and length > self._limit:
+                reply = self._reject(request_entity_too_large(self._limit))
+            else:
+                reply = await self._run_chain(ex)
+            status = reply.status
+            resp, sent = await self._write(request, ex, reply)
+            if self._stopping:
+                resp.force_close()
+            return resp
+        finally:
+            if not long_running:
+                self._in_flight -= 1
+                self.metrics.in_flight.dec()
+                if self._in_flight == 0:
+                    self._idle.set()
+            elapsed = time.perf_counter() - started
+            resource = info.group_resource
+            m = self.metrics
+            m.requests.labels(info.verb, resource, str(status)).inc()
+            if not long_running:
+                m.latency.labels(info.verb, resource).observe(elapsed)
+            m.bytes_out.inc(sent)
+            if isinstance(ex.body, StreamBody) and length:
+                m.bytes_in.inc(length)
+            if self.access_log:
+                access.info(
+                    "%s %s %d",
+                    request.method,
+                    raw,
+                    status,
+                    extra={
+                        "audit_id": ex.state.get("audit_id", ""),
+                        "duration_ms": round(elapsed * 1000, 3),
+                        "bytes": sent,
+                        "verb": info.verb,
+                        "resource": resource,
+                        "user_agent": request.headers.get("User-Agent", ""),
+                    },
+                )
+
+    def _reject(self, err: StatusError) -> Reply:
+        self.metrics.rejected.labels(err.reason or str(err.code)).inc()
+        return Reply.from_status(err)
+
+    async def _run_chain(self, ex: Exchange) -> Reply:
+        try:
+            reply = await self.chain.handle(ex)
+        except StatusError as err:
+            if err.code in (502, 503, 504):
+                self.metrics.upstream_errors.labels(err.reason or str(err.code)).inc()
+            return self._reject(err)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a filter bug must still get a Status, never a traceback
+            log.exception("request failed", extra={"path": ex.raw_path})
+            return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"))
+        audit_id = reply.headers.get("Audit-Id")
+        if audit_id:
+            ex.state["audit_id"] = audit_id
+        return reply
+
+    async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
+        body = reply.body
+        if isinstance(body, BytesBody):
+            reply.headers.popall("Content-Length", None)
+            resp = web.Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
+            return resp, len(body.data)
+        if isinstance(body, UpgradeBody):
+            self.metrics.upgrades.inc()
+            try:
+                return await splice(request, reply), 0
+            finally:
+                self.metrics.upgrades.dec()
+        return await self._stream(request, ex, reply, body)
+
+    async def _stream(
+        self, request: web.BaseRequest, ex: Exchange, reply: Reply, body: StreamBody
+    ) -> tuple[web.StreamResponse, int]:
+        """Write a streamed body as it arrives. A watch that the upstream or shutdown ends gets a
+        clean end of stream (as the apiserver ends watches); any other body cut short aborts the
+        connection, so the client cannot mistake a truncated body for a whole one."""
+        resp = web.StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        if body.length is not None:
+            resp.content_length = body.length
+        watch = ex.info.verb == "watch"
+        stream = _OpenStream(body, watch)
+        self._streams.add(stream)
+        if watch:
+            self.metrics.open_watches.inc()
+        sent = 0
+        try:
+            await resp.prepare(request)
+            try:
+                async for chunk in body.chunks():
+                    await resp.write(chunk)
+                    sent += len(chunk)
+            except _STREAM_ERRORS as err:
+                if not (watch or stream.ending):
+                    log.warning("upstream stream broke", extra={"path": ex.raw_path, "error": str(err)})
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp, sent
+            await resp.write_eof()
+            return resp, sent
+        finally:
+            self._streams.discard(stream)
+            body.abort()
+            if watch:
+                self.metrics.open_watches.dec()
+
+    # ----------------------------------------------------------------- admin listener
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        data = generate_latest(self.metrics.registry)
+        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        problems = []
+        if self._stopping:
+            problems.append("shutting down")
+        ok, reason = await self.upstream_ready()
+        if not ok:
+            problems.append(f"upstream: {reason}")
+        problems += [f"filter {name} not ready" for name in self.chain.not_ready()]
+        if problems:
+            return web.Response(status=503, text="\n".join(problems) + "\n")
+        return web.Response(text="ok")
+
+    async def upstream_ready(self) -> tuple[bool, str]:
+        """Ask the upstream's /readyz (readable without credentials by default), at most once a second."""
+        now = time.monotonic()
+        cache = self._ready
+        if now - cache.at < 1.0:
+            return cache.ok, cache.reason
+        session = self.upstream.session
+        assert session is not None
+        headers: dict[str, Any] = {}
+        auth = await self.upstream.own_auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        try:
+            async with session.get(
+                self.upstream.base.with_path("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                await resp.read()
+                cache.ok, cache.reason = resp.status == 200, f"/readyz answered {resp.status}"
+        except _STREAM_ERRORS as err:
+            cache.ok, cache.reason = False, str(err) or type(err).__name__
+        cache.at = now
+        return cache.ok, cache.reason
+
+
+def _request_info(method: str, raw: str, raw_path: str) -> RequestInfo:
+    """RequestInfo as the apiserver parses it. A target the apiserver itself would refuse is still
+    forwarded (as a non-resource request), so that the client gets the apiserver's own answer."""
+    try:
+        return request_info_from_target(method, raw)
+    except RequestInfoError as err:
+        return err.info
+    except InvalidRequestURIError:
+        return RequestInfo(path=raw_path, verb=method.lower(), is_resource_request=False)
+
+
+def _request_body(request: web.BaseRequest, length: int | None, limit: int) -> BytesBody | StreamBody:
+    if not request.body_exists:
+        return BytesBody(b"", request.headers.get("Content-Type", ""))
+    return StreamBody(request.content.iter_any(), length, request.headers.get("Content-Type", ""), limit)
+
+
+def _bound(site: web.BaseSite) -> tuple[str, int]:
+    server: Any = site._server  # aiohttp keeps the asyncio server here
+    sock = server.sockets[0]
+    host, port = sock.getsockname()[:2]
+    return host, port
+
+
+def _fmt(addr: tuple[str, int] | None) -> str:
+    if addr is None:
+        return ""
+    host, port = addr
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

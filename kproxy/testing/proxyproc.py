@@ -1,0 +1,154 @@
+"""Run kproxy itself as a real `kproxy run` process, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kproxy.testing import certs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll a condition until it holds (bounded); the tests wait on events, never on fixed sleeps."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class RunningProxy:
+    url: str
+    admin_url: str
+    kubeconfig: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+    config: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+    ca_file: Path | None = None
+
+    def get(self, path: str, admin: bool = False, timeout: float = 10) -> tuple[int, bytes]:
+        base = self.admin_url if admin else self.url
+        try:
+            ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file and not admin else None
+            with urllib.request.urlopen(base + path, timeout=timeout, context=ctx) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except (urllib.error.URLError, OSError):
+            return 0, b""
+
+    def metrics(self) -> str:
+        return self.get("/metrics", admin=True)[1].decode()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_proxy(
+    tmp: Path,
+    upstream_kubeconfig: Path,
+    *,
+    credentials: str = "proxy",
+    token: str | None = None,
+    extra: dict[str, Any] | None = None,
+    ready: bool = True,
+    tls: bool = False,
+) -> RunningProxy:
+    """Start `kproxy run` as its own process with a fresh config; wait until it listens.
+
+    ``tls=True`` serves HTTPS with a certificate from a fresh CA (``tmp/proxy-ca.crt``): kubectl
+    sends bearer tokens only over TLS, so `credentials: forward` is tested that way.
+    """
+    tmp.mkdir(parents=True, exist_ok=True)
+    port, admin = free_port(), free_port()
+    cfg: dict[str, Any] = {
+        "listen": f"127.0.0.1:{port}",
+        "admin_listen": f"127.0.0.1:{admin}",
+        "credentials": credentials,
+        "upstream": {"kubeconfig": str(upstream_kubeconfig)},
+        "log": {"level": "info", "format": "json"},
+        "shutdown_timeout": "20s",
+    }
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    ca_path: Path | None = None
+    if tls:
+        ca = certs.generate_ca("kproxy-test-ca")
+        leaf = certs.generate_serving_cert(ca, ("127.0.0.1", "localhost"), "kproxy")
+        ca_path = certs.write_pem(tmp / "proxy-ca.crt", ca.cert_pem, private=False)
+        cfg["tls"] = {
+            "cert_file": str(certs.write_pem(tmp / "proxy.crt", leaf.cert_pem, private=False)),
+            "key_file": str(certs.write_pem(tmp / "proxy.key", leaf.key_pem, private=True)),
+        }
+    cfg_path = tmp / "kproxy.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    kubeconfig = tmp / "kproxy.kubeconfig"
+    kc_cmd = [sys.executable, "-m", "kproxy.cli", "kubeconfig", "--config", str(cfg_path), "--output", str(kubeconfig)]
+    if token:
+        kc_cmd += ["--token", token]
+    if ca_path:
+        kc_cmd += ["--certificate-authority", str(ca_path)]
+    subprocess.run(kc_cmd, check=True, capture_output=True)
+    log = tmp / "kproxy.log"
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kproxy.cli", "run", "--config", str(cfg_path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    scheme = "https" if tls else "http"
+    rp = RunningProxy(f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", kubeconfig, proc, log, cfg, env)
+    rp.ca_file = ca_path
+
+    def listening() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"kproxy exited with {proc.returncode}:\n{rp.log_text()}")
+        return rp.get("/readyz", admin=True, timeout=2)[0] == 200 if ready else _connects(port)
+
+    wait_for(listening, 30, "kproxy to become ready")
+    return rp
+
+
+def _connects(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False

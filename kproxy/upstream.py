@@ -1,0 +1,179 @@
+"""The upstream kube-apiserver: one pooled aiohttp ClientSession and the chain's terminal handler.
+
+Requests are sent as the client sent them (path and query byte for byte, body streamed), with
+hop-by-hop headers removed and the credentials the mode asks for. The session never decodes
+bodies (``auto_decompress=False``) and never adds headers of its own (no default Accept,
+Accept-Encoding or User-Agent: the apiserver attributes field ownership to the User-Agent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from kproxy.chain import BytesBody, Exchange, Reply, StreamBody
+from kproxy.httputil import end_to_end
+from kproxy.kubeconfig import UpstreamTarget
+from kproxy.status import StatusError, service_unavailable
+
+log = logging.getLogger("kproxy.upstream")
+
+# Responses up to this size with a Content-Length are read whole: cheaper than streaming them
+# chunk by chunk, and filters that need the body get it without another read.
+READ_WHOLE_LIMIT = 256 * 1024
+
+_SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+_UPSTREAM_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
+
+Mode = Literal["proxy", "forward"]
+
+
+class Upstream:
+    """Sends exchanges to the kube-apiserver; the terminal handler of every chain."""
+
+    def __init__(
+        self,
+        target: UpstreamTarget,
+        mode: Mode = "proxy",
+        connect_timeout: float = 10.0,
+        max_connections: int = 0,
+    ) -> None:
+        self.target = target
+        self.mode = mode
+        self.base = URL(target.server)
+        self._connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        # The proxy's own credentials (proxy mode, and filters' background work in any mode).
+        self.ssl_own = target.ssl_context(with_client_cert=True)
+        # Forwarded callers: trust the upstream's CA, carry no certificate of the proxy's.
+        self.ssl_forward = target.ssl_context(with_client_cert=False)
+        self.session: aiohttp.ClientSession | None = None
+        self._forward_session: aiohttp.ClientSession | None = None
+
+    def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            ssl=ssl_ctx if ssl_ctx is not None else False,
+            limit=self._max_connections,
+            limit_per_host=0,
+            enable_cleanup_closed=True,
+        )
+        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout, sock_read=None)
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=_SKIP_AUTO,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            read_bufsize=256 * 1024,
+        )
+
+    async def start(self) -> None:
+        self.session = self._session(self.ssl_own)
+        if self.mode == "forward":
+            self._forward_session = self._session(self.ssl_forward)
+
+    async def close(self) -> None:
+        for s in (self.session, self._forward_session):
+            if s is not None:
+                await s.close()
+
+    async def own_auth_header(self) -> str | None:
+        """``Bearer <token>`` for the proxy's own credentials, if it authenticates by token."""
+        if self.target.token is None:
+            return None
+        token = await self.target.token.token()
+        return f"Bearer {token}" if token else None
+
+    async def request_headers(self, ex: Exchange) -> CIMultiDict[str]:
+        """The headers sent upstream for an exchange."""
+        keep = ("Connection", "Upgrade") if ex.upgrade else ()
+        headers = end_to_end(ex.headers, keep=keep, drop=("Host",))
+        if self.mode == "proxy":
+            headers.popall("Authorization", None)
+            auth = await self.own_auth_header()
+            if auth:
+                headers["Authorization"] = auth
+        if ex.client:
+            prior = headers.get("X-Forwarded-For")
+            headers["X-Forwarded-For"] = f"{prior}, {ex.client}" if prior else str(ex.client)
+        return headers
+
+    def url(self, ex: Exchange) -> URL:
+        return URL(str(self.base) + ex.target, encoded=True)
+
+    async def __call__(self, ex: Exchange) -> Reply:
+        """Terminal handler: send the exchange upstream and wrap the response as a Reply."""
+        if ex.upgrade:
+            from kproxy.upgrade import dial_upgrade
+
+            return await dial_upgrade(self, ex)
+        session = self._forward_session if self.mode == "forward" else self.session
+        assert session is not None, "Upstream.start() was not awaited"
+        headers = await self.request_headers(ex)
+        body = ex.body
+        data: object = None
+        if isinstance(body, BytesBody):
+            data = body.data or None
+        elif isinstance(body, StreamBody) and (body.length is None or body.length > 0):
+            data = body.chunks()
+        try:
+            resp = await session.request(
+                ex.method,
+                self.url(ex),
+                headers=headers,
+                data=data,
+                allow_redirects=False,
+                compress=None,
+                chunked=None,
+            )
+        except StatusError:
+            raise
+        except _UPSTREAM_ERRORS as err:
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, StatusError):
+                raise cause from None
+            raise self.unreachable(err) from None
+        return await self._reply(resp)
+
+    def unreachable(self, err: BaseException) -> StatusError:
+        log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
+        detail = str(err) or type(err).__name__
+        return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
+
+    async def _reply(self, resp: aiohttp.ClientResponse) -> Reply:
+        headers = end_to_end(resp.headers)
+        media_type = resp.headers.get("Content-Type", "")
+        length = resp.content_length
+        if length is not None and length <= READ_WHOLE_LIMIT:
+            try:
+                data = await resp.read()
+            except _UPSTREAM_ERRORS as err:
+                resp.close()
+                raise self.unreachable(err) from None
+            finally:
+                resp.release()
+            return Reply(resp.status, headers, BytesBody(data, media_type), resp.reason)
+        body = StreamBody(_stream(resp), length, media_type, on_abort=resp.close)
+        return Reply(resp.status, headers, body, resp.reason)
+
+
+async def _stream(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """Yield the upstream body as it arrives; give the connection back when done, drop it when
+    abandoned (a client that went away must end the upstream watch too)."""
+    done = False
+    try:
+        async for chunk in resp.content.iter_any():
+            yield chunk
+        done = True
+    finally:
+        if done:
+            resp.release()
+        else:
+            resp.close()

@@ -1,0 +1,281 @@
+"""HTTP-level behaviour of kproxy against the real apiserver: non-resource paths, headers, limits,
+errors, metrics, disconnects and graceful shutdown."""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import re
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def raw(
+    proxy: RunningProxy,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    host, port = proxy.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.headers, resp.read()
+    finally:
+        conn.close()
+
+
+def status_of(body: bytes) -> dict[str, Any]:
+    obj = json.loads(body)
+    assert obj["kind"] == "Status" and obj["apiVersion"] == "v1" and obj["status"] == "Failure"
+    return obj
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/version",
+        "/api",
+        "/apis",
+        "/apis/apps/v1",
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/openapi/v3",
+        "/api/v1/namespaces/default",
+    ],
+)
+def test_non_resource_and_discovery_paths_identical(
+    control_plane: ControlPlaneInfo, proxy: RunningProxy, path: str
+) -> None:
+    code, headers, body = raw(proxy, "GET", path, headers={"Accept": "application/json"})
+    dcode, dbody = control_plane.request("GET", path)
+    assert code == dcode == 200
+    if path == "/api/v1/namespaces/default":
+        # same object; managedFields timestamps etc. are identical because it is the same stored object
+        assert json.loads(body)["metadata"]["uid"] == json.loads(dbody)["metadata"]["uid"]
+    else:
+        assert body == dbody
+    assert "Audit-Id" in headers or path in ("/healthz", "/livez", "/readyz")
+
+
+def test_openapi_v2_large_body_streams_and_gzip_passes_through(
+    control_plane: ControlPlaneInfo, proxy: RunningProxy
+) -> None:
+    """/openapi/v2 is several MB: streamed through; when the client asks for gzip the apiserver's
+    own gzip reaches it untouched (kproxy never decodes upstream bodies)."""
+    code, headers, body = raw(proxy, "GET", "/openapi/v2", headers={"Accept": "application/json"})
+    dcode, dbody = control_plane.request("GET", "/openapi/v2")
+    assert code == dcode == 200 and body == dbody and len(body) > 1_000_000
+    code, headers, zbody = raw(
+        proxy, "GET", "/openapi/v2", headers={"Accept": "application/json", "Accept-Encoding": "gzip"}
+    )
+    assert code == 200 and headers["Content-Encoding"] == "gzip"
+    assert gzip.decompress(zbody) == dbody
+
+
+def test_unknown_path_404_identical(control_plane: ControlPlaneInfo, proxy: RunningProxy) -> None:
+    code, _, body = raw(proxy, "GET", "/no/such/path")
+    dcode, dbody = control_plane.request("GET", "/no/such/path")
+    assert (code, body) == (dcode, dbody) == (404, b"404 page not found\n")
+
+
+def test_oversized_body_gets_413_status(proxy: RunningProxy, namespace: str) -> None:
+    big = (
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big"},"data":{"x":"'
+        + b"a" * (3 * 1024 * 1024)
+        + b'"}}'
+    )
+    code, headers, body = raw(
+        proxy,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body=big,
+        headers={"Content-Type": "application/json"},
+    )
+    assert code == 413
+    st = status_of(body)
+    assert st["reason"] == "RequestEntityTooLarge" and st["message"] == "Request entity too large: limit is 3145728"
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_oversized_chunked_body_gets_413_and_nothing_is_created(
+    proxy: RunningProxy, kubectl: Kubectl, namespace: str
+) -> None:
+    """Without Content-Length the limit is enforced while streaming; the upstream request is abandoned."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    head = b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"bigchunk"},"data":{"x":"'
+    chunks = [head] + [b"a" * 65536] * 60 + [b'"}}']
+    conn.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body=iter(chunks),
+        headers={"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
+    resp = conn.getresponse()
+    assert resp.status == 413
+    assert status_of(resp.read())["reason"] == "RequestEntityTooLarge"
+    conn.close()
+    assert "NotFound" in kubectl(["get", "cm", "bigchunk", "-n", namespace, "-o", "name"], check=False).stderr
+
+
+def test_metrics_count_requests(proxy: RunningProxy, kubectl: Kubectl, namespace: str) -> None:
+    def count(code: str) -> float:
+        pat = re.compile(rf'^kproxy_requests_total\{{code="{code}",resource="configmaps",verb="get"\}} (\S+)$')
+        for line in proxy.metrics().splitlines():
+            m = pat.match(line)
+            if m:
+                return float(m.group(1))
+        return 0.0
+
+    before_ok, before_404 = count("200"), count("404")
+    kubectl(["create", "configmap", "m", "-n", namespace])
+    for _ in range(3):
+        kubectl(["get", "configmap", "m", "-n", namespace], kubeconfig=proxy.kubeconfig)
+    kubectl(["get", "configmap", "nope", "-n", namespace], kubeconfig=proxy.kubeconfig, check=False)
+    assert count("200") - before_ok == 3
+    assert count("404") - before_404 == 1
+    text = proxy.metrics()
+    for name in (
+        "kproxy_request_duration_seconds_bucket",
+        "kproxy_response_bytes_total",
+        "kproxy_requests_in_flight",
+        "kproxy_open_watches",
+        "kproxy_upstream_errors_total",
+        "kproxy_filter_duration_seconds",
+    ):
+        assert name in text
+
+
+def test_admin_health_endpoints(proxy: RunningProxy) -> None:
+    assert proxy.get("/healthz", admin=True) == (200, b"ok")
+    assert proxy.get("/livez", admin=True) == (200, b"ok")
+    assert proxy.get("/readyz", admin=True) == (200, b"ok")
+
+
+def test_upstream_unreachable_gets_503_status(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, tmp_path: Any
+) -> None:
+    """An upstream that refuses connections: a 503 ServiceUnavailable Status, and /readyz says so."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens here now
+    kc = json.loads(json.dumps(__import__("yaml").safe_load(control_plane.admin_kubeconfig.read_text())))
+    kc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "dead.kubeconfig"
+    path.write_text(json.dumps(kc))
+    rp = proxy_factory(upstream_kubeconfig=path, ready=False)
+    code, _headers, body = raw(rp, "GET", "/api/v1/namespaces")
+    assert code == 503
+    st = status_of(body)
+    assert st["reason"] == "ServiceUnavailable" and st["code"] == 503
+    assert "Traceback" not in rp.log_text()
+    assert rp.get("/readyz", admin=True)[0] == 503
+
+
+def test_client_disconnect_ends_the_upstream_watch(
+    proxy: RunningProxy, control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    def open_watches() -> float:
+        m = re.search(r"^kproxy_open_watches (\S+)$", proxy.metrics(), re.M)
+        return float(m.group(1)) if m else -1
+
+    def upstream_watches() -> float:
+        _, body = control_plane.request("GET", "/metrics")
+        total = 0.0
+        for line in body.decode().splitlines():
+            if (
+                line.startswith("apiserver_longrunning_requests{")
+                and 'verb="WATCH"' in line
+                and 'resource="secrets"' in line
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    base_up = upstream_watches()
+    base = open_watches()
+    host, port = proxy.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(f"GET /api/v1/namespaces/{namespace}/secrets?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    wait_for(lambda: open_watches() == base + 1, 10, "the watch to be counted")
+    wait_for(lambda: upstream_watches() == base_up + 1, 10, "the upstream watch to open")
+    sock.close()
+    wait_for(lambda: open_watches() == base, 10, "kproxy to notice the disconnect")
+    wait_for(lambda: upstream_watches() == base_up, 20, "the upstream watch to end")
+
+
+def test_sigterm_drains_in_flight_and_ends_watches(
+    proxy_factory: Callable[..., RunningProxy], kubectl: Kubectl, namespace: str
+) -> None:
+    rp = proxy_factory()
+    host, port = rp.url.removeprefix("http://").split(":")
+    # An open watch: it must end with a clean end of stream, not a reset.
+    watch = socket.create_connection((host, int(port)))
+    watch.sendall(f"GET /api/v1/namespaces/{namespace}/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert watch.recv(4096).startswith(b"HTTP/1.1 200")
+    # An in-flight create whose body is still arriving when SIGTERM lands.
+    post = socket.create_connection((host, int(port)))
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "drained"}}).encode()
+    post.sendall(
+        f"POST /api/v1/namespaces/{namespace}/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body[:10]
+    )
+    wait_for(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 10, "the POST to be in flight")
+    rp.proc.send_signal(signal.SIGTERM)
+    # The watch ends cleanly: the chunked stream's terminating zero-length chunk arrives.
+    watch.settimeout(10)
+    tail = b""
+    while not tail.endswith(b"0\r\n\r\n"):
+        data = watch.recv(4096)
+        assert data, f"watch closed without a clean end of stream: {tail[-50:]!r}"
+        tail += data
+    # New connections are refused once the listener is closed.
+    wait_for(lambda: _refused(host, int(port)), 10, "the listener to close")
+    post.sendall(body[10:])
+    post.settimeout(20)
+    reply = post.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 201"), reply[:200]
+    assert rp.proc.wait(30) == 0
+    assert kubectl.json(["get", "cm", "drained", "-n", namespace])["metadata"]["name"] == "drained"
+
+
+def _refused(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return False
+    except OSError:
+        return True
+
+
+def test_upstream_killed_then_back(proxy: RunningProxy, control_plane: ControlPlaneInfo, kubectl: Kubectl) -> None:
+    """The real apiserver dies: clients get 503 Status answers (never a traceback); when it comes
+    back, kproxy serves again without a restart."""
+    control_plane.stop_apiserver(kill=True)
+    try:
+        code, _, body = raw(proxy, "GET", "/api/v1/namespaces")
+        assert code == 503
+        assert status_of(body)["reason"] == "ServiceUnavailable"
+        res = kubectl(["get", "ns"], kubeconfig=proxy.kubeconfig, check=False)
+        assert res.returncode == 1
+    finally:
+        control_plane.start_apiserver()
+    wait_for(lambda: raw(proxy, "GET", "/api/v1/namespaces")[0] == 200, 30, "kproxy to serve again")
+    assert "Traceback" not in proxy.log_text()

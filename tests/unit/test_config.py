@@ -1,0 +1,82 @@
+"""Config validation: defaults, overrides, and errors that name the bad key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kproxy.config import ConfigError, load_config, parse_config, parse_duration, with_overrides
+from kproxy.filters import build_filters
+
+
+def test_defaults() -> None:
+    cfg = parse_config({})
+    assert (cfg.listen.host, cfg.listen.port) == ("127.0.0.1", 8001)
+    assert (cfg.admin_listen.host, cfg.admin_listen.port) == ("127.0.0.1", 9099)
+    assert cfg.credentials == "proxy"
+    assert cfg.max_request_body_bytes == 3 * 1024 * 1024
+    assert cfg.filters == []
+
+
+def test_example_config_is_valid() -> None:
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "config.example.yaml")
+    assert cfg.credentials == "proxy"
+    assert build_filters(cfg) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"listen": "nope"}, "listen: Value error, expected HOST:PORT"),
+        ({"credentials": "steal"}, "credentials: Input should be 'proxy' or 'forward'"),
+        ({"upstream": {"kubeconfg": "x"}}, "upstream.kubeconfg: unknown key"),
+        ({"shutdown_timeout": "soon"}, "shutdown_timeout: Value error, expected a duration"),
+        ({"max_request_body_bytes": 0}, "max_request_body_bytes: Input should be greater than 0"),
+        ({"filters": [{"encodings": ["gzip"]}]}, "filters[0].name: Field required"),
+        ({"filters": [{"name": "no-such-filter"}]}, "filters[0].name: unknown filter 'no-such-filter'"),
+        ({"log": {"format": "xml"}}, "log.format: Input should be 'text' or 'json'"),
+    ],
+)
+def test_errors_name_the_key(data: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_filters(parse_config(data))
+    assert needle in str(err.value)
+
+
+def test_duplicate_filter_names_rejected() -> None:
+    with pytest.raises(ConfigError, match="listed twice"):
+        parse_config({"filters": [{"name": "a"}, {"name": "a"}]})
+
+
+def test_proxy_mode_refuses_non_loopback_without_allow_remote() -> None:
+    with pytest.raises(ConfigError, match="listen: 0.0.0.0 is not a loopback address"):
+        parse_config({"listen": "0.0.0.0:8001"})
+    assert parse_config({"listen": "0.0.0.0:8001", "allow_remote": True}).listen.host == "0.0.0.0"
+    assert parse_config({"listen": "0.0.0.0:8001", "credentials": "forward"}).listen.port == 8001
+    assert parse_config({"listen": "[::1]:8001"}).listen.host == "::1"
+
+
+def test_overrides_apply_and_revalidate() -> None:
+    cfg = with_overrides(parse_config({}), **{"listen": "127.0.0.1:9000", "log.level": "debug", "upstream.context": None})
+    assert cfg.listen.port == 9000 and cfg.log.level == "debug" and cfg.upstream.context is None
+    with pytest.raises(ConfigError, match="log.level"):
+        with_overrides(cfg, **{"log.level": "loud"})
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [(5, 5), ("30s", 30), ("2m", 120), ("250ms", 0.25), ("1.5h", 5400)])
+def test_durations(raw: object, seconds: float) -> None:
+    assert parse_duration(raw) == seconds
+
+
+def test_yaml_errors_are_config_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listen: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_config(tmp_path / "list.yaml")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
