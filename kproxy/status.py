@@ -53,6 +53,7 @@ __all__ = [
     "forbidden_message",
     "generic",
     "generic_server_response",
+    "go_json_dumps",
     "go_quote",
     "gone",
     "internal_error",
@@ -238,7 +239,11 @@ class StatusError(Exception):
         return go_json_dumps(self.to_dict(), pretty=pretty)
 
     def headers(self) -> dict[str, str]:
-        """Response headers the apiserver sends with this error (Content-Length left to the server)."""
+        """Response headers the apiserver sends with this error (Content-Length left to the server).
+
+        ``Cache-Control: no-cache, private`` is added to every API response by the ``WithCacheControl``
+        filter, which wraps authentication and authorization too, so gateway-made errors carry it as well.
+        """
         headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
         retry = self.details.retry_after_seconds if self.details is not None else 0
         if retry > 0:

@@ -201,8 +201,7 @@ def default_cache_dir(version: str | None = None) -> Path:
 def _build(out_dir: Path, out: IO[str]) -> None:
     script = ENVTEST_TOOL_DIR / "build.sh"
     print(
-        f"kproxy envtest: building etcd, kube-apiserver, kubectl into {out_dir} "
-        "(a cold build takes 15-30 minutes)...",
+        f"kproxy envtest: building etcd, kube-apiserver, kubectl into {out_dir} (a cold build takes 15-30 minutes)...",
         file=out,
         flush=True,
     )
@@ -314,7 +313,12 @@ def _alive(pid: int | None, start_time: str | None) -> bool:
     except PermissionError:
         pass  # exists but belongs to someone else: the start-time check decides
     if _proc_state(pid) in ("Z", "X"):
-        return False
+        # The thread-group leader of a killed Go program turns zombie while its other threads are
+        # still exiting and holding its sockets; it is gone only when no other task remains.
+        try:
+            return any(int(t) != pid for t in os.listdir(f"/proc/{pid}/task"))
+        except (OSError, ValueError):
+            return False
     if start_time is not None:
         current = _proc_start_time(pid)
         if current is not None and current != start_time:
@@ -397,6 +401,23 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _port_clash_since(log: Path, offset: int) -> bool:
+    """Whether the process logging to ``log`` after byte ``offset`` failed to bind its port."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return b"address already in use" in f.read()
+    except OSError:
+        return False
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
@@ -582,9 +603,7 @@ def write_kubeconfig(
         "kind": "Config",
         "clusters": [{"name": "envtest", "cluster": cluster}],
         "users": [{"name": user, "user": credentials}],
-        "contexts": [
-            {"name": context, "context": {"cluster": "envtest", "user": user, "namespace": namespace}}
-        ],
+        "contexts": [{"name": context, "context": {"cluster": "envtest", "user": user, "namespace": namespace}}],
         "current-context": context,
         "preferences": {},
     }
@@ -627,18 +646,14 @@ class Kubectl:
         config = str(kubeconfig or self.default_kubeconfig)
         argv = [str(self.binary), f"--kubeconfig={config}", f"--cache-dir={self.cache_dir}", *args]
         env = dict(os.environ, KUBECONFIG=config)
-        proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True, timeout=timeout, env=env, check=False
-        )
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=env, check=False)
         if check and proc.returncode != 0:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
     __call__ = run
 
-    def json(
-        self, args: Sequence[str], *, kubeconfig: Path | str | None = None, timeout: float = 60.0
-    ) -> Any:
+    def json(self, args: Sequence[str], *, kubeconfig: Path | str | None = None, timeout: float = 60.0) -> Any:
         """Run ``kubectl ARGS -o json`` (check=True) and parse stdout."""
         return json.loads(self.run([*args, "-o", "json"], kubeconfig=kubeconfig, timeout=timeout).stdout)
 
@@ -733,28 +748,39 @@ class ControlPlaneInfo:
             self.apiserver_pid = None
 
     def start_apiserver(self, *, timeout: float = 120.0) -> None:
-        """Start kube-apiserver again with the same flags and port and wait for /readyz; no-op if running."""
+        """Start kube-apiserver again with the same flags and port and wait for /readyz; no-op if running.
+
+        If the port is still held (say the test killed the old process behind
+        our back and it is still exiting), starting is retried until ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
         with _dir_lock(self.dir):
             state = _require_state(self.dir)
-            if state.apiserver is None:
+            api = state.apiserver
+            if api is None:
                 raise ControlPlaneError(f"{self.dir}: no apiserver command line recorded")
             etcd = state.etcd
             if etcd is None or not _alive(etcd.pid, etcd.start_time):
                 raise ControlPlaneError(f"{self.dir}: etcd is not running; use down/up")
-            if not _alive(state.apiserver.pid, state.apiserver.start_time):
-                pid, start = _spawn(state.apiserver.argv, self.apiserver_log, self.dir)
-                state.apiserver.pid, state.apiserver.start_time = pid, start
-                _write_state(self.dir, state)
-            self.apiserver_pid = state.apiserver.pid
-            deadline = time.monotonic() + timeout
-            try:
-                _wait_apiserver(self, state.apiserver, deadline)
-            except ControlPlaneError:
-                _terminate(state.apiserver.pid, state.apiserver.start_time)
-                state.apiserver.pid = state.apiserver.start_time = None
-                _write_state(self.dir, state)
-                self.apiserver_pid = None
-                raise
+            while True:
+                log_offset: int | None = None
+                if not _alive(api.pid, api.start_time):
+                    log_offset = _file_size(self.apiserver_log)
+                    api.pid, api.start_time = _spawn(api.argv, self.apiserver_log, self.dir)
+                    _write_state(self.dir, state)
+                self.apiserver_pid = api.pid
+                try:
+                    _wait_apiserver(self, api, deadline)
+                    return
+                except ControlPlaneError:
+                    _terminate(api.pid, api.start_time)
+                    api.pid = api.start_time = None
+                    _write_state(self.dir, state)
+                    self.apiserver_pid = None
+                    clash = log_offset is not None and _port_clash_since(self.apiserver_log, log_offset)
+                    if not clash or time.monotonic() + 0.5 >= deadline:
+                        raise
+                time.sleep(0.5)
 
     def restart_apiserver(self, *, kill: bool = False, timeout: float = 120.0) -> None:
         """:meth:`stop_apiserver` then :meth:`start_apiserver` (same port, new pid)."""
@@ -831,9 +857,7 @@ def _wait_apiserver(info: ControlPlaneInfo, proc: _ProcState, deadline: float) -
                 logs.append(info.etcd_log)
             raise _failure(f"kube-apiserver exited {stage}", info, logs)
         if time.monotonic() > deadline:
-            raise _failure(
-                f"kube-apiserver not ready on {info.server} in time ({stage})", info, [info.apiserver_log]
-            )
+            raise _failure(f"kube-apiserver not ready on {info.server} in time ({stage})", info, [info.apiserver_log])
 
     while not info.readyz():
         check_running("before /readyz succeeded")
@@ -865,9 +889,7 @@ def _etcd_argv(bins: BinPaths, directory: Path, client: int, peer: int) -> list[
     ]
 
 
-def _apiserver_argv(
-    bins: BinPaths, directory: Path, pki: certs.PKIFiles, port: int, etcd_client: int
-) -> list[str]:
+def _apiserver_argv(bins: BinPaths, directory: Path, pki: certs.PKIFiles, port: int, etcd_client: int) -> list[str]:
     return [
         str(bins.kube_apiserver),
         "--bind-address=127.0.0.1",
@@ -893,9 +915,7 @@ def _apiserver_argv(
     ]
 
 
-def _start(
-    directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, deadline: float
-) -> ControlPlaneInfo:
+def _start(directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, deadline: float) -> ControlPlaneInfo:
     info = _info(directory, state)
     data = directory / "etcd"
     shutil.rmtree(data, ignore_errors=True)
@@ -914,11 +934,6 @@ def _start(
     _write_state(directory, state)
     _wait_apiserver(info, state.apiserver, deadline)
     return info
-
-
-def _port_clash(info_dir: Path) -> bool:
-    text = _tail(info_dir / "etcd.log", 200) + _tail(info_dir / "apiserver.log", 200)
-    return "address already in use" in text
 
 
 def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0) -> ControlPlaneInfo:
@@ -953,6 +968,7 @@ def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0)
             (directory / log).write_bytes(b"")
         attempts = 3
         for attempt in range(1, attempts + 1):
+            offsets = {log: _file_size(directory / log) for log in ("etcd.log", "apiserver.log")}
             api_port, etcd_client, etcd_peer = _free_ports(3)
             state = _State(
                 version=bins.version,
@@ -983,7 +999,8 @@ def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0)
                 return _start(directory, bins, pki, state, deadline)
             except BaseException as e:
                 _down_locked(directory)
-                if isinstance(e, ControlPlaneError) and attempt < attempts and _port_clash(directory):
+                clash = any(_port_clash_since(directory / log, off) for log, off in offsets.items())
+                if isinstance(e, ControlPlaneError) and attempt < attempts and clash:
                     continue
                 raise
     raise AssertionError("unreachable")
@@ -1140,11 +1157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"stop with: kproxy envtest down --dir {directory}")
             return 0
         if args.command == "down":
-            print(
-                f"stopped control plane in {directory}"
-                if down(directory)
-                else f"nothing running in {directory}"
-            )
+            print(f"stopped control plane in {directory}" if down(directory) else f"nothing running in {directory}")
             return 0
         st = status(directory)
         print(st.summary())
