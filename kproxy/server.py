@@ -121,6 +121,7 @@ class ProxyServer:
                 "listen": f"{scheme}://{_fmt(self.bound)}",
                 "admin": f"http://{_fmt(self.admin_bound)}",
                 "upstream": str(self.upstream.base),
+                "upstream_from": self.upstream.target.source,
                 "credentials": self.cfg.credentials,
                 "filters": [f.name for f in self.chain.filters],
             },

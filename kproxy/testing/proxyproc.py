@@ -78,13 +78,14 @@ class RunningProxy:
 
 def start_proxy(
     tmp: Path,
-    upstream_kubeconfig: Path,
+    upstream_kubeconfig: Path | None,
     *,
     credentials: str = "proxy",
     token: str | None = None,
     extra: dict[str, Any] | None = None,
     ready: bool = True,
     tls: bool = False,
+    env: dict[str, str] | None = None,
 ) -> RunningProxy:
     """Start `kproxy run` as its own process with a fresh config; wait until it listens.
 
@@ -97,7 +98,7 @@ def start_proxy(
         "listen": f"127.0.0.1:{port}",
         "admin_listen": f"127.0.0.1:{admin}",
         "credentials": credentials,
-        "upstream": {"kubeconfig": str(upstream_kubeconfig)},
+        "upstream": {"kubeconfig": str(upstream_kubeconfig) if upstream_kubeconfig else None},
         "log": {"level": "info", "format": "json"},
         "shutdown_timeout": "20s",
     }
@@ -125,7 +126,7 @@ def start_proxy(
         kc_cmd += ["--certificate-authority", str(ca_path)]
     subprocess.run(kc_cmd, check=True, capture_output=True)
     log = tmp / "kproxy.log"
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env = {**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, **(env or {})}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kproxy.cli", "run", "--config", str(cfg_path)],

@@ -24,7 +24,9 @@ def proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="session")
 def forward_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """kproxy with `credentials: forward`: callers' bearer tokens reach the apiserver unchanged."""
-    rp = start_proxy(tmp_path_factory.mktemp("kproxy-fwd"), control_plane.admin_kubeconfig, credentials="forward", tls=True)
+    rp = start_proxy(
+        tmp_path_factory.mktemp("kproxy-fwd"), control_plane.admin_kubeconfig, credentials="forward", tls=True
+    )
     yield rp
     rp.stop()
 

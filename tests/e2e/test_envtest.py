@@ -136,8 +136,7 @@ def test_corrupt_state_is_dropped_by_down(tmp_path: Path) -> None:
             "v1.30.3",
         ),
         (
-            "module m\nrequire k8s.io/kubernetes v1.30.2\n"
-            "replace (\n\tk8s.io/kubernetes => ../kubernetes\n)\n",
+            "module m\nrequire k8s.io/kubernetes v1.30.2\nreplace (\n\tk8s.io/kubernetes => ../kubernetes\n)\n",
             "v1.30.2",
         ),
         # A mention inside a comment or as a prefix of another module must not count.
@@ -197,9 +196,7 @@ def test_user_is_authenticated_but_has_no_rbac(
     assert denied.returncode != 0
     assert "Forbidden" in denied.stderr and '"kproxy-user"' in denied.stderr
 
-    code, body = control_plane.request(
-        "GET", f"/api/v1/namespaces/{namespace}/pods", token=control_plane.user_token
-    )
+    code, body = control_plane.request("GET", f"/api/v1/namespaces/{namespace}/pods", token=control_plane.user_token)
     assert code == 403
     assert json.loads(body)["reason"] == "Forbidden"
 
@@ -215,9 +212,7 @@ def test_admin_token_is_cluster_admin(control_plane: envtest.ControlPlaneInfo) -
     assert any(ns["metadata"]["name"] == "default" for ns in json.loads(body)["items"])
 
 
-def test_status_reports_up(
-    control_plane: envtest.ControlPlaneInfo, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_status_reports_up(control_plane: envtest.ControlPlaneInfo, capsys: pytest.CaptureFixture[str]) -> None:
     st = envtest.status(control_plane.dir)
     assert st.up
     assert st.server == control_plane.server
@@ -253,3 +248,66 @@ def test_apiserver_outage_and_recovery_on_the_same_port(
     assert envtest.status(control_plane.dir).up
     # etcd kept the data across the outage.
     assert kubectl.json(["get", "configmap", "survivor", "-n", namespace])["metadata"]["name"] == "survivor"
+
+
+def test_bin_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$KPROXY_ENVTEST_BIN_DIR`` is taken as is (never built into) but must be complete."""
+    monkeypatch.setenv(envtest.BIN_DIR_ENV, str(tmp_path))
+    with pytest.raises(envtest.EnvtestError, match="lacks executables"):
+        envtest.ensure_binaries()
+    for name in envtest.BINARIES:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    (tmp_path / "VERSION").write_text("v1.2.3\n")
+    bins = envtest.ensure_binaries()
+    assert bins.kube_apiserver == tmp_path / "kube-apiserver" and bins.version == "v1.2.3"
+
+
+def test_admin_kubeconfig_works_with_the_official_python_client(
+    control_plane: envtest.ControlPlaneInfo,
+) -> None:
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(control_plane.admin_kubeconfig)
+    )
+    try:
+        items = client.CoreV1Api(api_client).list_namespace().items
+    finally:
+        api_client.close()
+    assert "default" in {ns.metadata.name for ns in items if ns.metadata}
+
+
+def test_failed_up_reports_the_log_and_leaves_nothing_running(
+    control_plane: envtest.ControlPlaneInfo, tmp_path: Path
+) -> None:
+    """A broken apiserver: up() raises with its log tail, and stops the etcd it had started."""
+    real = envtest.BinPaths.in_dir(control_plane.kubectl.parent)
+    broken = tmp_path / "bin" / "kube-apiserver"
+    broken.parent.mkdir()
+    broken.write_text("#!/bin/sh\necho 'E0000 simulated: flag provided but not defined' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    bins = envtest.BinPaths(real.dir, real.etcd, broken, real.kubectl, real.version)
+    cp_dir = tmp_path / "cp"
+    with pytest.raises(envtest.ControlPlaneError, match="(?s)kube-apiserver exited.*simulated: flag provided"):
+        envtest.up(cp_dir, bins=bins, timeout=60)
+    assert not (cp_dir / "state.json").exists()
+    etcd_argv_marker = f"--data-dir={cp_dir / 'etcd'}"
+    deadline = time.monotonic() + 10
+    while any(etcd_argv_marker in cmd for cmd in _cmdlines()):
+        assert time.monotonic() < deadline, "etcd left running"
+        time.sleep(0.05)
+
+
+def _cmdlines() -> list[str]:
+    """Command lines of live (non-zombie) processes."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if cmd:
+                out.append(cmd)
+    return out

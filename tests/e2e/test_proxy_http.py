@@ -279,3 +279,25 @@ def test_upstream_killed_then_back(proxy: RunningProxy, control_plane: ControlPl
         control_plane.start_apiserver()
     wait_for(lambda: raw(proxy, "GET", "/api/v1/namespaces")[0] == 200, 30, "kproxy to serve again")
     assert "Traceback" not in proxy.log_text()
+
+
+def test_in_cluster_service_account(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, kubectl: Kubectl, tmp_path: Any
+) -> None:
+    """With no kubeconfig, kproxy uses the pod's service account: the same files and environment a
+    pod gets (token and CA under the service-account dir, KUBERNETES_SERVICE_HOST/PORT)."""
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text(control_plane.admin_token)
+    (sa / "ca.crt").write_bytes(control_plane.ca_file.read_bytes())
+    (sa / "namespace").write_text("default")
+    env = {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+        "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
+        "KPROXY_SERVICE_ACCOUNT_DIR": str(sa),
+    }
+    rp = proxy_factory(upstream_kubeconfig=None, env=env)
+    assert '"upstream_from": "in-cluster service account"' in rp.log_text().replace('":"', '": "')
+    status, body = rp.get("/api/v1/namespaces/default")
+    assert status == 200 and json.loads(body)["metadata"]["name"] == "default"
+    assert kubectl(["get", "ns", "default", "-o", "name"], kubeconfig=rp.kubeconfig).stdout == "namespace/default\n"

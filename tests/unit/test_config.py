@@ -59,7 +59,9 @@ def test_proxy_mode_refuses_non_loopback_without_allow_remote() -> None:
 
 
 def test_overrides_apply_and_revalidate() -> None:
-    cfg = with_overrides(parse_config({}), **{"listen": "127.0.0.1:9000", "log.level": "debug", "upstream.context": None})
+    cfg = with_overrides(
+        parse_config({}), **{"listen": "127.0.0.1:9000", "log.level": "debug", "upstream.context": None}
+    )
     assert cfg.listen.port == 9000 and cfg.log.level == "debug" and cfg.upstream.context is None
     with pytest.raises(ConfigError, match="log.level"):
         with_overrides(cfg, **{"log.level": "loud"})

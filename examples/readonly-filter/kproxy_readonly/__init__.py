@@ -43,5 +43,7 @@ class ReadOnly(FilterBase):
             return await call_next(ex)
         where = ", ".join(self.settings.allow_namespaces) or "no namespace"
         resource = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
-        err = forbidden(info.api_group, resource, info.name, f"kproxy readonly filter: writes are allowed only in {where}")
+        err = forbidden(
+            info.api_group, resource, info.name, f"kproxy readonly filter: writes are allowed only in {where}"
+        )
         return Reply.from_status(err)
