@@ -7,6 +7,7 @@ K8S_VERSION := $(shell sed -n 's|^\s*k8s.io/kubernetes \(v[0-9][0-9.]*\).*|\1|p'
 # Built binaries live outside the clone so that fresh clones (CI) reuse them.
 KPROXY_CACHE ?= $(HOME)/.cache/kproxy
 ENVTEST_BIN := $(KPROXY_CACHE)/envtest/$(K8S_VERSION)
+export KPROXY_ENVTEST_BIN_DIR := $(ENVTEST_BIN)
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
@@ -40,20 +41,20 @@ run: venv
 
 # The whole suite: lint, type check, unit and end-to-end tests against the real kube-apiserver.
 test: venv envtest-bin lint
-	KPROXY_ENVTEST_BIN_DIR=$(ENVTEST_BIN) $(BIN)/pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 e2e: venv envtest-bin
-	KPROXY_ENVTEST_BIN_DIR=$(ENVTEST_BIN) $(BIN)/pytest -q -ra tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra tests/e2e $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check kproxy tests examples benchmarks
 	$(BIN)/mypy
 
 bench: venv envtest-bin
-	KPROXY_ENVTEST_BIN_DIR=$(ENVTEST_BIN) $(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
 	-$(BIN)/kproxy envtest down --dir $(RUN_DIR)

@@ -9,7 +9,7 @@ its own (storage, validation, RBAC, watch) is real.
 
 Binaries are built from source by ``tools/envtest/build.sh`` at the Kubernetes
 release pinned in ``tools/envtest/go.mod`` and cached under
-``<repo>/.cache/envtest/<version>/``; nothing is downloaded at test time.
+``~/.cache/kproxy/envtest/<version>/``; nothing is downloaded at test time.
 
 Layout of a control-plane directory (``up(DIR)``)::
 
@@ -77,7 +77,8 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENVTEST_TOOL_DIR = REPO_ROOT / "tools" / "envtest"
-CACHE_ROOT = REPO_ROOT / ".cache" / "envtest"
+#: Built binaries live outside the clone (as in the Makefile), so fresh clones and CI reuse them.
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kproxy" / "envtest"
 
 #: A directory holding prebuilt ``etcd``, ``kube-apiserver`` and ``kubectl``; skips the build.
 BIN_DIR_ENV = "KPROXY_ENVTEST_BIN_DIR"
@@ -194,7 +195,7 @@ class BinPaths:
 
 
 def default_cache_dir(version: str | None = None) -> Path:
-    """``<repo>/.cache/envtest/<version>``: one directory per pinned release, so bumping the pin rebuilds."""
+    """``~/.cache/kproxy/envtest/<version>``: one directory per pinned release, so bumping the pin rebuilds."""
     return CACHE_ROOT / (version or k8s_version())
 
 
