@@ -537,7 +537,12 @@ def report(
                 latency_ok = k.p50 <= c.p50
             met = latency_ok and k.rps >= c.rps and not (k.error_count or c.error_count)
             met_all = met_all and met
-            misses = [what for what, bad in (("latency", not latency_ok), ("req/s", k.rps < c.rps)) if bad]
+            misses = []
+            if not latency_ok:
+                extra = add_k - add_c if add_k is not None and add_c is not None else k.p50 - c.p50
+                misses.append(f"p50 +{extra:.2f} ms")
+            if k.rps < c.rps:
+                misses.append(f"req/s {(k.rps / c.rps - 1) * 100:.1f}%")
             verdict = "yes" if met else f"**no** ({', '.join(misses) or 'errors'})"
             lines.append(
                 f"| {s.name} | {_f(add_k)} | {_f(add_c)} | {_ratio(k.p50, c.p50)} | {_ratio(k.p99, c.p99)} | "
@@ -622,6 +627,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    log("terminated; stopping what this run started")
     raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop what we started
 
 

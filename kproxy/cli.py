@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -58,7 +59,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config_from_args(args)
     setup_logging(cfg.log.level, cfg.log.format)
-    return asyncio.run(_serve(cfg))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(_serve(cfg))
+
+
+def _loop_factory() -> Any:
+    """uvloop when installed (measured faster for proxied requests, see README), unless
+    KPROXY_EVENT_LOOP=asyncio asks for the stdlib loop."""
+    if os.environ.get("KPROXY_EVENT_LOOP", "auto") == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -40,10 +40,13 @@ def end_to_end(
     keep: Iterable[str] = (),
     drop: Iterable[str] = (),
 ) -> CIMultiDict[str]:
-    """A copy without hop-by-hop headers (and those Connection names), keeping ``keep``."""
-    skip = (HOP_BY_HOP | connection_tokens(headers) | {d.lower() for d in drop}) - {k.lower() for k in keep}
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        if name.lower() not in skip:
-            out.add(name, value)
-    return out
+    """A copy without hop-by-hop headers (and those Connection names), keeping ``keep``.
+
+    Runs twice per request (request and response headers), so the common case — no extra
+    Connection tokens, nothing to keep — uses the precomputed set.
+    """
+    skip = HOP_BY_HOP
+    tokens = connection_tokens(headers) if "Connection" in headers else None
+    if tokens or keep or drop:
+        skip = (skip | (tokens or set()) | {d.lower() for d in drop}) - {k.lower() for k in keep}
+    return CIMultiDict([(name, value) for name, value in headers.items() if name.lower() not in skip])

@@ -21,6 +21,7 @@ from yarl import URL
 from kproxy.chain import BytesBody, Exchange, Reply, StreamBody
 from kproxy.httputil import end_to_end
 from kproxy.kubeconfig import UpstreamTarget
+from kproxy.pool import Pool
 from kproxy.status import StatusError, service_unavailable
 
 log = logging.getLogger("kproxy.upstream")
@@ -56,6 +57,7 @@ class Upstream:
         self.ssl_forward = target.ssl_context(with_client_cert=False)
         self.session: aiohttp.ClientSession | None = None
         self._forward_session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
 
     def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -78,8 +80,14 @@ class Upstream:
         self.session = self._session(self.ssl_own)
         if self.mode == "forward":
             self._forward_session = self._session(self.ssl_forward)
+        host = self.base.host or "127.0.0.1"
+        ssl_ctx = self.ssl_forward if self.mode == "forward" else self.ssl_own
+        port = self.base.port or (443 if ssl_ctx else 80)
+        self._pool = Pool(host, port, ssl_ctx, self.target.tls_server_name or host, self._connect_timeout)
 
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         for s in (self.session, self._forward_session):
             if s is not None:
                 await s.close()
@@ -114,6 +122,8 @@ class Upstream:
             from kproxy.upgrade import dial_upgrade
 
             return await dial_upgrade(self, ex)
+        if ex.method != "HEAD" and "Expect" not in ex.headers and self._pool is not None:
+            return await self._via_pool(self._pool, ex)
         session = self._forward_session if self.mode == "forward" else self.session
         assert session is not None, "Upstream.start() was not awaited"
         headers = await self.request_headers(ex)
@@ -141,6 +151,34 @@ class Upstream:
                 raise cause from None
             raise self.unreachable(err) from None
         return await self._reply(resp)
+
+    async def _via_pool(self, pool: Pool, ex: Exchange) -> Reply:
+        headers = await self.request_headers(ex)
+        headers.popall("Content-Length", None)  # the pool frames the body itself
+        body = ex.body
+        data: bytes | AsyncIterator[bytes] | None = None
+        length: int | None = None
+        if isinstance(body, BytesBody):
+            data = body.data or None
+        elif isinstance(body, StreamBody) and (body.length is None or body.length > 0):
+            data, length = body.chunks(), body.length
+        try:
+            resp = await pool.request(ex.method, ex.target, headers.items(), data, length)
+        except StatusError:
+            raise
+        except (TimeoutError, OSError) as err:
+            raise self.unreachable(err) from None
+        out = end_to_end(resp.headers)
+        media_type = resp.headers.get("Content-Type", "")
+        length = resp.content_length
+        if length is not None and length <= READ_WHOLE_LIMIT:
+            try:
+                payload = await resp.read()
+            except OSError as err:
+                resp.close()
+                raise self.unreachable(err) from None
+            return Reply(resp.status, out, BytesBody(payload, media_type), resp.reason)
+        return Reply(resp.status, out, StreamBody(resp.chunks(), length, media_type, on_abort=resp.close), resp.reason)
 
     def unreachable(self, err: BaseException) -> StatusError:
         log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
