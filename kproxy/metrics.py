@@ -6,6 +6,8 @@ Labels are bounded: verb and resource come from the parsed RequestInfo (resource
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -48,5 +50,28 @@ class Metrics:
             "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
         )
 
+        # Label children cached per label set: prometheus-client's labels() validates and locks on
+        # every call, which showed in the per-request profile.
+        self._counts: dict[tuple[str, str, str], Any] = {}
+        self._latencies: dict[tuple[str, str], Any] = {}
+        self._filters: dict[str, Any] = {}
+
+    def count(self, verb: str, resource: str, code: int) -> None:
+        key = (verb, resource, str(code))
+        child = self._counts.get(key)
+        if child is None:
+            child = self._counts[key] = self.requests.labels(*key)
+        child.inc()
+
+    def observe_latency(self, verb: str, resource: str, seconds: float) -> None:
+        key = (verb, resource)
+        child = self._latencies.get(key)
+        if child is None:
+            child = self._latencies[key] = self.latency.labels(*key)
+        child.observe(seconds)
+
     def observe_filter(self, name: str, seconds: float) -> None:
-        self.filter_time.labels(name).observe(seconds)
+        child = self._filters.get(name)
+        if child is None:
+            child = self._filters[name] = self.filter_time.labels(name)
+        child.observe(seconds)

@@ -198,10 +198,11 @@ class ProxyServer:
             elapsed = time.perf_counter() - started
             resource = info.group_resource
             m = self.metrics
-            m.requests.labels(info.verb, resource, str(status)).inc()
+            m.count(info.verb, resource, status)
             if not long_running:
-                m.latency.labels(info.verb, resource).observe(elapsed)
-            m.bytes_out.inc(sent)
+                m.observe_latency(info.verb, resource, elapsed)
+            if sent:
+                m.bytes_out.inc(sent)
             if isinstance(ex.body, StreamBody) and length:
                 m.bytes_in.inc(length)
             if self.access_log:
@@ -277,10 +278,12 @@ class ProxyServer:
                     await resp.write(chunk)
                     sent += len(chunk)
             except _STREAM_ERRORS as err:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    return resp, sent  # the client went away; the upstream side is closed below
                 if not (watch or stream.ending):
                     log.warning("upstream stream broke", extra={"path": ex.raw_path, "error": str(err)})
-                    if request.transport is not None:
-                        request.transport.abort()
+                    transport.abort()
                     return resp, sent
             await resp.write_eof()
             return resp, sent

@@ -12,13 +12,13 @@ import asyncio
 import logging
 import ssl
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Literal, Protocol
 
 import aiohttp
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from kproxy.chain import BytesBody, Exchange, Reply, StreamBody
+from kproxy.chain import Body, BytesBody, Exchange, Reply, StreamBody
 from kproxy.httputil import end_to_end
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.pool import Pool
@@ -117,32 +117,30 @@ class Upstream:
         return URL(str(self.base) + ex.target, encoded=True)
 
     async def __call__(self, ex: Exchange) -> Reply:
-        """Terminal handler: send the exchange upstream and wrap the response as a Reply."""
+        """Terminal handler: send the exchange upstream and wrap the response as a Reply.
+
+        Requests go through the lean pool; HEAD and ``Expect`` requests (whose response framing
+        the pool does not implement) through aiohttp's client; upgrades on a raw connection.
+        """
         if ex.upgrade:
             from kproxy.upgrade import dial_upgrade
 
             return await dial_upgrade(self, ex)
-        if ex.method != "HEAD" and "Expect" not in ex.headers and self._pool is not None:
-            return await self._via_pool(self._pool, ex)
-        session = self._forward_session if self.mode == "forward" else self.session
-        assert session is not None, "Upstream.start() was not awaited"
         headers = await self.request_headers(ex)
-        body = ex.body
-        data: object = None
-        if isinstance(body, BytesBody):
-            data = body.data or None
-        elif isinstance(body, StreamBody) and (body.length is None or body.length > 0):
-            data = body.chunks()
+        data, length = _request_data(ex.body)
+        resp: UpstreamResponse
         try:
-            resp = await session.request(
-                ex.method,
-                self.url(ex),
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                compress=None,
-                chunked=None,
-            )
+            if ex.method != "HEAD" and "Expect" not in ex.headers and self._pool is not None:
+                headers.popall("Content-Length", None)  # the pool frames the body itself
+                resp = await self._pool.request(ex.method, ex.target, headers.items(), data, length)
+            else:
+                session = self._forward_session if self.mode == "forward" else self.session
+                assert session is not None, "Upstream.start() was not awaited"
+                resp = _AiohttpResponse(
+                    await session.request(
+                        ex.method, self.url(ex), headers=headers, data=data, allow_redirects=False, compress=None
+                    )
+                )
         except StatusError:
             raise
         except _UPSTREAM_ERRORS as err:
@@ -152,40 +150,7 @@ class Upstream:
             raise self.unreachable(err) from None
         return await self._reply(resp)
 
-    async def _via_pool(self, pool: Pool, ex: Exchange) -> Reply:
-        headers = await self.request_headers(ex)
-        headers.popall("Content-Length", None)  # the pool frames the body itself
-        body = ex.body
-        data: bytes | AsyncIterator[bytes] | None = None
-        length: int | None = None
-        if isinstance(body, BytesBody):
-            data = body.data or None
-        elif isinstance(body, StreamBody) and (body.length is None or body.length > 0):
-            data, length = body.chunks(), body.length
-        try:
-            resp = await pool.request(ex.method, ex.target, headers.items(), data, length)
-        except StatusError:
-            raise
-        except (TimeoutError, OSError) as err:
-            raise self.unreachable(err) from None
-        out = end_to_end(resp.headers)
-        media_type = resp.headers.get("Content-Type", "")
-        length = resp.content_length
-        if length is not None and length <= READ_WHOLE_LIMIT:
-            try:
-                payload = await resp.read()
-            except OSError as err:
-                resp.close()
-                raise self.unreachable(err) from None
-            return Reply(resp.status, out, BytesBody(payload, media_type), resp.reason)
-        return Reply(resp.status, out, StreamBody(resp.chunks(), length, media_type, on_abort=resp.close), resp.reason)
-
-    def unreachable(self, err: BaseException) -> StatusError:
-        log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
-        detail = str(err) or type(err).__name__
-        return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
-
-    async def _reply(self, resp: aiohttp.ClientResponse) -> Reply:
+    async def _reply(self, resp: UpstreamResponse) -> Reply:
         headers = end_to_end(resp.headers)
         media_type = resp.headers.get("Content-Type", "")
         length = resp.content_length
@@ -195,23 +160,70 @@ class Upstream:
             except _UPSTREAM_ERRORS as err:
                 resp.close()
                 raise self.unreachable(err) from None
-            finally:
-                resp.release()
             return Reply(resp.status, headers, BytesBody(data, media_type), resp.reason)
-        body = StreamBody(_stream(resp), length, media_type, on_abort=resp.close)
+        body = StreamBody(resp.chunks(), length, media_type, on_abort=resp.close)
         return Reply(resp.status, headers, body, resp.reason)
 
+    def unreachable(self, err: BaseException) -> StatusError:
+        log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
+        detail = str(err) or type(err).__name__
+        return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
 
-async def _stream(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """Yield the upstream body as it arrives; give the connection back when done, drop it when
-    abandoned (a client that went away must end the upstream watch too)."""
-    done = False
-    try:
-        async for chunk in resp.content.iter_any():
-            yield chunk
-        done = True
-    finally:
-        if done:
-            resp.release()
-        else:
-            resp.close()
+
+def _request_data(body: Body) -> tuple[bytes | AsyncIterator[bytes] | None, int | None]:
+    """What to send upstream: known bytes, or the client's stream (with its length, if declared)."""
+    if isinstance(body, BytesBody):
+        return body.data or None, None
+    if isinstance(body, StreamBody) and (body.length is None or body.length > 0):
+        return body.chunks(), body.length
+    return None, None
+
+
+class UpstreamResponse(Protocol):
+    """What the terminal handler needs of a response: kproxy's pool and aiohttp's client both fit."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def headers(self) -> CIMultiDict[str] | CIMultiDictProxy[str]: ...
+    @property
+    def content_length(self) -> int | None: ...
+    async def read(self) -> bytes: ...
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def close(self) -> None: ...
+
+
+class _AiohttpResponse:
+    """aiohttp's ClientResponse seen through ``UpstreamResponse``."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status = resp.status
+        self.reason = resp.reason
+        self.headers = resp.headers
+        self.content_length = resp.content_length
+
+    async def read(self) -> bytes:
+        try:
+            return await self._resp.read()
+        finally:
+            self._resp.release()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; the connection goes back when done, is dropped when abandoned
+        (a client that went away must end the upstream watch too)."""
+        done = False
+        try:
+            async for chunk in self._resp.content.iter_any():
+                yield chunk
+            done = True
+        finally:
+            if done:
+                self._resp.release()
+            else:
+                self._resp.close()
+
+    def close(self) -> None:
+        self._resp.close()

@@ -301,3 +301,22 @@ def test_in_cluster_service_account(
     status, body = rp.get("/api/v1/namespaces/default")
     assert status == 200 and json.loads(body)["metadata"]["name"] == "default"
     assert kubectl(["get", "ns", "default", "-o", "name"], kubeconfig=rp.kubeconfig).stdout == "namespace/default\n"
+
+
+def test_access_log_is_structured_and_carries_the_audit_id(proxy: RunningProxy, namespace: str) -> None:
+    code, headers, _ = raw(proxy, "GET", f"/api/v1/namespaces/{namespace}/configmaps?limit=1")
+    assert code == 200
+    audit_id = headers["Audit-Id"]
+
+    def logged() -> dict[str, Any] | None:
+        for line in proxy.log_text().splitlines():
+            if audit_id in line:
+                return dict(json.loads(line))
+        return None
+
+    wait_for(lambda: logged() is not None, 10, "the access log line")
+    entry = logged()
+    assert entry is not None
+    assert entry["audit_id"] == audit_id and entry["logger"] == "kproxy.access"
+    assert entry["verb"] == "list" and entry["resource"] == "configmaps" and entry["level"] == "info"
+    assert entry["msg"] == f"GET /api/v1/namespaces/{namespace}/configmaps?limit=1 200"

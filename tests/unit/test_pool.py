@@ -1,0 +1,187 @@
+"""The upstream connection pool against a tiny local HTTP/1.1 server (framing, reuse, failures)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from kproxy.pool import Pool, UpstreamClosed
+from kproxy.status import StatusError, request_entity_too_large
+
+Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Server:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+
+    async def __aenter__(self) -> Server:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                await self.handler(head, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+async def read_body(head: bytes, reader: asyncio.StreamReader) -> bytes:
+    text = head.decode().lower()
+    if "transfer-encoding: chunked" in text:
+        out = b""
+        while True:
+            size = int((await reader.readline()).strip(), 16)
+            if size == 0:
+                await reader.readline()
+                return out
+            out += await reader.readexactly(size)
+            await reader.readexactly(2)
+    for line in text.split("\r\n"):
+        if line.startswith("content-length:"):
+            return await reader.readexactly(int(line.split(":")[1]))
+    return b""
+
+
+def pool_for(srv: Server) -> Pool:
+    return Pool("127.0.0.1", srv.port, None, None, 5.0)
+
+
+async def test_keep_alive_reuse_and_framing() -> None:
+    async def ok(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_body(head, reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-A: 1\r\nX-A: 2\r\n\r\n%s" % (len(body), body))
+
+    async with Server(ok) as srv:
+        pool = pool_for(srv)
+        for i in range(3):
+            resp = await pool.request("POST", "/x?y=%2F", [("Content-Type", "application/json")], b"body%d" % i, None)
+            assert resp.status == 200 and resp.reason == "OK"
+            assert resp.headers.getall("X-A") == ["1", "2"]
+            assert await resp.read() == b"body%d" % i
+        assert srv.connections == 1
+        assert srv.heads[0].startswith(b"POST /x?y=%2F HTTP/1.1\r\nHost: 127.0.0.1:")
+        pool.close()
+
+
+async def gen(*chunks: bytes) -> AsyncIterator[bytes]:
+    for c in chunks:
+        await asyncio.sleep(0)
+        yield c
+
+
+async def test_streamed_request_body_chunked_or_with_length() -> None:
+    async def echo(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_body(head, reader)
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    async with Server(echo) as srv:
+        pool = pool_for(srv)
+        resp = await pool.request("POST", "/", [], gen(b"ab", b"", b"cd"), None)
+        assert await resp.read() == b"abcd"
+        assert b"Transfer-Encoding: chunked" in srv.heads[-1]
+        resp = await pool.request("PUT", "/", [], gen(b"ab", b"cd"), 4)
+        assert await resp.read() == b"abcd"
+        assert b"Content-Length: 4" in srv.heads[-1]
+        pool.close()
+
+
+async def test_streamed_response_arrives_chunk_by_chunk_and_abandon_closes() -> None:
+    gate = asyncio.Event()
+
+    async def watch(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await gate.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    async with Server(watch) as srv:
+        pool = pool_for(srv)
+        resp = await pool.request("GET", "/watch", [], None, None)
+        it = resp.chunks()
+        assert await it.__anext__() == b"first"  # before the server sends the rest
+        gate.set()
+        assert await it.__anext__() == b"second"
+        with pytest.raises(StopAsyncIteration):
+            await it.__anext__()
+        assert len(pool.idle) == 1
+        resp.close()  # after the end: must not close the pooled connection
+        assert len(pool.idle) == 1
+        gate.clear()
+        resp2 = await pool.request("GET", "/watch", [], None, None)
+        assert await resp2.chunks().__anext__() == b"first"
+        resp2.close()  # abandoned mid-stream: the connection is dropped
+        assert not pool.idle and not pool.busy
+        pool.close()
+
+
+async def test_body_delimited_by_close_and_premature_close() -> None:
+    async def until_close(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if b"/short" in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it")
+        await writer.drain()
+        writer.close()
+
+    async with Server(until_close) as srv:
+        pool = pool_for(srv)
+        assert await (await pool.request("GET", "/", [], None, None)).read() == b"all of it"
+        resp = await pool.request("GET", "/short", [], None, None)
+        with pytest.raises(UpstreamClosed):
+            await resp.read()
+        pool.close()
+
+
+async def test_stale_idle_connection_is_retried_once() -> None:
+    served = 0
+
+    async def once(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        served += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # the server drops keep-alive connections after each response
+
+    async with Server(once) as srv:
+        pool = pool_for(srv)
+        assert await (await pool.request("GET", "/", [], None, None)).read() == b"ok"
+        await asyncio.sleep(0.05)  # let the close arrive
+        assert await (await pool.request("GET", "/", [], None, None)).read() == b"ok"
+        assert served == 2
+        pool.close()
+
+
+async def test_body_limit_error_propagates_and_drops_the_connection() -> None:
+    async def never(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_body(head, reader)
+
+    async def too_big() -> AsyncIterator[bytes]:
+        yield b"x" * 10
+        raise request_entity_too_large(5)
+
+    async with Server(never) as srv:
+        pool = pool_for(srv)
+        with pytest.raises(StatusError):
+            await pool.request("POST", "/", [], too_big(), None)
+        assert not pool.idle and not pool.busy
+        pool.close()
+
+
+async def test_connect_refused_is_an_oserror() -> None:
+    pool = Pool("127.0.0.1", 1, None, None, 2.0)
+    with pytest.raises(OSError):
+        await pool.request("GET", "/", [], None, None)
