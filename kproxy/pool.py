@@ -271,7 +271,8 @@ class Pool:
         """Send one request; return once the response head has arrived.
 
         A reused connection that turns out to be dead before any response byte arrived is retried
-        once on a fresh connection when the body can be sent again (it is not a stream).
+        once on a fresh connection, for the requests Go's transport would replay: safe methods
+        without a streamed body (a create must never run twice).
         """
         lines = [f"{method} {target} HTTP/1.1\r\nHost: {self.host_header}\r\n"]
         lines += [f"{k}: {v}\r\n" for k, v in headers]
@@ -292,7 +293,7 @@ class Pool:
                 await conn.head
             except BaseException as err:
                 conn.close()
-                retry = reused and attempt == 0 and not conn.got_bytes and not _is_stream(body)
+                retry = reused and attempt == 0 and not conn.got_bytes and _replayable(method, body)
                 if isinstance(err, OSError) and retry:
                     continue
                 raise
@@ -329,5 +330,9 @@ class Pool:
         self.busy.clear()
 
 
-def _is_stream(body: object) -> bool:
-    return body is not None and not isinstance(body, bytes)
+_SAFE = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+
+
+def _replayable(method: str, body: object) -> bool:
+    """net/http's ``isReplayable``: safe methods whose body can be sent again."""
+    return method in _SAFE and (body is None or isinstance(body, bytes))

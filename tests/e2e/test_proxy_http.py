@@ -320,3 +320,17 @@ def test_access_log_is_structured_and_carries_the_audit_id(proxy: RunningProxy, 
     assert entry["audit_id"] == audit_id and entry["logger"] == "kproxy.access"
     assert entry["verb"] == "list" and entry["resource"] == "configmaps" and entry["level"] == "info"
     assert entry["msg"] == f"GET /api/v1/namespaces/{namespace}/configmaps?limit=1 200"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"), [("/openapi/v2", 200), ("/healthz", 200), ("/api/v1/namespaces/default", 405)]
+)
+def test_head_request_matches_direct(
+    control_plane: ControlPlaneInfo, proxy: RunningProxy, path: str, expected: int
+) -> None:
+    """HEAD takes the aiohttp client path (the pool does not frame HEAD responses); the apiserver
+    answers it on some paths and refuses it (405) on resource paths, and so does kproxy."""
+    code, _, body = raw(proxy, "HEAD", path)
+    dcode, dbody = control_plane.request("HEAD", path)
+    assert code == dcode == expected
+    assert body == dbody == b""

@@ -165,6 +165,28 @@ async def test_stale_idle_connection_is_retried_once() -> None:
         pool.close()
 
 
+async def test_a_create_on_a_dead_connection_is_never_sent_twice() -> None:
+    seen = 0
+
+    async def drop(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            return
+        await read_body(head, reader)
+        writer.close()  # took the POST, then died without answering
+
+    async with Server(drop) as srv:
+        pool = pool_for(srv)
+        assert await (await pool.request("GET", "/", [], None, None)).read() == b"ok"
+        with pytest.raises(OSError):
+            await pool.request("POST", "/", [], b"{}", None)
+        assert seen == 2  # not retried
+        pool.close()
+
+
 async def test_body_limit_error_propagates_and_drops_the_connection() -> None:
     async def never(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_body(head, reader)
