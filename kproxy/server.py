@@ -38,6 +38,26 @@ access = logging.getLogger("kproxy.access")
 _STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
+class _Transparent:
+    """aiohttp adds ``Server: Python/… aiohttp/…`` to every response; the apiserver sends no
+    Server header, so neither does kproxy unless the upstream sent one."""
+
+    async def _prepare_headers(self) -> None:
+        headers: CIMultiDict[str] = self.headers  # type: ignore[attr-defined]
+        had_server = "Server" in headers
+        await super()._prepare_headers()  # type: ignore[misc]
+        if not had_server:
+            headers.popall("Server", None)
+
+
+class _Response(_Transparent, web.Response):
+    pass
+
+
+class _StreamResponse(_Transparent, web.StreamResponse):
+    pass
+
+
 @dataclass(slots=True, eq=False)
 class _OpenStream:
     """A response being streamed; shutdown ends it cleanly."""
@@ -246,7 +266,7 @@ class ProxyServer:
         body = reply.body
         if isinstance(body, BytesBody):
             reply.headers.popall("Content-Length", None)
-            resp = web.Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
+            resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
             return resp, len(body.data)
         if isinstance(body, UpgradeBody):
             self.metrics.upgrades.inc()
@@ -262,7 +282,7 @@ class ProxyServer:
         """Write a streamed body as it arrives. A watch that the upstream or shutdown ends gets a
         clean end of stream (as the apiserver ends watches); any other body cut short aborts the
         connection, so the client cannot mistake a truncated body for a whole one."""
-        resp = web.StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
         if body.length is not None:
             resp.content_length = body.length
         watch = ex.info.verb == "watch"

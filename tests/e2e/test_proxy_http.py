@@ -334,3 +334,15 @@ def test_head_request_matches_direct(
     dcode, dbody = control_plane.request("HEAD", path)
     assert code == dcode == expected
     assert body == dbody == b""
+
+
+def test_response_header_names_identical(control_plane: ControlPlaneInfo, proxy: RunningProxy) -> None:
+    """Same header names as the apiserver's own answer: nothing added (no `Server`), nothing lost."""
+    conn = http.client.HTTPSConnection("127.0.0.1", control_plane.apiserver_port, context=control_plane.ssl_context())
+    conn.request("GET", "/api/v1/namespaces/default", headers={"Accept": "application/json"})
+    direct = conn.getresponse()
+    direct.read()
+    conn.close()
+    _, via, _ = raw(proxy, "GET", "/api/v1/namespaces/default", headers={"Accept": "application/json"})
+    assert sorted(k.lower() for k in via) == sorted(k.lower() for k in direct.headers)
+    assert "Server" not in via
