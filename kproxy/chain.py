@@ -71,7 +71,7 @@ class StreamBody:
     so a second reader (or the upstream) gets the same data.
     """
 
-    __slots__ = ("_buffered", "_consumed", "_on_abort", "_source", "length", "limit", "media_type")
+    __slots__ = ("_buffered", "_consumed", "_on_abort", "_source", "length", "limit", "media_type", "received")
 
     def __init__(
         self,
@@ -83,6 +83,7 @@ class StreamBody:
     ) -> None:
         self._source = source
         self._on_abort = on_abort
+        self.received = 0  # bytes taken from the source so far
         self._buffered: bytes | None = None
         self._consumed = False
         self.length = length
@@ -108,13 +109,11 @@ class StreamBody:
         if self._consumed:
             raise RuntimeError("stream body already consumed")
         self._consumed = True
-        seen = 0
         limit = self.limit
         async for chunk in self._source:
-            if limit is not None:
-                seen += len(chunk)
-                if seen > limit:
-                    raise request_entity_too_large(limit)
+            self.received += len(chunk)
+            if limit is not None and self.received > limit:
+                raise request_entity_too_large(limit)
             yield chunk
 
 

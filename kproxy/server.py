@@ -223,8 +223,8 @@ class ProxyServer:
                 m.observe_latency(info.verb, resource, elapsed)
             if sent:
                 m.bytes_out.inc(sent)
-            if isinstance(ex.body, StreamBody) and length:
-                m.bytes_in.inc(length)
+            if isinstance(ex.body, StreamBody) and ex.body.received:
+                m.bytes_in.inc(ex.body.received)
             if self.access_log:
                 access.info(
                     "%s %s %d",

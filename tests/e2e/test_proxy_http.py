@@ -346,3 +346,22 @@ def test_response_header_names_identical(control_plane: ControlPlaneInfo, proxy:
     _, via, _ = raw(proxy, "GET", "/api/v1/namespaces/default", headers={"Accept": "application/json"})
     assert sorted(k.lower() for k in via) == sorted(k.lower() for k in direct.headers)
     assert "Server" not in via
+
+
+def test_byte_counters(proxy: RunningProxy, namespace: str) -> None:
+    def value(name: str) -> float:
+        m = re.search(rf"^{name} (\S+)$", proxy.metrics(), re.M)
+        return float(m.group(1)) if m else 0.0
+
+    before_in, before_out = value("kproxy_request_bytes_total"), value("kproxy_response_bytes_total")
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bytes"}}).encode()
+    code, _, answer = raw(
+        proxy,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body=body,
+        headers={"Content-Type": "application/json"},
+    )
+    assert code == 201
+    assert value("kproxy_request_bytes_total") - before_in == len(body)
+    assert value("kproxy_response_bytes_total") - before_out >= len(answer)
