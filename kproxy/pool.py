@@ -214,8 +214,12 @@ class Pool:
         server_hostname: str | None,
         connect_timeout: float,
         max_idle: int = 128,
+        max_connections: int = 0,
     ) -> None:
         self.host, self.port = host, port
+        # max_connections > 0 bounds the connections in use (upstream.max_connections); a request
+        # waits for a free one. A busy connection holds its slot until it is released or closed.
+        self._slots = asyncio.Semaphore(max_connections) if max_connections > 0 else None
         self.ssl = ssl_ctx
         self.server_hostname = server_hostname if ssl_ctx else None
         self.connect_timeout = connect_timeout
@@ -245,8 +249,14 @@ class Pool:
             conn.close()
         return None
 
+    def _leave_busy(self, conn: _Conn) -> None:
+        if conn in self.busy:
+            self.busy.remove(conn)
+            if self._slots is not None:
+                self._slots.release()
+
     def release(self, conn: _Conn) -> None:
-        self.busy.discard(conn)
+        self._leave_busy(conn)
         if conn.transport is None or not conn.keep_alive or len(self.idle) >= self.max_idle:
             conn.close()
             return
@@ -256,7 +266,7 @@ class Pool:
         self.idle.append(conn)
 
     def forget(self, conn: _Conn) -> None:
-        self.busy.discard(conn)
+        self._leave_busy(conn)
         if conn in self.idle:
             self.idle.remove(conn)
 
@@ -283,10 +293,17 @@ class Pool:
         lines.append("\r\n")
         head = "".join(lines).encode("latin-1")
         for attempt in (0, 1):
-            conn = self._take_idle()
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect()
+            if self._slots is not None:
+                await self._slots.acquire()
+            try:
+                conn = self._take_idle()
+                reused = conn is not None
+                if conn is None:
+                    conn = await self._connect()
+            except BaseException:
+                if self._slots is not None:
+                    self._slots.release()
+                raise
             self.busy.add(conn)
             try:
                 await self._send(conn, head, body, length)

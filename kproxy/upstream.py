@@ -83,7 +83,14 @@ class Upstream:
         host = self.base.host or "127.0.0.1"
         ssl_ctx = self.ssl_forward if self.mode == "forward" else self.ssl_own
         port = self.base.port or (443 if ssl_ctx else 80)
-        self._pool = Pool(host, port, ssl_ctx, self.target.tls_server_name or host, self._connect_timeout)
+        self._pool = Pool(
+            host,
+            port,
+            ssl_ctx,
+            self.target.tls_server_name or host,
+            self._connect_timeout,
+            max_connections=self._max_connections,
+        )
 
     async def close(self) -> None:
         if self._pool is not None:

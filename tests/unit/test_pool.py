@@ -207,3 +207,26 @@ async def test_connect_refused_is_an_oserror() -> None:
     pool = Pool("127.0.0.1", 1, None, None, 2.0)
     with pytest.raises(OSError):
         await pool.request("GET", "/", [], None, None)
+
+
+async def test_max_connections_bounds_connections_in_use() -> None:
+    gate = asyncio.Event()
+
+    async def slow(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await gate.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with Server(slow) as srv:
+        pool = Pool("127.0.0.1", srv.port, None, None, 5.0, max_connections=2)
+
+        async def get() -> bytes:
+            return await (await pool.request("GET", "/", [], None, None)).read()
+
+        tasks = [asyncio.ensure_future(get()) for _ in range(5)]
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert srv.connections == 2  # the other three wait for a free connection
+        gate.set()
+        assert await asyncio.gather(*tasks) == [b"ok"] * 5
+        assert srv.connections == 2  # and then reuse the two
+        pool.close()
