@@ -284,14 +284,13 @@ class Pool:
         once on a fresh connection, for the requests Go's transport would replay: safe methods
         without a streamed body (a create must never run twice).
         """
-        lines = [f"{method} {target} HTTP/1.1\r\nHost: {self.host_header}\r\n"]
-        lines += [f"{k}: {v}\r\n" for k, v in headers]
         if isinstance(body, bytes):
-            lines.append(f"Content-Length: {len(body)}\r\n")
+            framing = [("Content-Length", str(len(body)))]
         elif body is not None:
-            lines.append(f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n")
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
+            framing = [("Content-Length", str(length)) if length is not None else ("Transfer-Encoding", "chunked")]
+        else:
+            framing = []
+        head = request_head(method, target, self.host_header, [*headers, *framing])
         for attempt in (0, 1):
             if self._slots is not None:
                 await self._slots.acquire()
@@ -345,6 +344,14 @@ class Pool:
             conn.close()
         self.idle.clear()
         self.busy.clear()
+
+
+def request_head(method: str, target: str, host: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """An HTTP/1.1 request head: request line, Host, the given headers, blank line."""
+    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
+    lines += [f"{k}: {v}\r\n" for k, v in headers]
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 _SAFE = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))

@@ -20,6 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from kproxy.chain import BytesBody, Exchange, Reply, StreamBody, UpgradeBody
+from kproxy.pool import request_head
 
 if TYPE_CHECKING:
     from kproxy.upstream import Upstream
@@ -42,7 +43,7 @@ async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
                 server_hostname=(up.target.tls_server_name or host) if ssl_ctx else None,
                 limit=MAX_HEAD,
             ),
-            up._connect_timeout,
+            up.connect_timeout,
         )
     except (TimeoutError, OSError) as err:
         raise up.unreachable(err) from None
@@ -51,10 +52,7 @@ async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
         body = await ex.body.read() if isinstance(ex.body, (BytesBody, StreamBody)) else b""
         if body:
             headers["Content-Length"] = str(len(body))
-        netloc = up.base.raw_authority
-        lines = [f"{ex.method} {ex.target} HTTP/1.1", f"Host: {netloc}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        writer.write(request_head(ex.method, ex.target, up.base.raw_authority, headers.items()) + body)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:

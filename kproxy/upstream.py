@@ -49,7 +49,7 @@ class Upstream:
         self.target = target
         self.mode = mode
         self.base = URL(target.server)
-        self._connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout
         self._max_connections = max_connections
         # The proxy's own credentials (proxy mode, and filters' background work in any mode).
         self.ssl_own = target.ssl_context(with_client_cert=True)
@@ -66,7 +66,7 @@ class Upstream:
             limit_per_host=0,
             enable_cleanup_closed=True,
         )
-        timeout = aiohttp.ClientTimeout(total=None, connect=self._connect_timeout, sock_read=None)
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=None)
         return aiohttp.ClientSession(
             connector=connector,
             timeout=timeout,
@@ -88,7 +88,7 @@ class Upstream:
             port,
             ssl_ctx,
             self.target.tls_server_name or host,
-            self._connect_timeout,
+            self.connect_timeout,
             max_connections=self._max_connections,
         )
 
