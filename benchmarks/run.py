@@ -30,7 +30,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ import yaml
 
 from benchmarks.load import MACHINE, Expect, LoadResult, LoadSpec, TLSFiles
 from kproxy.testing import envtest
+from kproxy.testing.processes import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
@@ -225,12 +225,6 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:
     """Status of a plain-HTTP GET on loopback, None when nothing answers."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -315,7 +309,7 @@ def kproxy_argv() -> list[str]:
 
 
 def start_kproxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
-    port, admin = free_port(), free_port()
+    port, admin = free_ports(2)
     config = {
         "listen": f"127.0.0.1:{port}",
         "admin_listen": f"127.0.0.1:{admin}",
@@ -332,7 +326,7 @@ def start_kproxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, P
 
 
 def start_kubectl_proxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
-    port = free_port()
+    (port,) = free_ports(1)
     argv = [
         str(info.kubectl),
         f"--kubeconfig={info.admin_kubeconfig}",

@@ -3,7 +3,11 @@
 Modules:
 
 * :mod:`kproxy.testing.certs` - the throwaway PKI the control plane runs on.
-* :mod:`kproxy.testing.envtest` - build/cache the binaries; ``up``/``down``/``status``; CLI.
+* :mod:`kproxy.testing.envtest` - the control plane's public API (import from here) and its CLI;
+  it re-exports :mod:`~kproxy.testing.binaries`, :mod:`~kproxy.testing.lifecycle`,
+  :mod:`~kproxy.testing.controlplane`, :mod:`~kproxy.testing.kubeconfigs`, :mod:`~kproxy.testing.kubectl`
+  and :mod:`~kproxy.testing.errors`, built on :mod:`~kproxy.testing.state` and :mod:`~kproxy.testing.processes`.
+* :mod:`kproxy.testing.proxyproc` - run ``kproxy run`` as a real process.
 * :mod:`kproxy.testing.pytest_plugin` - ``control_plane``, ``kubectl`` and ``namespace`` fixtures.
 
 Nothing here is imported by kproxy itself, so production code never pulls in

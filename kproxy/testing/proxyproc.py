@@ -19,12 +19,7 @@ from typing import Any
 import yaml
 
 from kproxy.testing import certs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from kproxy.testing.processes import free_ports
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
@@ -93,7 +88,7 @@ def start_proxy(
     sends bearer tokens only over TLS, so `credentials: forward` is tested that way.
     """
     tmp.mkdir(parents=True, exist_ok=True)
-    port, admin = free_port(), free_port()
+    port, admin = free_ports(2)
     cfg: dict[str, Any] = {
         "listen": f"127.0.0.1:{port}",
         "admin_listen": f"127.0.0.1:{admin}",
