@@ -365,3 +365,30 @@ def test_byte_counters(proxy: RunningProxy, namespace: str) -> None:
     assert code == 201
     assert value("kproxy_request_bytes_total") - before_in == len(body)
     assert value("kproxy_response_bytes_total") - before_out >= len(answer)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_large_body_streams_upstream_intact(
+    proxy: RunningProxy, kubectl: Kubectl, namespace: str, chunked: bool
+) -> None:
+    """A 900 KiB create (ConfigMaps stop at 1 MiB), with Content-Length or chunked, arrives byte for byte."""
+    value = "".join(chr(ord("a") + i % 26) for i in range(900 * 1024))
+    name = f"large-{int(chunked)}"
+    body = json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}}
+    ).encode()
+    host, port = proxy.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    headers = {"Content-Type": "application/json"}
+    if chunked:
+        pieces = [body[i : i + 100_000] for i in range(0, len(body), 100_000)]
+        conn.request("POST", path, body=iter(pieces), headers=headers, encode_chunked=True)
+    else:
+        conn.request("POST", path, body=body, headers=headers)
+    resp = conn.getresponse()
+    assert resp.status == 201, resp.read()[:300]
+    resp.read()
+    conn.close()
+    stored = kubectl.json(["get", "cm", name, "-n", namespace])
+    assert stored["data"]["v"] == value
