@@ -23,6 +23,8 @@ from typing import cast
 import httptools
 from multidict import CIMultiDict
 
+from kproxy.httputil import end_to_end
+
 # Pause reading from the upstream when this much body is buffered and not yet taken.
 _HIGH_WATER = 1024 * 1024
 # Idle connections older than this are not reused (the apiserver closes idle ones itself).
@@ -180,7 +182,7 @@ class PoolResponse:
         self._generation = conn.generation
         self.status: int = conn.parser.get_status_code()
         self.reason = conn.reason
-        self.headers: CIMultiDict[str] = CIMultiDict(conn.headers)
+        self.headers: CIMultiDict[str] = end_to_end(conn.headers)  # hop-by-hop ones removed
 
     @property
     def content_length(self) -> int | None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Literal, Protocol
 
 import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 from yarl import URL
 
 from kproxy.chain import Body, BytesBody, Exchange, Reply, StreamBody
@@ -107,9 +107,9 @@ class Upstream:
         return f"Bearer {token}" if token else None
 
     async def request_headers(self, ex: Exchange) -> CIMultiDict[str]:
-        """The headers sent upstream for an exchange."""
-        keep = ("Connection", "Upgrade") if ex.upgrade else ()
-        headers = end_to_end(ex.headers, keep=keep, drop=("Host",))
+        """The headers sent upstream: the exchange's own (already end-to-end, see the server),
+        completed in place with the credentials of the mode and X-Forwarded-For."""
+        headers = ex.headers
         if self.mode == "proxy":
             headers.popall("Authorization", None)
             auth = await self.own_auth_header()
@@ -158,7 +158,7 @@ class Upstream:
         return await self._reply(resp)
 
     async def _reply(self, resp: UpstreamResponse) -> Reply:
-        headers = end_to_end(resp.headers)
+        headers = resp.headers  # end-to-end already
         media_type = resp.headers.get("Content-Type", "")
         length = resp.content_length
         if length is not None and length <= READ_WHOLE_LIMIT:
@@ -194,7 +194,9 @@ class UpstreamResponse(Protocol):
     @property
     def reason(self) -> str | None: ...
     @property
-    def headers(self) -> CIMultiDict[str] | CIMultiDictProxy[str]: ...
+    def headers(self) -> CIMultiDict[str]:
+        """The response's end-to-end headers (hop-by-hop ones removed)."""
+
     @property
     def content_length(self) -> int | None: ...
     async def read(self) -> bytes: ...
@@ -209,7 +211,7 @@ class _AiohttpResponse:
         self._resp = resp
         self.status = resp.status
         self.reason = resp.reason
-        self.headers = resp.headers
+        self.headers = end_to_end(resp.headers)
         self.content_length = resp.content_length
 
     async def read(self) -> bytes:
