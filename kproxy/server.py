@@ -91,6 +91,8 @@ class ProxyServer:
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self._in_flight = 0
+        # Read when /metrics is scraped rather than updated (under a lock) twice per request.
+        self.metrics.in_flight.set_function(lambda: self._in_flight)
         self._idle = asyncio.Event()
         self._idle.set()
         self._streams: set[_OpenStream] = set()
@@ -199,7 +201,6 @@ class ProxyServer:
         if not long_running:
             self._in_flight += 1
             self._idle.clear()
-            self.metrics.in_flight.inc()
         status = 500
         sent = 0
         try:
@@ -215,7 +216,6 @@ class ProxyServer:
         finally:
             if not long_running:
                 self._in_flight -= 1
-                self.metrics.in_flight.dec()
                 if self._in_flight == 0:
                     self._idle.set()
             elapsed = time.perf_counter() - started
