@@ -24,12 +24,8 @@ HOP_BY_HOP = frozenset(
 
 def connection_tokens(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> set[str]:
     """Header names listed in Connection (they are hop-by-hop too)."""
-    return _tokens(headers.getall("Connection", ()))
-
-
-def _tokens(values: Iterable[str]) -> set[str]:
     out: set[str] = set()
-    for value in values:
+    for value in headers.getall("Connection", ()):
         out.update(t.strip().lower() for t in value.split(",") if t.strip())
     return out
 
@@ -42,20 +38,25 @@ def is_upgrade(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> bool:
 Headers = CIMultiDict[str] | CIMultiDictProxy[str] | list[tuple[str, str]]
 
 
-def end_to_end(headers: Headers, keep: Iterable[str] = (), drop: Iterable[str] = ()) -> CIMultiDict[str]:
-    """A copy without hop-by-hop headers (and those Connection names), keeping ``keep``.
+#: What a request loses on its way upstream (the upstream's own Host is set when sending).
+REQUEST_SKIP = HOP_BY_HOP | {"host"}
+#: The same for an upgrade request, which must keep Connection and Upgrade.
+UPGRADE_REQUEST_SKIP = REQUEST_SKIP - {"connection", "upgrade"}
 
-    Runs once for each request and each response, so the common case — no extra Connection
-    tokens, nothing to keep — uses the precomputed set. ``headers`` may be a multidict or the
-    raw (name, value) pairs a parser produced.
+
+def end_to_end(headers: Headers, skip: frozenset[str] = HOP_BY_HOP) -> CIMultiDict[str]:
+    """A copy without the ``skip`` headers (lower-case names; hop-by-hop ones by default) and
+    without the headers Connection names.
+
+    Runs once for each request and each response: one C-level copy, then a few lookups.
+    ``headers`` may be a multidict or the raw (name, value) pairs a parser produced.
     """
-    if isinstance(headers, list):
-        pairs: Iterable[tuple[str, str]] = headers
-        tokens = _tokens(v for k, v in headers if k.lower() == "connection")
-    else:
-        pairs = headers.items()
-        tokens = connection_tokens(headers) if "Connection" in headers else set()
-    skip = HOP_BY_HOP
-    if tokens or keep or drop:
-        skip = (skip | tokens | {d.lower() for d in drop}) - {k.lower() for k in keep}
-    return CIMultiDict([(name, value) for name, value in pairs if name.lower() not in skip])
+    out: CIMultiDict[str] = CIMultiDict(headers)
+    names: Iterable[str] = skip
+    if "Connection" in out:
+        # Headers named in Connection go too, except the hop-by-hop ones the caller keeps.
+        names = skip | (connection_tokens(out) - (HOP_BY_HOP - skip))
+    for name in names:
+        if name in out:
+            out.popall(name)
+    return out

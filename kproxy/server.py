@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
-from kproxy.httputil import end_to_end, is_upgrade
+from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.metrics import Metrics
 from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, RequestInfoError, request_info_from_target
@@ -35,7 +35,6 @@ from kproxy.upstream import Upstream
 log = logging.getLogger("kproxy")
 access = logging.getLogger("kproxy.access")
 
-_UPGRADE_PAIR = ("Connection", "Upgrade")
 _STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -185,7 +184,7 @@ class ProxyServer:
         upgrade = is_upgrade(request.headers)
         # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade
         # pair kept for upgrades), no Host (the upstream's own is set when sending).
-        headers = end_to_end(request.headers, keep=_UPGRADE_PAIR if upgrade else (), drop=("Host",))
+        headers = end_to_end(request.headers, UPGRADE_REQUEST_SKIP if upgrade else REQUEST_SKIP)
         length = request.content_length
         ex = Exchange(
             request.method,

@@ -10,7 +10,7 @@ import pytest
 from multidict import CIMultiDict
 
 from kproxy.chain import BytesBody, Chain, Exchange, FilterBase, Handler, Reply, StreamBody
-from kproxy.httputil import end_to_end, is_upgrade
+from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.requestinfo import request_info_from_target
 from kproxy.status import StatusError
 
@@ -109,8 +109,11 @@ def test_hop_by_hop_headers() -> None:
     assert list(out.items()) == [("Warning", "299 - x"), ("Audit-Id", "a"), ("Warning", "299 - y")]
     up: CIMultiDict[str] = CIMultiDict([("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")])
     assert is_upgrade(up)
-    assert list(end_to_end(up, keep=("Connection", "Upgrade")).items()) == [
+    assert list(end_to_end(up, UPGRADE_REQUEST_SKIP).items()) == [
         ("Connection", "Upgrade"),
         ("Upgrade", "SPDY/3.1"),
     ]
     assert not is_upgrade(CIMultiDict([("Connection", "keep-alive"), ("Upgrade", "x")]))
+    req: CIMultiDict[str] = CIMultiDict([("Host", "h"), ("Connection", "Upgrade"), ("Upgrade", "x"), ("Accept", "a")])
+    assert list(end_to_end(req, REQUEST_SKIP).items()) == [("Accept", "a")]
+    assert list(end_to_end([("TE", "x"), ("Date", "d")]).items()) == [("Date", "d")]
