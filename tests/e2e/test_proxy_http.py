@@ -38,6 +38,10 @@ def raw(
         conn.close()
 
 
+def post_json(proxy: RunningProxy, path: str, body: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
+    return raw(proxy, "POST", path, body=body, headers={"Content-Type": "application/json"})
+
+
 def status_of(body: bytes) -> dict[str, Any]:
     obj = json.loads(body)
     assert obj["kind"] == "Status" and obj["apiVersion"] == "v1" and obj["status"] == "Failure"
@@ -99,13 +103,7 @@ def test_oversized_body_gets_413_status(proxy: RunningProxy, namespace: str) -> 
         + b"a" * (3 * 1024 * 1024)
         + b'"}}'
     )
-    code, headers, body = raw(
-        proxy,
-        "POST",
-        f"/api/v1/namespaces/{namespace}/configmaps",
-        body=big,
-        headers={"Content-Type": "application/json"},
-    )
+    code, headers, body = post_json(proxy, f"/api/v1/namespaces/{namespace}/configmaps", big)
     assert code == 413
     st = status_of(body)
     assert st["reason"] == "RequestEntityTooLarge" and st["message"] == "Request entity too large: limit is 3145728"
@@ -355,13 +353,7 @@ def test_byte_counters(proxy: RunningProxy, namespace: str) -> None:
 
     before_in, before_out = value("kproxy_request_bytes_total"), value("kproxy_response_bytes_total")
     body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bytes"}}).encode()
-    code, _, answer = raw(
-        proxy,
-        "POST",
-        f"/api/v1/namespaces/{namespace}/configmaps",
-        body=body,
-        headers={"Content-Type": "application/json"},
-    )
+    code, _, answer = post_json(proxy, f"/api/v1/namespaces/{namespace}/configmaps", body)
     assert code == 201
     assert value("kproxy_request_bytes_total") - before_in == len(body)
     assert value("kproxy_response_bytes_total") - before_out >= len(answer)
