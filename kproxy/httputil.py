@@ -38,8 +38,9 @@ def is_upgrade(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> bool:
 Headers = CIMultiDict[str] | CIMultiDictProxy[str] | list[tuple[str, str]]
 
 
-#: What a request loses on its way upstream (the upstream's own Host is set when sending).
-REQUEST_SKIP = HOP_BY_HOP | {"host"}
+#: What a request loses on its way upstream: the upstream's own Host is set when sending, and
+#: ``Expect: 100-continue`` is answered by kproxy itself (the body is streamed on as it comes).
+REQUEST_SKIP = HOP_BY_HOP | {"host", "expect"}
 #: The same for an upgrade request, which must keep Connection and Upgrade.
 UPGRADE_REQUEST_SKIP = REQUEST_SKIP - {"connection", "upgrade"}
 

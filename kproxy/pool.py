@@ -7,8 +7,9 @@ already known, the response is passed on as it comes. This pool writes the head 
 body) in one write, parses the response with ``httptools`` (llhttp, the parser Node.js uses),
 and hands the body on chunk by chunk as it arrives, so watches stream exactly as before.
 
-HEAD requests, ``Expect`` requests and upgrades stay on aiohttp / the raw upgrade path (see
-``Upstream``): they need response-framing rules this small client does not implement.
+HEAD requests and upgrades stay on aiohttp / the raw upgrade path (see ``Upstream``): they
+need response-framing rules this small client does not implement. ``Expect`` never reaches it:
+kproxy answers ``100-continue`` itself.
 """
 
 from __future__ import annotations

@@ -203,8 +203,15 @@ class ProxyServer:
         status = 500
         sent = 0
         try:
+            expect = request.headers.get("Expect")
             if length is not None and length > self._limit:
                 reply = self._reject(request_entity_too_large(self._limit))
+            elif expect is not None and not await _continue(request, expect):
+                reply = Reply(
+                    417,
+                    CIMultiDict({"Content-Type": "text/plain; charset=utf-8"}),
+                    BytesBody(b"417 Expectation Failed"),
+                )
             else:
                 reply = await self._run_chain(ex)
             status = reply.status
@@ -358,6 +365,17 @@ class ProxyServer:
             cache.ok, cache.reason = False, str(err) or type(err).__name__
         cache.at = now
         return cache.ok, cache.reason
+
+
+async def _continue(request: web.BaseRequest, expect: str) -> bool:
+    """``Expect``, as Go's server and aiohttp's router treat it: ``100-continue`` is answered at
+    once (the body is then streamed upstream as it arrives); any other expectation fails (417)."""
+    if expect.lower() != "100-continue":
+        return False
+    if request.version >= (1, 1):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0
+    return True
 
 
 def _request_info(method: str, raw: str, raw_path: str) -> RequestInfo:

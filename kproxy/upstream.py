@@ -126,8 +126,8 @@ class Upstream:
     async def __call__(self, ex: Exchange) -> Reply:
         """Terminal handler: send the exchange upstream and wrap the response as a Reply.
 
-        Requests go through the lean pool; HEAD and ``Expect`` requests (whose response framing
-        the pool does not implement) through aiohttp's client; upgrades on a raw connection.
+        Requests go through the lean pool; HEAD requests (whose response framing the pool does
+        not implement) through aiohttp's client; upgrades on a raw connection.
         """
         if ex.upgrade:
             from kproxy.upgrade import dial_upgrade
@@ -137,7 +137,7 @@ class Upstream:
         data, length = _request_data(ex.body)
         resp: UpstreamResponse
         try:
-            if ex.method != "HEAD" and "Expect" not in ex.headers and self._pool is not None:
+            if ex.method != "HEAD" and self._pool is not None:
                 headers.popall("Content-Length", None)  # the pool frames the body itself
                 resp = await self._pool.request(ex.method, ex.target, headers.items(), data, length)
             else:

@@ -384,3 +384,31 @@ def test_large_body_streams_upstream_intact(
     conn.close()
     stored = kubectl.json(["get", "cm", name, "-n", namespace])
     assert stored["data"]["v"] == value
+
+
+def test_expect_100_continue(proxy: RunningProxy, kubectl: Kubectl, namespace: str) -> None:
+    """kproxy answers `Expect: 100-continue` itself (as Go's server would) and streams the body on;
+    any other expectation gets 417."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "expect"}}).encode()
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(
+        f"POST /api/v1/namespaces/{namespace}/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+    )
+    assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    s.sendall(body)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += s.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 201"), reply[:200]
+    s.close()
+    assert kubectl.json(["get", "cm", "expect", "-n", namespace])["metadata"]["name"] == "expect"
+    code, _, _ = raw(
+        proxy,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        body=body,
+        headers={"Content-Type": "application/json", "Expect": "something-else"},
+    )
+    assert code == 417
