@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -129,6 +130,8 @@ def start_proxy(
             stderr=subprocess.STDOUT,
             env=env,
         )
+    # A test run that dies before its fixtures' teardown must not leave kproxy running.
+    atexit.register(_kill, proc)
     scheme = "https" if tls else "http"
     rp = RunningProxy(f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", kubeconfig, proc, log, cfg, env)
     rp.ca_file = ca_path
@@ -140,6 +143,12 @@ def start_proxy(
 
     wait_for(listening, 30, "kproxy to become ready")
     return rp
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _connects(port: int) -> bool:
