@@ -85,6 +85,7 @@ class ProxyServer:
             cfg.credentials,
             connect_timeout=cfg.upstream.connect_timeout,
             max_connections=cfg.upstream.max_connections,
+            on_error=lambda kind: self.metrics.upstream_errors.labels(kind).inc(),
         )
         self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)
         self.access_log = cfg.log.access_log
@@ -202,6 +203,7 @@ class ProxyServer:
             self._idle.clear()
         status = 500
         sent = 0
+        audit_id = ""
         try:
             expect = request.headers.get("Expect")
             if length is not None and length > self._limit:
@@ -215,6 +217,7 @@ class ProxyServer:
             else:
                 reply = await self._run_chain(ex)
             status = reply.status
+            audit_id = reply.headers.get("Audit-Id", "")
             resp, sent = await self._write(request, ex, reply)
             if self._stopping:
                 resp.force_close()
@@ -241,7 +244,7 @@ class ProxyServer:
                     raw,
                     status,
                     extra={
-                        "audit_id": ex.state.get("audit_id", ""),
+                        "audit_id": audit_id,
                         "duration_ms": round(elapsed * 1000, 3),
                         "bytes": sent,
                         "verb": info.verb,
@@ -258,22 +261,20 @@ class ProxyServer:
         try:
             reply = await self.chain.handle(ex)
         except StatusError as err:
-            if err.code in (502, 503, 504):
-                self.metrics.upstream_errors.labels(err.reason or str(err.code)).inc()
             return self._reject(err)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a filter bug must still get a Status, never a traceback
             log.exception("request failed", extra={"path": ex.raw_path})
             return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"))
-        audit_id = reply.headers.get("Audit-Id")
-        if audit_id:
-            ex.state["audit_id"] = audit_id
         return reply
 
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
         body = reply.body
         if isinstance(body, BytesBody):
+            if request.method == "HEAD":
+                # A HEAD answer has no body but keeps the Content-Length of the GET it stands for.
+                return _Response(status=reply.status, reason=reply.reason, headers=reply.headers), 0
             reply.headers.popall("Content-Length", None)
             resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
             return resp, len(body.data)

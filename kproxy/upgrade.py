@@ -31,16 +31,13 @@ _PIPE_HIGH_WATER = 1024 * 1024
 
 async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
     """Send an upgrade request upstream on its own connection; see the module docstring."""
-    host = up.base.host or "127.0.0.1"
-    port = up.base.port or (443 if up.base.scheme == "https" else 80)
-    ssl_ctx = up.ssl_forward if up.mode == "forward" else up.ssl_own
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
-                host,
-                port,
-                ssl=ssl_ctx,
-                server_hostname=(up.target.tls_server_name or host) if ssl_ctx else None,
+                up.host,
+                up.port,
+                ssl=up.ssl_callers,
+                server_hostname=up.server_hostname,
                 limit=MAX_HEAD,
             ),
             up.connect_timeout,
@@ -52,7 +49,7 @@ async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
         body = await ex.body.read() if isinstance(ex.body, (BytesBody, StreamBody)) else b""
         if body:
             headers["Content-Length"] = str(len(body))
-        writer.write(request_head(ex.method, ex.target, up.base.raw_authority, headers.items()) + body)
+        writer.write(request_head(ex.method, up.target_of(ex), up.base.raw_authority, headers.items()) + body)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal, Protocol
 
 import aiohttp
@@ -45,16 +45,25 @@ class Upstream:
         mode: Mode = "proxy",
         connect_timeout: float = 10.0,
         max_connections: int = 0,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.target = target
         self.mode = mode
         self.base = URL(target.server)
         self.connect_timeout = connect_timeout
         self._max_connections = max_connections
+        self._on_error = on_error
         # The proxy's own credentials (proxy mode, and filters' background work in any mode).
         self.ssl_own = target.ssl_context(with_client_cert=True)
         # Forwarded callers: trust the upstream's CA, carry no certificate of the proxy's.
         self.ssl_forward = target.ssl_context(with_client_cert=False)
+        # Where callers' requests go, computed once for the pool and the upgrade path alike.
+        self.ssl_callers = self.ssl_forward if mode == "forward" else self.ssl_own
+        self.host = self.base.host or "127.0.0.1"
+        self.port = self.base.port or (443 if self.ssl_callers else 80)
+        self.server_hostname = (target.tls_server_name or self.host) if self.ssl_callers else None
+        # A server URL with a path (an apiserver behind a path-routing gateway) prefixes every path.
+        self.prefix = self.base.raw_path.rstrip("/")
         self.session: aiohttp.ClientSession | None = None
         self._forward_session: aiohttp.ClientSession | None = None
         self._pool: Pool | None = None
@@ -80,14 +89,11 @@ class Upstream:
         self.session = self._session(self.ssl_own)
         if self.mode == "forward":
             self._forward_session = self._session(self.ssl_forward)
-        host = self.base.host or "127.0.0.1"
-        ssl_ctx = self.ssl_forward if self.mode == "forward" else self.ssl_own
-        port = self.base.port or (443 if ssl_ctx else 80)
         self._pool = Pool(
-            host,
-            port,
-            ssl_ctx,
-            self.target.tls_server_name or host,
+            self.host,
+            self.port,
+            self.ssl_callers,
+            self.server_hostname,
             self.connect_timeout,
             max_connections=self._max_connections,
         )
@@ -120,8 +126,12 @@ class Upstream:
             headers["X-Forwarded-For"] = f"{prior}, {ex.client}" if prior else str(ex.client)
         return headers
 
+    def target_of(self, ex: Exchange) -> str:
+        """The request target sent upstream: the server URL's path prefix, then path and query."""
+        return self.prefix + ex.target
+
     def url(self, ex: Exchange) -> URL:
-        return URL(str(self.base) + ex.target, encoded=True)
+        return URL(str(self.base.origin()) + self.target_of(ex), encoded=True)
 
     async def __call__(self, ex: Exchange) -> Reply:
         """Terminal handler: send the exchange upstream and wrap the response as a Reply.
@@ -139,7 +149,7 @@ class Upstream:
         try:
             if ex.method != "HEAD" and self._pool is not None:
                 headers.popall("Content-Length", None)  # the pool frames the body itself
-                resp = await self._pool.request(ex.method, ex.target, headers.items(), data, length)
+                resp = await self._pool.request(ex.method, self.target_of(ex), headers.items(), data, length)
             else:
                 session = self._forward_session if self.mode == "forward" else self.session
                 assert session is not None, "Upstream.start() was not awaited"
@@ -172,7 +182,11 @@ class Upstream:
         return Reply(resp.status, headers, body, resp.reason)
 
     def unreachable(self, err: BaseException) -> StatusError:
+        """The 503 a caller gets when the upstream cannot be reached or breaks off; counted here,
+        where it is known to be the upstream's failure (not any 503 a filter might give)."""
         log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
+        if self._on_error is not None:
+            self._on_error(type(err).__name__)
         detail = str(err) or type(err).__name__
         return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
 

@@ -328,10 +328,15 @@ def test_head_request_matches_direct(
 ) -> None:
     """HEAD takes the aiohttp client path (the pool does not frame HEAD responses); the apiserver
     answers it on some paths and refuses it (405) on resource paths, and so does kproxy."""
-    code, _, body = raw(proxy, "HEAD", path)
-    dcode, dbody = control_plane.request("HEAD", path)
-    assert code == dcode == expected
+    code, headers, body = raw(proxy, "HEAD", path)
+    conn = http.client.HTTPSConnection("127.0.0.1", control_plane.apiserver_port, context=control_plane.ssl_context())
+    conn.request("HEAD", path)
+    direct = conn.getresponse()
+    dbody = direct.read()
+    conn.close()
+    assert code == direct.status == expected
     assert body == dbody == b""
+    assert headers.get("Content-Length") == direct.getheader("Content-Length")
 
 
 def test_response_header_names_identical(control_plane: ControlPlaneInfo, proxy: RunningProxy) -> None:

@@ -230,3 +230,57 @@ async def test_max_connections_bounds_connections_in_use() -> None:
         assert await asyncio.gather(*tasks) == [b"ok"] * 5
         assert srv.connections == 2  # and then reuse the two
         pool.close()
+
+
+async def test_upstream_server_url_path_prefix_and_error_count() -> None:
+    """A kubeconfig server URL with a path (an apiserver behind a path-routing gateway) prefixes
+    every request, on the pool, the aiohttp (HEAD) and the upgrade paths alike; an unreachable
+    upstream is counted once, as the upstream's failure."""
+    from multidict import CIMultiDict
+
+    from kproxy.chain import BytesBody, Exchange
+    from kproxy.kubeconfig import UpstreamTarget
+    from kproxy.requestinfo import request_info_from_target
+    from kproxy.upstream import Upstream
+
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if b"Upgrade: x" in head:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno")
+        elif head.startswith(b"HEAD "):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")  # no body for HEAD
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def ex(method: str, target: str, upgrade: bool = False) -> Exchange:
+        path, _, query = target.partition("?")
+        headers: CIMultiDict[str] = CIMultiDict([("Connection", "Upgrade"), ("Upgrade", "x")] if upgrade else [])
+        return Exchange(
+            method, path, query, headers, BytesBody(b""), request_info_from_target(method, target), upgrade=upgrade
+        )
+
+    async with Server(answer) as srv:
+        up = Upstream(UpstreamTarget(server=f"http://127.0.0.1:{srv.port}/gw/c1/"))
+        await up.start()
+        try:
+            assert (await up(ex("GET", "/api/v1/pods?labelSelector=a%3Db"))).status == 200
+            assert (await up(ex("HEAD", "/api"))).status == 200
+            assert (await up(ex("GET", "/api/v1/namespaces/n/pods/p/exec", upgrade=True))).status == 400
+        finally:
+            await up.close()
+        lines = [h.split(b"\r\n")[0] for h in srv.heads]
+        assert lines == [
+            b"GET /gw/c1/api/v1/pods?labelSelector=a%3Db HTTP/1.1",
+            b"HEAD /gw/c1/api HTTP/1.1",
+            b"GET /gw/c1/api/v1/namespaces/n/pods/p/exec HTTP/1.1",
+        ]
+
+    errors: list[str] = []
+    dead = Upstream(UpstreamTarget(server="http://127.0.0.1:1"), on_error=errors.append)
+    await dead.start()
+    try:
+        with pytest.raises(StatusError) as err:
+            await dead(ex("GET", "/api"))
+        assert err.value.code == 503
+        assert len(errors) == 1
+    finally:
+        await dead.close()
