@@ -19,12 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlencode
 
 from multidict import CIMultiDict, MultiDict
 
 from kproxy.requestinfo import RequestInfo
+
+if TYPE_CHECKING:
+    from kproxy.context import FilterContext
 from kproxy.status import StatusError, request_entity_too_large
 
 
@@ -226,7 +229,7 @@ Handler = Callable[[Exchange], Awaitable[Reply]]
 
 @runtime_checkable
 class Filter(Protocol):
-    """One layer of the chain. ``start``/``stop``/``ready`` are optional (see ``FilterBase``)."""
+    """One layer of the chain. ``start(ctx)``/``stop()``/``ready()`` are optional (see ``FilterBase``)."""
 
     name: ClassVar[str]
 
@@ -234,12 +237,13 @@ class Filter(Protocol):
 
 
 class FilterBase:
-    """Convenience base: no-op lifecycle hooks, always ready."""
+    """Convenience base: keeps the context it is started with, always ready."""
 
     name: ClassVar[str] = ""
+    ctx: FilterContext | None = None
 
-    async def start(self) -> None:
-        return None
+    async def start(self, ctx: FilterContext) -> None:
+        self.ctx = ctx
 
     async def stop(self) -> None:
         return None
@@ -309,11 +313,11 @@ class Chain:
     async def handle(self, ex: Exchange) -> Reply:
         return await self._entry(ex)
 
-    async def start(self) -> None:
+    async def start(self, ctx: FilterContext) -> None:
         for flt in self.filters:
             start = getattr(flt, "start", None)
             if start is not None:
-                await start()
+                await start(ctx)
 
     async def stop(self) -> None:
         for flt in reversed(self.filters):

@@ -293,6 +293,4 @@ def resolve_upstream(kubeconfig: str | None, context: str | None) -> UpstreamTar
     default = Path.home() / ".kube" / "config"
     if default.exists():
         return from_kubeconfig(str(default), context)
-    raise ConfigError(
-        "no upstream: give --kubeconfig (or upstream.kubeconfig), set KUBECONFIG, or run in a pod"
-    )
+    raise ConfigError("no upstream: give --kubeconfig (or upstream.kubeconfig), set KUBECONFIG, or run in a pod")

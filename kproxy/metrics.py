@@ -19,7 +19,9 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "kproxy_requests", "Requests served, by verb, resource and HTTP code.", ["verb", "resource", "code"],
+            "kproxy_requests",
+            "Requests served, by verb, resource and HTTP code.",
+            ["verb", "resource", "code"],
             registry=r,
         )
         self.latency = Histogram(

@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
+from kproxy.context import ApiClient, FilterContext
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.metrics import Metrics
@@ -108,7 +109,8 @@ class ProxyServer:
 
     async def start(self) -> None:
         await self.upstream.start()
-        await self.chain.start()
+        self.context = FilterContext(ApiClient(self.upstream), self.cfg.credentials, self.metrics.registry)
+        await self.chain.start(self.context)
         server = web.Server(
             self.handle,
             handler_cancellation=True,

@@ -131,7 +131,11 @@ class Upstream:
         return self.prefix + ex.target
 
     def url(self, ex: Exchange) -> URL:
-        return URL(str(self.base.origin()) + self.target_of(ex), encoded=True)
+        return self.url_for(ex.target)
+
+    def url_for(self, target: str) -> URL:
+        """The URL of a path-and-query (already percent-encoded) on the upstream."""
+        return URL(str(self.base.origin()) + self.prefix + target, encoded=True)
 
     async def __call__(self, ex: Exchange) -> Reply:
         """Terminal handler: send the exchange upstream and wrap the response as a Reply.

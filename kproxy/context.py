@@ -1,0 +1,106 @@
+"""What a filter gets from the server when it starts: kproxy's own line to the upstream, the
+credentials mode, and the metrics registry.
+
+Filters are built from their settings alone (so ``kproxy check-config`` needs no upstream);
+the context arrives with ``start(ctx)``. A filter that needs to ask the apiserver something of
+its own (a TokenReview, the OpenAPI documents, a list+watch for the cache) uses ``ctx.api``,
+which carries kproxy's own credentials whatever the mode; one that forwards a caller's request
+calls ``call_next`` as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import aiohttp
+import orjson
+from prometheus_client import CollectorRegistry
+
+if TYPE_CHECKING:
+    from kproxy.upstream import Upstream
+
+CredentialsMode = Literal["proxy", "forward"]
+
+
+class ApiClient:
+    """kproxy's own requests to the upstream apiserver (its own credentials, its own session).
+
+    Not the hot path: callers' requests go through the chain's terminal handler. Paths are
+    relative to the server URL (its path prefix is added here).
+    """
+
+    def __init__(self, upstream: Upstream, user_agent: str = "kproxy") -> None:
+        self._upstream = upstream
+        self.user_agent = user_agent
+
+    @property
+    def server(self) -> str:
+        return str(self._upstream.base)
+
+    async def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {"User-Agent": self.user_agent}
+        auth = await self._upstream.own_auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        if extra:
+            headers.update(extra)
+        return headers
+
+    @asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """An upstream response to read or stream (``resp.content``); released on exit.
+
+        ``timeout`` bounds the whole exchange; pass ``None`` for watches."""
+        session = self._upstream.session
+        if session is None:
+            raise RuntimeError("the upstream is not started")
+        url = self._upstream.url_for(target)
+        t = aiohttp.ClientTimeout(total=timeout, connect=self._upstream.connect_timeout)
+        async with session.request(
+            method, url, headers=await self._headers(headers), data=data, timeout=t, allow_redirects=False
+        ) as resp:
+            yield resp
+
+    async def json(
+        self,
+        method: str,
+        target: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = 30.0,
+    ) -> tuple[int, Any]:
+        """Send ``body`` (encoded as JSON when not None) and decode the JSON answer."""
+        hdrs = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+            data = orjson.dumps(body)
+        if headers:
+            hdrs.update(headers)
+        async with self.request(method, target, headers=hdrs, data=data, timeout=timeout) as resp:
+            raw = await resp.read()
+            try:
+                return resp.status, orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                return resp.status, raw.decode("utf-8", "replace")
+
+
+@dataclass(slots=True)
+class FilterContext:
+    """Handed to every filter's ``start(ctx)``."""
+
+    api: ApiClient
+    credentials: CredentialsMode
+    registry: CollectorRegistry
