@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
@@ -99,8 +99,14 @@ class ApiClient:
 
 @dataclass(slots=True)
 class FilterContext:
-    """Handed to every filter's ``start(ctx)``."""
+    """Handed to every filter's ``start(ctx)``.
+
+    ``services`` holds what several filters share (one authenticator, one schema cache), created
+    by the first filter that needs it: ``ctx.services.setdefault(key, factory())`` style helpers
+    live beside each service (e.g. ``kproxy.auth.authenticator(ctx)``).
+    """
 
     api: ApiClient
     credentials: CredentialsMode
     registry: CollectorRegistry
+    services: dict[str, Any] = field(default_factory=dict)
