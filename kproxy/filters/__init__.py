@@ -27,7 +27,9 @@ class FilterClass(Protocol):
 
 # Built-in filters register here as they are written (compression, transcode, watchcache,
 # dryrun, validation): name -> "module:Class", imported only when a config names them.
-BUILTIN: dict[str, str] = {}
+BUILTIN: dict[str, str] = {
+    "compression": "kproxy.filters.compression:Compression",
+}
 
 
 def _import(target: str) -> FilterClass:
