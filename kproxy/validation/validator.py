@@ -38,6 +38,8 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     yaml_errors: int = 0
     fatal: str = ""
+    api_version: str | None = None  # the body's own apiVersion and kind (None when absent)
+    kind: str | None = None
 
     @property
     def clean(self) -> bool:
@@ -241,6 +243,20 @@ def validate_body(
             yaml_errors = []
     except DecodeError as err:
         return Outcome(fatal=str(err))
-    if custom:
-        return check_custom(root, meta, value, yaml_errors)
-    return check_builtin(root, value, yaml_errors)
+    outcome = check_custom(root, meta, value, yaml_errors) if custom else check_builtin(root, value, yaml_errors)
+    outcome.api_version, outcome.kind = _type_meta(value)
+    return outcome
+
+
+def _type_meta(value: Any) -> tuple[str | None, str | None]:
+    """The body's ``apiVersion`` and ``kind`` (the last of duplicates, as the decoder keeps)."""
+    found: dict[str, Any] = {}
+    if type(value) is dict:
+        found = value
+    elif type(value) is Pairs:
+        found = dict(value)
+    api_version, kind = found.get("apiVersion"), found.get("kind")
+    return (
+        api_version if isinstance(api_version, str) else None,
+        kind if isinstance(kind, str) else None,
+    )

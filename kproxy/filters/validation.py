@@ -1,0 +1,318 @@
+"""The ``validation`` filter: server-side field validation, raised by policy, answered locally.
+
+Levels come from the request's ``fieldValidation`` (absent or empty means ``Warn``, the
+apiserver's default); the first matching rule may raise it (never lower it). What kproxy does:
+
+* **Ignore / Warn, not raised** -- nothing: the apiserver decodes the body and warns itself
+  (kproxy adding its own warnings would duplicate them).
+* **Raised** -- the upstream request carries the raised ``fieldValidation``, so the apiserver
+  itself produces the warnings or errors of that level: they are its own, byte for byte.
+* **Strict, POST/PUT** -- kproxy strict-decodes the body against the upstream's OpenAPI v3 schema
+  first. When it finds unknown or duplicate fields, and it can prove the apiserver would answer
+  exactly that (the body has no other decode error, its apiVersion/kind are the endpoint's, the
+  options are valid, the answer is JSON, the caller is authorized for the write), kproxy answers
+  the apiserver's 400 itself and the write never reaches the apiserver. Otherwise the request
+  goes up with ``fieldValidation=Strict`` and the apiserver answers -- exact by construction.
+* **Strict, PATCH** -- forwarded with ``fieldValidation=Strict``: the apiserver's answer quotes
+  the patched object (the current object merged with the patch), which only it has.
+* **Upstream without fieldValidation** (``upstream_validates: no``, or ``auto`` and a server
+  older than 1.25) -- kproxy provides it for POST/PUT: warnings for Warn, the 400 for Strict;
+  the upstream is sent ``fieldValidation=Ignore`` (an old server ignores the parameter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar, Literal
+
+from multidict import MultiDict
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from pydantic import BaseModel, ConfigDict, Field
+
+from kproxy.auth import authenticator
+from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.context import FilterContext
+from kproxy.negotiation import JSON, YAML, is_pretty, media_type_of, negotiate
+from kproxy.policy import Rule, first_match_lazy
+from kproxy.requestinfo import RequestInfo
+from kproxy.status import StatusError
+from kproxy.validation.access import AccessCache
+from kproxy.validation.levels import Level, parse_level
+from kproxy.validation.messages import create_update_error, warning_values
+from kproxy.validation.openapi import SchemaCache, cancel
+from kproxy.validation.validator import Outcome, validate_body
+
+log = logging.getLogger("kproxy.validation")
+
+_SCHEMA_SERVICE = "kproxy.validation.SchemaCache"
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+# Answers the apiserver gives before it decodes a body: no field warnings on them.
+_BEFORE_DECODE = frozenset({401, 403, 404, 405, 406, 413, 415, 429})
+
+
+class ValidationRule(Rule):
+    """A rule: requests it selects are validated at least at ``level``."""
+
+    level: Literal["Ignore", "Warn", "Strict"]
+
+    @property
+    def minimum(self) -> Level:
+        return Level[self.level.upper()]
+
+
+class ValidationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: First match wins; its ``level`` is the minimum for the request.
+    rules: list[ValidationRule] = []
+    #: Answer Strict POST/PUT failures in kproxy (False: always let the apiserver answer).
+    local_strict: bool = True
+    #: Whether the upstream implements fieldValidation; ``auto`` asks its /version (1.25+).
+    upstream_validates: Literal["auto", "yes", "no"] = "auto"
+    #: After a CRD changes, how long its group is validated by the apiserver alone.
+    settle_seconds: float = Field(10.0, ge=0)
+    #: How often the /openapi/v3 index is re-read.
+    refresh_seconds: float = Field(60.0, gt=0)
+    #: Watch CRDs (kproxy's own credentials need list/watch on them) to notice schema changes.
+    watch_crds: bool = True
+    #: Seconds a SubjectAccessReview answer is reused before a local answer.
+    access_ttl: float = Field(10.0, ge=0)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "kproxy_validation_requests",
+            "Writes seen by the validation filter, by effective level and outcome "
+            "(passed: forwarded untouched; raised: level raised for the upstream; rejected: "
+            "kproxy answered Strict itself; warned: kproxy added warnings; deferred: local "
+            "errors found but the apiserver answers).",
+            ["level", "outcome"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "kproxy_validation_check_seconds",
+            "Time kproxy spent strict-decoding one body.",
+            buckets=(5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1),
+            registry=registry,
+        )
+
+
+class Validation(FilterBase):
+    """Server-side field validation (see the module docstring)."""
+
+    name: ClassVar[str] = "validation"
+    config_model: ClassVar[type[BaseModel]] = ValidationSettings
+
+    def __init__(self, settings: ValidationSettings) -> None:
+        self.settings = settings
+        self.rules = settings.rules
+        self.upstream_validates = settings.upstream_validates != "no"
+        self.cache: SchemaCache | None = None
+        self.access: AccessCache | None = None
+        self.metrics: _Metrics | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self, ctx: FilterContext) -> None:
+        await super().start(ctx)
+        self.metrics = _Metrics(ctx.registry)
+        api = ctx.api
+
+        async def fetch(path: str, etag: str | None) -> tuple[int, bytes, str | None]:
+            headers = {"Accept": "application/json"}
+            if etag:
+                headers["If-None-Match"] = etag
+            async with api.request("GET", path, headers=headers) as resp:
+                return resp.status, await resp.read(), resp.headers.get("ETag")
+
+        cache = ctx.services.get(_SCHEMA_SERVICE)
+        if not isinstance(cache, SchemaCache):
+            cache = SchemaCache(
+                fetch, settle_seconds=self.settings.settle_seconds, refresh_seconds=self.settings.refresh_seconds
+            )
+            ctx.services[_SCHEMA_SERVICE] = cache
+            if self.settings.watch_crds:
+                self._tasks.append(asyncio.ensure_future(cache.watch_crds(self._list_crds, self._watch_crds)))
+        self.cache = cache
+
+        async def review(body: dict[str, Any]) -> tuple[int, Any]:
+            return await api.json("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+
+        self.access = AccessCache(review, ttl=self.settings.access_ttl)
+        if self.settings.upstream_validates == "auto":
+            self._tasks.append(asyncio.ensure_future(self._detect_upstream()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            await cancel(task)
+        self._tasks.clear()
+
+    async def _detect_upstream(self) -> None:
+        assert self.ctx is not None
+        try:
+            status, version = await self.ctx.api.json("GET", "/version")
+        except Exception as err:
+            log.warning("validation: could not read the upstream /version (%s); assuming it validates", err)
+            return
+        if status == 200 and isinstance(version, dict):
+            minor = re.match(r"\d+", str(version.get("minor", "")))
+            major = str(version.get("major", ""))
+            if major == "1" and minor is not None and int(minor.group()) < 25:
+                self.upstream_validates = False
+                log.info("validation: the upstream (%s) predates fieldValidation; kproxy provides it", version)
+
+    async def _list_crds(self) -> tuple[str, dict[str, tuple[str, str]]]:
+        assert self.ctx is not None
+        status, answer = await self.ctx.api.json("GET", _CRDS)
+        if status != 200 or not isinstance(answer, dict):
+            raise OSError(f"listing CRDs answered {status}")
+        items = {}
+        for item in answer.get("items") or ():
+            meta = item.get("metadata") or {}
+            items[str(meta.get("name"))] = (
+                str((item.get("spec") or {}).get("group")),
+                str(meta.get("resourceVersion")),
+            )
+        return str((answer.get("metadata") or {}).get("resourceVersion", "")), items
+
+    @asynccontextmanager
+    async def _watch_crds(self, rv: str) -> AsyncIterator[AsyncIterator[bytes]]:
+        assert self.ctx is not None
+        target = f"{_CRDS}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}"
+        async with self.ctx.api.request("GET", target, headers={"Accept": "application/json"}, timeout=None) as resp:
+            if resp.status != 200:
+                raise OSError(f"watching CRDs answered {resp.status}")
+            yield resp.content.__aiter__()
+
+    # ------------------------------------------------------------------ per request
+
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        info = ex.info
+        verb = info.verb
+        if not info.is_resource_request or verb not in ("create", "update", "patch") or ex.method == "GET":
+            return await call_next(ex)
+        assert self.metrics is not None and self.ctx is not None
+        values = ex.query.getall("fieldValidation", [])
+        requested = parse_level(values[0] if values else None)
+        if requested is None:  # the apiserver's own 422 names the bad value
+            return await call_next(ex)
+        level = requested
+        if self.rules:
+            ctx = self.ctx
+            try:
+                found = await first_match_lazy(self.rules, info, lambda: authenticator(ctx).identify(ex))
+            except StatusError as err:
+                return Reply.from_status(err)
+            if found is not None and found[1].minimum > level:
+                level = found[1].minimum
+        provide = not self.upstream_validates
+        if provide:
+            _set_field_validation(ex, Level.IGNORE)
+        elif level != requested:
+            _set_field_validation(ex, level)
+        self._after_crd_write(info)
+        check = verb != "patch" and (
+            (level == Level.STRICT and self.settings.local_strict) or (provide and level == Level.WARN)
+        )
+        outcome = await self._check(ex) if check else None
+        if outcome is None or outcome.fatal or not outcome.errors:
+            self.metrics.requests.labels(level.wire, "raised" if level != requested else "passed").inc()
+            return await call_next(ex)
+        if level == Level.STRICT:
+            answer = await self._local_answer(ex, outcome)
+            if answer is not None:
+                self.metrics.requests.labels(level.wire, "rejected").inc()
+                return answer
+            self.metrics.requests.labels(level.wire, "deferred").inc()
+            return await call_next(ex)
+        reply = await call_next(ex)
+        if reply.status not in _BEFORE_DECODE:
+            present = set(reply.headers.getall("Warning", []))
+            for value in warning_values(outcome.errors):
+                if value not in present:
+                    reply.headers.add("Warning", value)
+        self.metrics.requests.labels(level.wire, "warned").inc()
+        return reply
+
+    def _after_crd_write(self, info: RequestInfo) -> None:
+        """A CRD written through kproxy: its group's schema is about to change."""
+        if info.resource == "customresourcedefinitions" and info.api_group == "apiextensions.k8s.io" and info.name:
+            group = info.name.partition(".")[2]
+            if group and self.cache is not None:
+                self.cache.unsettle(group)
+
+    async def _check(self, ex: Exchange) -> Outcome | None:
+        """Strict-decode the body, or None when kproxy cannot (unknown schema, other media type)."""
+        info = ex.info
+        if "Content-Encoding" in ex.headers:
+            return None
+        media = media_type_of(ex.headers.get("Content-Type")) or JSON
+        if media not in (JSON, YAML) or self.cache is None or self.metrics is None:
+            return None
+        try:
+            resolved = await self.cache.resolve(info.api_group, info.api_version, info.resource, info.subresource)
+        except Exception as err:
+            log.warning("validation: schema lookup failed (%s); the apiserver validates alone", err)
+            return None
+        if resolved is None:
+            return None
+        try:
+            data = await ex.body.read()  # type: ignore[union-attr]
+        except StatusError:
+            return None  # the body is over the limit: forwarding it fails the same way
+        t0 = time.perf_counter()
+        outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
+        self.metrics.seconds.observe(time.perf_counter() - t0)
+        endpoint = resolved.endpoint
+        if (outcome.api_version, outcome.kind) != (endpoint.api_version, endpoint.kind):
+            outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
+        ex.state["validation.endpoint"] = endpoint
+        return outcome
+
+    async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
+        """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say."""
+        if not _options_valid(ex.query):
+            return None
+        negotiated = negotiate(ex.headers.get("Accept"))
+        if negotiated is None or negotiated.media_type != JSON or negotiated.convert is not None:
+            return None
+        if self.upstream_validates and not await self._authorized(ex):
+            return None
+        endpoint = ex.state["validation.endpoint"]
+        err = create_update_error(endpoint.kind, endpoint.version, outcome)
+        pretty = negotiated.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
+        reply = Reply.from_status(err)
+        if pretty:
+            reply.body = BytesBody(err.body(pretty=True), "application/json")
+        return reply
+
+    async def _authorized(self, ex: Exchange) -> bool:
+        assert self.ctx is not None and self.access is not None
+        try:
+            identity = await authenticator(self.ctx).identify(ex)
+        except StatusError:
+            return False
+        return await self.access.allowed(identity, ex.info)
+
+
+def _set_field_validation(ex: Exchange, level: Level) -> None:
+    query: MultiDict[str] = MultiDict((k, v) for k, v in ex.query.items() if k != "fieldValidation")
+    query.add("fieldValidation", level.wire)
+    ex.set_query(query)
+
+
+def _options_valid(query: MultiDict[str]) -> bool:
+    """Create/UpdateOptions the apiserver accepts (it rejects bad ones with a 422 before decoding)."""
+    if any(v != "All" for v in query.getall("dryRun", [])):
+        return False
+    managers = query.getall("fieldManager", [])
+    if managers:
+        manager = managers[0]
+        if len(manager) > 128 or not all(c.isprintable() for c in manager):
+            return False
+    return True
