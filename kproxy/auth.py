@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from prometheus_client import Counter
+
 from kproxy.chain import Exchange, Identity
 from kproxy.context import FilterContext
 from kproxy.status import StatusError, internal_error, unauthorized
@@ -153,7 +155,17 @@ class Authenticator:
         self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
-        self.reviews = 0  # TokenReviews sent (for tests and debugging)
+        self._reviews = Counter(
+            "kproxy_token_reviews",
+            "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
+            ["result"],
+            registry=ctx.registry,
+        )
+        self._cache_hits = Counter(
+            "kproxy_token_review_cache_hits",
+            "Caller identities answered from the TokenReview cache.",
+            registry=ctx.registry,
+        )
 
     # ------------------------------------------------------------------ forward mode
 
@@ -165,6 +177,7 @@ class Authenticator:
         key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found, cached = self._cache.get(key, time.monotonic())
         if found:
+            self._cache_hits.inc()
             return cached
         pending = self._inflight.get(key)
         if pending is not None:
@@ -173,7 +186,9 @@ class Authenticator:
         self._inflight[key] = fut
         try:
             result = await self._review(token)
+            self._reviews.labels("authenticated" if result is not None else "rejected").inc()
         except BaseException as err:
+            self._reviews.labels("error").inc()
             fut.set_exception(err if isinstance(err, Exception) else TokenReviewError("cancelled"))
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
             raise
@@ -187,7 +202,6 @@ class Authenticator:
 
     async def _review(self, token: str) -> Identity | None:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
-        self.reviews += 1
         try:
             status, answer = await self.ctx.api.json("POST", _TOKEN_REVIEWS, body)
         except Exception as err:  # OSError, TimeoutError, aiohttp.ClientError: the apiserver was not reached

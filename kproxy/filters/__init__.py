@@ -29,6 +29,7 @@ class FilterClass(Protocol):
 # dryrun, validation): name -> "module:Class", imported only when a config names them.
 BUILTIN: dict[str, str] = {
     "compression": "kproxy.filters.compression:Compression",
+    "dryrun": "kproxy.filters.dryrun:DryRun",
     "validation": "kproxy.filters.validation:Validation",
 }
 

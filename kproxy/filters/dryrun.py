@@ -1,0 +1,466 @@
+"""The ``dryrun`` filter: by policy, mutating requests run with ``dryRun=All`` (or are refused).
+
+Rules are evaluated in order and the first match decides (see :mod:`kproxy.policy`):
+
+* ``enforce`` -- every matching mutating request (POST, PUT, PATCH of every kind including
+  server-side apply, DELETE and deletecollection, subresources such as ``status``, ``scale``,
+  ``eviction``, ``binding``) goes upstream as a dry run. The response carries
+  ``Warning: 299 - "..."`` naming the rule. Streaming subresources (exec, attach, portforward,
+  proxy) cannot be dry-run and are refused with a 403 Status.
+* ``reject`` -- a matching mutating request that is not already a valid dry run gets a 403
+  Status naming the rule.
+* ``allow`` -- passes unchanged.
+
+Reads (get, list, watch) always pass. How the apiserver reads ``dryRun``, and therefore what
+this filter must cover so that it cannot be bypassed (apiserver v1.37 sources):
+
+* Query parameters are decoded by Go's ``url.ParseQuery`` (pairs split on ``&``; a pair with
+  ``;`` or a bad ``%`` escape is dropped; ``%xx`` and ``+`` decoded in keys and values) and read
+  with a case-sensitive map lookup of ``dryRun`` (zz_generated.conversion.go): every value
+  must be ``All`` (``ValidateDryRun``), else the request is a 422 naming ``CreateOptions``,
+  ``UpdateOptions``, ``PatchOptions`` or ``DeleteOptions``. Under ``enforce`` kproxy removes
+  every pair whose decoded key is ``dryRun`` in any letter case and appends ``dryRun=All``; a
+  client-supplied invalid value gets the apiserver's own 422, built here, never forwarded.
+* Create, update and patch options come from the query only (create.go, update.go, patch.go);
+  a ``dryRun`` field in their body is just an unknown field of the object.
+* DELETE and deletecollection (delete.go): a non-empty body is decoded as ``DeleteOptions``
+  (JSON, YAML or protobuf by ``Content-Type``; absent = JSON) and the query's ``dryRun`` is
+  then ignored. So kproxy reads every DELETE body and, under ``enforce``, rewrites it with
+  ``dryRun: ["All"]`` (JSON and YAML become JSON; protobuf is edited in its wire form). A body
+  it cannot parse, or of another media type, is refused, never forwarded. ``null`` (which Go
+  decodes as empty options) becomes ``{"dryRun":["All"]}``.
+* ``X-HTTP-Method-Override`` is honoured by neither Go's server nor the apiserver: the method
+  on the wire is what runs, and RequestInfo is computed from it. A method in lower case
+  (``delete``) matches no apiserver route; kproxy still treats it as the mutation it names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Literal
+
+import orjson
+import yaml
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict
+
+from kproxy.auth import authenticator
+from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Reply, UpgradeBody
+from kproxy.context import FilterContext
+from kproxy.policy import Rule, first_match_lazy, match_verb
+from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, _unescape
+from kproxy.status import (
+    CauseType,
+    StatusCause,
+    StatusError,
+    bad_request,
+    forbidden,
+    go_json_dumps,
+    go_quote,
+    invalid,
+    unsupported_media_type,
+)
+
+__all__ = [
+    "DryRun",
+    "DryRunRule",
+    "DryRunSettings",
+    "delete_body_dry_run",
+    "enforce_delete_body",
+    "enforce_query",
+    "invalid_dry_run",
+    "query_dry_run",
+]
+
+DRY_RUN_ALL = "All"
+_OPTIONS_KIND = {
+    "create": "CreateOptions",
+    "update": "UpdateOptions",
+    "patch": "PatchOptions",
+    "delete": "DeleteOptions",
+    "deletecollection": "DeleteOptions",
+}
+_METHOD_VERB = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+_DELETE_VERBS = frozenset(("delete", "deletecollection"))
+# What metainternalversionscheme.Codecs decodes DeleteOptions from (negotiation.NegotiateInputSerializer).
+_JSON = "application/json"
+_YAML = "application/yaml"
+_PROTOBUF = "application/vnd.kubernetes.protobuf"
+_DELETE_MEDIA_TYPES = (_JSON, _YAML, _PROTOBUF)
+_PROTOBUF_PREFIX = b"k8s\x00"
+
+
+class DryRunRule(Rule):
+    """A policy rule with what to do with the mutating requests it matches."""
+
+    action: Literal["enforce", "reject", "allow"]
+
+
+class DryRunSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Evaluated in order; the first match decides. No match = the request passes unchanged.
+    rules: list[DryRunRule]
+
+
+class BodyError(Exception):
+    """A DELETE body kproxy cannot read as DeleteOptions (so it cannot make it a dry run)."""
+
+
+class UnsupportedBodyType(BodyError):
+    """A DELETE body in a media type the apiserver does not decode DeleteOptions from."""
+
+
+# --------------------------------------------------------------------------- query parameters
+
+
+def _query_pairs(raw_query: str) -> list[tuple[str, str | None, str | None]]:
+    """Each ``&``-separated pair as (raw, decoded key, decoded value); key ``None`` where Go's
+    ``url.ParseQuery`` drops the pair (``;`` in it, or a malformed escape)."""
+    out: list[tuple[str, str | None, str | None]] = []
+    if not raw_query:
+        return out
+    for pair in raw_query.split("&"):
+        if not pair:
+            continue
+        if ";" in pair:
+            out.append((pair, None, None))
+            continue
+        key, _, value = pair.partition("=")
+        try:
+            out.append((pair, _unescape(key, plus_is_space=True), _unescape(value, plus_is_space=True)))
+        except InvalidRequestURIError:
+            out.append((pair, None, None))
+    return out
+
+
+def query_dry_run(raw_query: str) -> list[str]:
+    """The ``dryRun`` values the apiserver reads from this query (exact key, every occurrence)."""
+    return [v for _, k, v in _query_pairs(raw_query) if k == "dryRun" and v is not None]
+
+
+def enforce_query(raw_query: str) -> str:
+    """The query with every ``dryRun`` pair (any letter case, any encoding) replaced by one
+    ``dryRun=All``; every other pair is kept byte for byte."""
+    kept = [raw for raw, k, _ in _query_pairs(raw_query) if k is None or k.lower() != "dryrun"]
+    kept.append("dryRun=All")
+    return "&".join(kept)
+
+
+def is_dry_run(values: list[str] | None) -> bool:
+    """``dryrun.IsDryRun`` after ``ValidateDryRun`` passed: at least one value, all ``All``."""
+    return bool(values) and all(v == DRY_RUN_ALL for v in values or ())
+
+
+def invalid_dry_run(kind: str, values: list[str]) -> StatusError:
+    """The apiserver's 422 for dryRun values other than ``All`` (``ValidateDryRun`` via ``NewInvalid``)."""
+    rendered = go_json_dumps(values).decode().rstrip("\n")
+    message = f'Unsupported value: {rendered}: supported values: "{DRY_RUN_ALL}"'
+    return invalid(kind, "meta.k8s.io", "", [StatusCause(CauseType.FIELD_VALUE_NOT_SUPPORTED, message, "dryRun")])
+
+
+# --------------------------------------------------------------------------- DELETE bodies
+
+
+def media_type(content_type: str) -> str:
+    """The lower-cased ``type/subtype`` of a Content-Type (parameters dropped); JSON when absent."""
+    mt = content_type.split(";", 1)[0].strip().lower()
+    return mt or _JSON
+
+
+def _json_options(data: bytes, mt: str) -> Any:
+    try:
+        if mt == _YAML:
+            docs = list(yaml.safe_load_all(data))
+            if len(docs) != 1:
+                raise BodyError("the DeleteOptions body must be one YAML document")
+            return docs[0]
+        return orjson.loads(data)
+    except (orjson.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise BodyError(f"the DeleteOptions body is not valid {'YAML' if mt == _YAML else 'JSON'}: {err}") from None
+
+
+def _dry_run_field(options: dict[str, Any]) -> list[str] | None:
+    values = options.get("dryRun")
+    if values is None:
+        return None
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return ["<not a list of strings>"]
+    return values
+
+
+def delete_body_dry_run(data: bytes, content_type: str) -> list[str] | None:
+    """The ``dryRun`` values of a DELETE body (``None`` when it has none); raises :class:`BodyError`."""
+    mt = media_type(content_type)
+    if mt == _PROTOBUF:
+        return _protobuf_dry_run(data)[1] or None
+    if mt not in _DELETE_MEDIA_TYPES:
+        raise UnsupportedBodyType(mt)
+    options = _json_options(data, mt)
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise BodyError("the DeleteOptions body is not an object")
+    return _dry_run_field(options)
+
+
+def enforce_delete_body(data: bytes, content_type: str) -> tuple[bytes, str, list[str] | None]:
+    """The body rewritten with ``dryRun: ["All"]``, its Content-Type, and the client's own values."""
+    mt = media_type(content_type)
+    if mt == _PROTOBUF:
+        edited, pb_values = _protobuf_dry_run(data, enforce=True)
+        return edited, content_type, pb_values or None
+    if mt not in _DELETE_MEDIA_TYPES:
+        raise UnsupportedBodyType(mt)
+    options = _json_options(data, mt)
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise BodyError("the DeleteOptions body is not an object")
+    values = _dry_run_field(options)
+    # Drop case variants too: harmless for the apiserver (its decoder is case-sensitive), safe
+    # against any case-insensitive decoder behind it.
+    out = {k: v for k, v in options.items() if not (isinstance(k, str) and k.lower() == "dryrun")}
+    out["dryRun"] = [DRY_RUN_ALL]
+    try:
+        return orjson.dumps(out), _JSON, values
+    except TypeError as err:
+        raise BodyError(f"the DeleteOptions body cannot be represented as JSON: {err}") from None
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise BodyError("truncated or malformed protobuf varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _encode_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _fields(buf: bytes) -> list[tuple[int, int, bytes, bytes]]:
+    """Protobuf wire fields as (number, wire type, whole field bytes, payload)."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        start = pos
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+            payload = b""
+        elif wire == 1:
+            pos += 8
+            payload = b""
+        elif wire == 5:
+            pos += 4
+            payload = b""
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            payload = buf[pos : pos + length]
+            pos += length
+        else:
+            raise BodyError(f"unsupported protobuf wire type {wire}")
+        if pos > len(buf) or number == 0:
+            raise BodyError("truncated or malformed protobuf message")
+        out.append((number, wire, buf[start:pos], payload))
+    return out
+
+
+def _ld(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _protobuf_dry_run(data: bytes, enforce: bool = False) -> tuple[bytes, list[str]]:
+    """Read (and with ``enforce`` rewrite) ``dryRun`` (field 5) of a protobuf DeleteOptions.
+
+    The body is the ``k8s\\0`` envelope around ``runtime.Unknown`` (typeMeta = 1, raw = 2,
+    contentEncoding = 3, contentType = 4); ``raw`` is the DeleteOptions message, whose last
+    occurrence wins as in Go's generated unmarshaller. Every field but ``dryRun`` is kept.
+    """
+    if not data.startswith(_PROTOBUF_PREFIX):
+        raise BodyError("the protobuf body does not start with the k8s envelope prefix")
+    unknown = _fields(data[len(_PROTOBUF_PREFIX) :])
+    raws = [payload for number, wire, _, payload in unknown if number == 2 and wire == 2]
+    raw = raws[-1] if raws else b""
+    values: list[str] = []
+    kept: list[bytes] = []
+    for number, wire, whole, payload in _fields(raw):
+        if number == 5:
+            if wire != 2:
+                values.append("<not a string>")
+                continue
+            try:
+                values.append(payload.decode())
+            except UnicodeDecodeError:
+                values.append(payload.decode(errors="replace"))
+            continue
+        kept.append(whole)
+    if not enforce:
+        return data, values
+    new_raw = b"".join(kept) + _ld(5, DRY_RUN_ALL.encode())
+    others = [whole for number, _, whole, _ in unknown if number != 2]
+    return _PROTOBUF_PREFIX + b"".join(others) + _ld(2, new_raw), values
+
+
+# --------------------------------------------------------------------------- the filter
+
+
+def warning_value(text: str) -> str:
+    """A ``Warning`` header value as the apiserver writes it (``299 - "<Go-quoted text>"``)."""
+    return f"299 - {go_quote(text)}"
+
+
+class DryRun(FilterBase):
+    """Make matching mutations dry runs (``enforce``), refuse them (``reject``), or pass them (``allow``)."""
+
+    name: ClassVar[str] = "dryrun"
+    config_model: ClassVar[type[BaseModel]] = DryRunSettings
+
+    def __init__(self, settings: DryRunSettings) -> None:
+        self.settings = settings
+        self.rules = settings.rules
+        self.rule_names = [r.display_name(i) for i, r in enumerate(self.rules)]
+        self._enforced: Counter | None = None
+        self._rejected: Counter | None = None
+
+    async def start(self, ctx: FilterContext) -> None:
+        await super().start(ctx)
+        self._enforced = Counter(
+            "kproxy_dryrun_enforced",
+            "Mutating requests the dryrun filter sent upstream as dry runs, by rule.",
+            ["rule"],
+            registry=ctx.registry,
+        )
+        self._rejected = Counter(
+            "kproxy_dryrun_rejected",
+            "Requests the dryrun filter refused (reject rules; unsafe requests under enforce), by rule.",
+            ["rule"],
+            registry=ctx.registry,
+        )
+
+    def _identify(self, ex: Exchange) -> Callable[[], Awaitable[Identity]]:
+        async def identify() -> Identity:
+            assert self.ctx is not None, "DryRun.start() was not awaited"
+            return await authenticator(self.ctx).identify(ex)
+
+        return identify
+
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        info = ex.info
+        if not info.is_resource_request:
+            return await call_next(ex)
+        if ex.method not in _METHOD_VERB and ex.method.upper() in _METHOD_VERB:
+            # No apiserver route answers a lower-case method, but judge it as the mutation it names.
+            verb = _METHOD_VERB[ex.method.upper()]
+            if verb == "delete" and not info.name:
+                verb = "deletecollection"
+            info = dataclasses.replace(info, verb=verb)
+        verb = match_verb(info)
+        if verb != "connect" and not info.is_mutating:
+            return await call_next(ex)
+        try:
+            found = await first_match_lazy(self.rules, info, self._identify(ex))
+        except StatusError as err:
+            return Reply.from_status(err)
+        if found is None or found[1].action == "allow":
+            return await call_next(ex)
+        index, rule = found
+        name = self.rule_names[index]
+        try:
+            if verb == "connect":
+                return self._refuse(
+                    name, info, f"kproxy dryrun rule {go_quote(name)}: {_resource(info)} cannot be run as a dry run"
+                )
+            if ex.method not in _METHOD_VERB:
+                return self._refuse(name, info, f"kproxy dryrun rule {go_quote(name)}: method {ex.method} refused")
+            if rule.action == "reject":
+                return await self._reject(ex, info, name, call_next)
+            return await self._enforce(ex, info, name, call_next)
+        except StatusError as err:
+            return Reply.from_status(err)
+
+    def _refuse(self, rule: str, info: RequestInfo, message: str) -> Reply:
+        if self._rejected is not None:
+            self._rejected.labels(rule).inc()
+        return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message))
+
+    async def _delete_body(self, ex: Exchange) -> bytes:
+        """A DELETE's body, read whole (the apiserver's limit applies): it decides where options come from."""
+        body = ex.body
+        if isinstance(body, UpgradeBody):
+            return b""
+        data = await body.read()
+        ex.body = BytesBody(data, body.media_type)
+        return data
+
+    async def _reject(self, ex: Exchange, info: RequestInfo, rule: str, call_next: Handler) -> Reply:
+        kind = _OPTIONS_KIND[info.verb]
+        values: list[str] | None
+        body = await self._delete_body(ex) if info.verb in _DELETE_VERBS else b""
+        if body:
+            try:
+                values = delete_body_dry_run(body, ex.headers.get("Content-Type", ""))
+            except BodyError:
+                values = None  # not provably a dry run
+        else:
+            values = query_dry_run(ex.raw_query) or None
+        if values and not is_dry_run(values):
+            raise invalid_dry_run(kind, values)
+        if is_dry_run(values):
+            return await call_next(ex)
+        return self._refuse(
+            rule,
+            info,
+            f"kproxy dryrun rule {go_quote(rule)} allows only dry-run requests here (add dryRun=All, "
+            "e.g. kubectl --dry-run=server)",
+        )
+
+    async def _enforce(self, ex: Exchange, info: RequestInfo, rule: str, call_next: Handler) -> Reply:
+        kind = _OPTIONS_KIND[info.verb]
+        body = await self._delete_body(ex) if info.verb in _DELETE_VERBS else b""
+        if body:
+            try:
+                new_body, content_type, values = enforce_delete_body(body, ex.headers.get("Content-Type", ""))
+            except UnsupportedBodyType:
+                raise unsupported_media_type(_DELETE_MEDIA_TYPES) from None
+            except BodyError as err:
+                raise bad_request(f"kproxy dryrun: {err}") from None
+            if values is not None and not is_dry_run(values):
+                raise invalid_dry_run(kind, values)
+            ex.body = BytesBody(new_body, content_type)
+            ex.headers["Content-Type"] = content_type
+        else:
+            values = query_dry_run(ex.raw_query)
+            if values and not is_dry_run(values):
+                raise invalid_dry_run(kind, values)
+        ex.raw_query = enforce_query(ex.raw_query)
+        ex._query = None  # the parsed view (if any filter built it) follows the new raw query
+        if self._enforced is not None:
+            self._enforced.labels(rule).inc()
+        reply = await call_next(ex)
+        reply.headers.add(
+            "Warning",
+            warning_value(f"kproxy dryrun rule {go_quote(rule)} ran this request as a dry run: nothing was persisted"),
+        )
+        return reply
+
+
+def _resource(info: RequestInfo) -> str:
+    return f"{info.resource}/{info.subresource}" if info.subresource else info.resource
