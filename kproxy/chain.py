@@ -273,6 +273,10 @@ class Chain:
         self._terminal = terminal
         self._observe = observe
         self._entry = self._build()
+        # Requests (streams and upgrades included) still running through this chain; a chain
+        # replaced by a config reload is stopped only when the last of them has finished.
+        self.active = 0
+        self.retired = False
 
     def _build(self) -> Handler:
         handler = self._terminal

@@ -35,20 +35,33 @@ def _config_from_args(args: argparse.Namespace) -> Config:
     )
 
 
-async def _serve(cfg: Config) -> int:
+async def _serve(cfg: Config, args: argparse.Namespace) -> int:
     from kproxy.filters import build_filters
     from kproxy.kubeconfig import resolve_upstream
+    from kproxy.reload import Reloader
     from kproxy.server import ProxyServer
 
     target = resolve_upstream(cfg.upstream.kubeconfig, cfg.upstream.context)
     server = ProxyServer(cfg, target, build_filters(cfg))
+    # Command-line overrides apply to every reload too.
+    reloader = Reloader(server, lambda: _config_from_args(args), args.config, cfg.reload_interval)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(reloader.reload("SIGHUP"))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
     await server.start()
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    reloader.start()
     await stop.wait()
-    log.info("signal received, shutting down", extra={"deadline_s": cfg.shutdown_timeout})
+    log.info("signal received, shutting down", extra={"deadline_s": server.cfg.shutdown_timeout})
+    await reloader.stop()
     await server.shutdown()
     log.info("stopped")
     return 0
@@ -60,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args)
     setup_logging(cfg.log.level, cfg.log.format)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(_serve(cfg))
+        return runner.run(_serve(cfg, args))
 
 
 def _loop_factory() -> Any:

@@ -119,6 +119,8 @@ class Config(Strict):
     tls: TLSConfig | None = None
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
     shutdown_timeout: Duration = 30.0
+    # How often the config file is checked for changes (hot reload); 0 = only on SIGHUP.
+    reload_interval: Duration = 2.0
     log: LogConfig = LogConfig()
     filters: list[FilterEntry] = []
 

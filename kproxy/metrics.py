@@ -52,6 +52,14 @@ class Metrics:
             "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
         )
 
+        self.config_reloads = Counter(
+            "kproxy_config_reloads", "Config reloads (file change or SIGHUP), by result.", ["result"], registry=r
+        )
+        self.config_loaded = Gauge(
+            "kproxy_config_last_load_timestamp_seconds", "When the running config was loaded.", registry=r
+        )
+        self.config_loaded.set_to_current_time()
+
         # Label children cached per label set: prometheus-client's labels() validates and locks on
         # every call, which showed in the per-request profile.
         self._counts: dict[tuple[str, str, str], Any] = {}

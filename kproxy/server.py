@@ -14,6 +14,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,7 @@ class ProxyServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._streams: set[_OpenStream] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._ready = _ReadyCache()
         self._runner: web.ServerRunner | None = None
@@ -152,6 +154,43 @@ class ProxyServer:
             },
         )
 
+    async def apply_config(self, cfg: Config) -> list[str]:
+        """Swap in the chain and the reloadable settings of ``cfg`` (see ``kproxy.reload``).
+
+        Returns the restart-only keys that changed and were left as they are. Raises
+        ConfigError, or whatever a new filter's ``start`` raised, with nothing changed."""
+        from kproxy.reload import RESTART_KEYS, build_chain, restart_changes
+
+        ignored = restart_changes(self.cfg, cfg)
+        chain, fresh = build_chain(self, cfg)
+        started: list[Filter] = []
+        try:
+            for flt in fresh:
+                start = getattr(flt, "start", None)
+                if start is not None:
+                    await start(self.context)
+                started.append(flt)
+        except BaseException:
+            await _stop_filters(started)
+            raise
+        keep = {k.split(".")[0]: getattr(self.cfg, k.split(".")[0]) for k in RESTART_KEYS if k in ignored}
+        if "log.format" in ignored:
+            keep["log"] = cfg.log.model_copy(update={"format": self.cfg.log.format})
+        old, self.chain = self.chain, chain
+        self.cfg = cfg.model_copy(update=keep)
+        self.access_log = cfg.log.access_log
+        self._limit = cfg.max_request_body_bytes
+        logging.getLogger().setLevel(cfg.log.level.upper())
+        old.retired = True
+        if old.active == 0:
+            await self._retire(old)
+        return ignored
+
+    async def _retire(self, old: Chain) -> None:
+        """Stop the filters of a replaced chain that the current chain no longer uses."""
+        current = {id(f) for f in self.chain.filters}
+        await _stop_filters([f for f in old.filters if id(f) not in current])
+
     async def shutdown(self, deadline: float | None = None) -> None:
         """Stop accepting, end open watches cleanly, let in-flight requests finish (bounded)."""
         deadline = self.cfg.shutdown_timeout if deadline is None else deadline
@@ -174,6 +213,8 @@ class ProxyServer:
             await self._runner.cleanup()
         if self._admin_runner is not None:
             await self._admin_runner.cleanup()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.chain.stop()
         await self.upstream.close()
 
@@ -200,6 +241,8 @@ class ProxyServer:
             upgrade=upgrade,
         )
         long_running = info.verb == "watch" or upgrade
+        chain = self.chain  # a reload swaps self.chain; this request stays on the one it started on
+        chain.active += 1
         if not long_running:
             self._in_flight += 1
             self._idle.clear()
@@ -217,7 +260,7 @@ class ProxyServer:
                     BytesBody(b"417 Expectation Failed"),
                 )
             else:
-                reply = await self._run_chain(ex)
+                reply = await self._run_chain(chain, ex)
             status = reply.status
             audit_id = reply.headers.get("Audit-Id", "")
             resp, sent = await self._write(request, ex, reply)
@@ -225,6 +268,9 @@ class ProxyServer:
                 resp.force_close()
             return resp
         finally:
+            chain.active -= 1
+            if chain.retired and chain.active == 0:
+                self._background(self._retire(chain))
             if not long_running:
                 self._in_flight -= 1
                 if self._in_flight == 0:
@@ -259,9 +305,14 @@ class ProxyServer:
         self.metrics.rejected.labels(err.reason or str(err.code)).inc()
         return Reply.from_status(err)
 
-    async def _run_chain(self, ex: Exchange) -> Reply:
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_chain(self, chain: Chain, ex: Exchange) -> Reply:
         try:
-            reply = await self.chain.handle(ex)
+            reply = await chain.handle(ex)
         except StatusError as err:
             return self._reject(err)
         except asyncio.CancelledError:
@@ -379,6 +430,17 @@ async def _continue(request: web.BaseRequest, expect: str) -> bool:
         await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         request.writer.output_size = 0
     return True
+
+
+async def _stop_filters(filters: list[Filter]) -> None:
+    for flt in reversed(filters):
+        stop = getattr(flt, "stop", None)
+        if stop is None:
+            continue
+        try:
+            await stop()
+        except Exception:
+            log.exception("filter failed to stop", extra={"filter": flt.name})
 
 
 def _request_info(method: str, raw: str, raw_path: str) -> RequestInfo:

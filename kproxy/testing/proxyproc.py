@@ -43,6 +43,7 @@ class RunningProxy:
     config: dict[str, Any]
     env: dict[str, str] = field(default_factory=dict)
     ca_file: Path | None = None
+    config_path: Path | None = None
 
     def get(self, path: str, admin: bool = False, timeout: float = 10) -> tuple[int, bytes]:
         base = self.admin_url if admin else self.url
@@ -70,6 +71,16 @@ class RunningProxy:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def write_config(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite the running proxy's config file with ``changes`` applied (top-level keys),
+        replacing it atomically as a ConfigMap volume update does; returns the new config."""
+        assert self.config_path is not None
+        self.config = {**self.config, **changes}
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(self.config))
+        tmp.replace(self.config_path)
+        return self.config
 
 
 def start_proxy(
@@ -135,6 +146,7 @@ def start_proxy(
     scheme = "https" if tls else "http"
     rp = RunningProxy(f"{scheme}://127.0.0.1:{port}", f"http://127.0.0.1:{admin}", kubeconfig, proc, log, cfg, env)
     rp.ca_file = ca_path
+    rp.config_path = cfg_path
 
     def listening() -> bool:
         if proc.poll() is not None:
