@@ -1,0 +1,240 @@
+{{/*
+Names and labels. Every helper takes a root-like context: the chart's own `.` or, from a parent
+chart that includes the sidecar templates, (dict "Values" .Values.kproxy "Release" .Release).
+The chart name is spelled out (not .Chart.Name) so the parent's context gives the same names.
+*/}}
+{{- define "kproxy.name" -}}
+{{- default "kproxy" .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kproxy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default "kproxy" .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kproxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kproxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kproxy.labels" -}}
+{{ include "kproxy.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/managed-by: {{ .Release.Service | default "Helm" }}
+app.kubernetes.io/part-of: kproxy
+{{- end }}
+
+{{- define "kproxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kproxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kproxy.image" -}}
+{{- $appVersion := "" -}}
+{{- if hasKey . "Chart" }}{{ $appVersion = .Chart.AppVersion }}{{ end -}}
+{{- $tag := .Values.image.tag | default $appVersion | required "image.tag: set it (a parent chart's context has no kproxy appVersion)" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The kproxy config as YAML: chart-derived listeners (and TLS files) under the user's `config:`.
+A sidecar listens on loopback only (its app reaches it on localhost); the other modes on every
+address, since clients come through a Service.
+*/}}
+{{- define "kproxy.config" -}}
+{{- $host := ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar") -}}
+{{- $base := dict "listen" (printf "%s:%d" $host (int .Values.ports.proxy)) "admin_listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) -}}
+{{- if .Values.tls.secretName -}}
+{{- $_ := set $base "tls" (dict "cert_file" "/etc/kproxy-tls/tls.crt" "key_file" "/etc/kproxy-tls/tls.key") -}}
+{{- end -}}
+{{- toYaml (mergeOverwrite $base (deepCopy (.Values.config | default dict))) -}}
+{{- end }}
+
+{{- define "kproxy.configChecksum" -}}
+{{- include "kproxy.config" . | sha256sum -}}
+{{- end }}
+
+{{/* The credentials mode the rendered config asks for (kproxy's default is proxy). */}}
+{{- define "kproxy.credentials" -}}
+{{- (include "kproxy.config" . | fromYaml).credentials | default "proxy" -}}
+{{- end }}
+
+{{/*
+Refuse combinations that are unsafe or cannot work, at render time, with the fix in the message.
+*/}}
+{{- define "kproxy.validate" -}}
+{{- $cfg := include "kproxy.config" . | fromYaml -}}
+{{- $creds := $cfg.credentials | default "proxy" -}}
+{{- if ne .Values.mode "sidecar" -}}
+{{- if and (eq $creds "proxy") (not $cfg.allow_remote) -}}
+{{- fail "config.credentials: proxy serves every caller with kproxy's own rights; behind a Service that needs config.allow_remote: true (or use credentials: forward)" -}}
+{{- end -}}
+{{- if and (eq $creds "forward") (not .Values.tls.secretName) (not .Values.tls.allowPlaintext) -}}
+{{- fail "config.credentials: forward sends callers' bearer tokens, which kubectl and client-go send only over TLS: set tls.secretName (a kubernetes.io/tls Secret), or tls.allowPlaintext: true" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The projected service-account volume, mounted into the kproxy container only: the pod itself
+does not automount a token, so in sidecar mode the app container has no API credentials and
+must go through kproxy. Same files as the kubelet's automount (token, ca.crt, namespace), and
+the kubelet rotates the token, which kproxy re-reads.
+*/}}
+{{- define "kproxy.volumes" -}}
+- name: kproxy-config
+  configMap:
+    name: {{ include "kproxy.fullname" . }}
+- name: kproxy-token
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+- name: kproxy-tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.tls.secretName }}
+- name: kproxy-tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{- define "kproxy.container" -}}
+- name: kproxy
+  image: {{ include "kproxy.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["run", "--config", "/etc/kproxy/kproxy.yaml"]
+  {{- with .Values.extraEnv }}
+  env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    - name: kproxy-api
+      containerPort: {{ .Values.ports.proxy }}
+      protocol: TCP
+    - name: kproxy-admin
+      containerPort: {{ .Values.ports.admin }}
+      protocol: TCP
+  livenessProbe:
+    httpGet:
+      path: /livez
+      port: kproxy-admin
+    {{- toYaml .Values.probes.liveness | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: kproxy-admin
+    {{- toYaml .Values.probes.readiness | nindent 4 }}
+  {{- with .Values.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - name: kproxy-config
+      mountPath: /etc/kproxy
+      readOnly: true
+    - name: kproxy-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+    - name: kproxy-tmp
+      mountPath: /tmp
+    {{- if .Values.tls.secretName }}
+    - name: kproxy-tls
+      mountPath: /etc/kproxy-tls
+      readOnly: true
+    {{- end }}
+{{- end }}
+
+{{/* The pod spec of the gateway Deployment and the node-local DaemonSet. */}}
+{{- define "kproxy.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "kproxy.labels" . | nindent 4 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    checksum/config: {{ include "kproxy.configChecksum" . }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "kproxy.serviceAccountName" . }}
+  automountServiceAccountToken: false
+  enableServiceLinks: false
+  terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  containers:
+    {{- include "kproxy.container" . | nindent 4 }}
+  volumes:
+    {{- include "kproxy.volumes" . | nindent 4 }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if eq .Values.mode "gateway" }}
+  topologySpreadConstraints:
+    {{- if .Values.topologySpreadConstraints }}
+    {{- toYaml .Values.topologySpreadConstraints | nindent 4 }}
+    {{- else }}
+    - maxSkew: 1
+      topologyKey: topology.kubernetes.io/zone
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "kproxy.selectorLabels" . | nindent 10 }}
+    - maxSkew: 1
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "kproxy.selectorLabels" . | nindent 10 }}
+    {{- end }}
+  {{- end }}
+{{- end }}

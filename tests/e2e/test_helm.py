@@ -1,0 +1,466 @@
+"""The Helm chart (deploy/helm/kproxy) and the sidecar example, with the real helm and apiserver.
+
+helm is built from its Go module (tools/helm) and cached like the control plane; every mode is
+linted and rendered, every rendered manifest is sent to the real kube-apiserver with
+``kubectl apply --dry-run=server`` in a namespace that warns on the ``restricted`` Pod Security
+level (so a pod template that is not restricted-clean shows up as a warning and fails the test),
+the RBAC rendered for a config is applied for real and probed with ``kubectl auth can-i``, and
+values.schema.json is shown to reject bad values.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kproxy.config import Config
+from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+
+# A cold helm build takes about 4 minutes on the 2-core machine; `make test` builds it first
+# (`make helm-bin`), the fixture only builds it when run without make.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "kproxy"
+SIDECAR_EXAMPLE = REPO / "deploy" / "helm" / "examples" / "app-with-sidecar"
+HELM_TOOL = REPO / "tools" / "helm"
+
+
+# --------------------------------------------------------------------------- helm binary
+
+
+def helm_version() -> str:
+    m = re.search(r"^\s*(?:require\s+)?helm\.sh/helm/v4\s+(v\S+)", (HELM_TOOL / "go.mod").read_text(), re.MULTILINE)
+    assert m, "no helm.sh/helm/v4 pin in tools/helm/go.mod"
+    return m.group(1)
+
+
+def ensure_helm() -> Path:
+    """$KPROXY_HELM_BIN, else ~/.cache/kproxy/helm/<pin>/helm, built (under a lock) if missing."""
+    if override := os.environ.get("KPROXY_HELM_BIN"):
+        return Path(override)
+    version = helm_version()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kproxy" / "helm" / version
+    binary = cache / "helm"
+
+    def ready() -> bool:
+        version_file = cache / "VERSION"
+        return os.access(binary, os.X_OK) and version_file.is_file() and version_file.read_text().strip() == version
+
+    if not ready():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{cache}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not ready():
+                subprocess.run(["bash", str(HELM_TOOL / "build.sh"), str(cache)], check=True)
+    return binary
+
+
+@dataclass(frozen=True)
+class Helm:
+    binary: Path
+    home: Path
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        proc = subprocess.run([str(self.binary), *args], capture_output=True, text=True, env=env, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def template(
+        self, values: dict[str, Any], namespace: str = "kproxy", chart: Path = CHART, release: str = "kp"
+    ) -> list[dict[str, Any]]:
+        proc = self.run("template", release, str(chart), "-n", namespace, "--values", self._values_file(values))
+        return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+    def _values_file(self, values: dict[str, Any]) -> str:
+        path = self.home / f"values-{abs(hash(json.dumps(values, sort_keys=True)))}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        return str(path)
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(ensure_helm(), tmp_path_factory.mktemp("helm"))
+
+
+# --------------------------------------------------------------------------- the cases
+
+WATCHCACHE = {
+    "name": "watchcache",
+    "resources": ["pods", "deployments.apps", {"group": "batch", "resource": "jobs"}, "replicasets.apps"],
+}
+
+#: Every mode and option worth rendering: name -> values.
+CASES: dict[str, dict[str, Any]] = {
+    "gateway": {"tls": {"secretName": "kproxy-tls"}},
+    "gateway-full": {
+        "tls": {"secretName": "kproxy-tls"},
+        "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
+        "podDisruptionBudget": {"enabled": True, "maxUnavailable": None, "minAvailable": 1},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "networkPolicy": {
+            "enabled": True,
+            "from": [{"namespaceSelector": {"matchLabels": {"team": "platform"}}}],
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+            "apiserver": {"cidrs": ["10.0.0.1/32"], "ports": [6443]},
+        },
+        "config": {"credentials": "impersonate", "filters": [WATCHCACHE, {"name": "validation"}]},
+    },
+    "gateway-proxy": {"config": {"credentials": "proxy", "allow_remote": True}, "tls": {"secretName": "kproxy-tls"}},
+    "daemonset": {"mode": "daemonset", "tls": {"allowPlaintext": True}},
+    "sidecar": {"mode": "sidecar", "config": {"credentials": "proxy"}},
+}
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in docs}
+
+
+def config_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load(kinds(docs)["ConfigMap"]["data"]["kproxy.yaml"])
+    return cfg
+
+
+# --------------------------------------------------------------------------- lint and template
+
+
+def test_helm_is_built_from_the_pinned_module(helm: Helm) -> None:
+    out = helm.run("version", "--short").stdout
+    assert out.startswith(helm_version()), out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_lint_strict(helm: Helm, case: str) -> None:
+    values = helm._values_file(CASES[case])
+    out = helm.run("lint", "--strict", str(CHART), "--values", values).stdout
+    assert "0 chart(s) failed" in out
+
+
+def test_lint_sidecar_example(helm: Helm) -> None:
+    assert "0 chart(s) failed" in helm.run("lint", "--strict", str(SIDECAR_EXAMPLE)).stdout
+
+
+def test_modes_render_their_workloads(helm: Helm) -> None:
+    gateway = kinds(helm.template(CASES["gateway-full"]))
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"} <= set(gateway)
+    assert {"NetworkPolicy", "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= set(gateway)
+    assert "replicas" not in gateway["Deployment"]["spec"]  # the HPA owns it
+    spread = gateway["Deployment"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+
+    daemonset = kinds(helm.template(CASES["daemonset"]))
+    assert "DaemonSet" in daemonset and "Deployment" not in daemonset
+    assert daemonset["Service"]["spec"]["internalTrafficPolicy"] == "Local"
+    assert "topologySpreadConstraints" not in daemonset["DaemonSet"]["spec"]["template"]["spec"]
+
+    sidecar = kinds(helm.template(CASES["sidecar"]))
+    assert set(sidecar) == {"ConfigMap", "ServiceAccount"}  # proxy mode, no filters: no rules needed
+    assert config_of(list(sidecar.values()))["listen"] == "127.0.0.1:8443"
+
+
+def test_pod_is_locked_down(helm: Helm) -> None:
+    pod = kinds(helm.template(CASES["gateway"]))["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    # The token reaches the kproxy container only, through the projected volume.
+    assert pod["automountServiceAccountToken"] is False
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == "kproxy-token"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "kproxy-admin"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
+
+
+def test_config_checksum_rolls_pods_only_when_config_changes(helm: Helm) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        deployment = kinds(helm.template(values))["Deployment"]
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return value
+
+    base = CASES["gateway"]
+    assert checksum(base) == checksum({**base, "replicaCount": 5})
+    assert checksum(base) != checksum({**base, "config": {"credentials": "forward", "log": {"level": "debug"}}})
+
+
+@pytest.mark.parametrize("case", ["gateway", "gateway-proxy", "daemonset", "sidecar"])
+def test_rendered_config_passes_kproxy_check_config(helm: Helm, case: str, tmp_path: Path) -> None:
+    """The ConfigMap holds a config kproxy itself accepts (cases whose filters exist today)."""
+    path = tmp_path / "kproxy.yaml"
+    path.write_text(yaml.safe_dump(config_of(helm.template(CASES[case]))))
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "kproxy"), "check-config", str(path)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_sidecar_example_renders_app_with_kproxy(helm: Helm) -> None:
+    docs = helm.template({}, chart=SIDECAR_EXAMPLE, release="demo")
+    pod = kinds(docs)["Deployment"]["spec"]["template"]
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["app", "kproxy"]
+    assert pod["spec"]["serviceAccountName"] == kinds(docs)["ServiceAccount"]["metadata"]["name"]
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    # The app has no token of its own: only kproxy's container mounts the service account.
+    app, sidecar = pod["spec"]["containers"]
+    assert not any("serviceaccount" in m["mountPath"] for m in app["volumeMounts"])
+    assert any("serviceaccount" in m["mountPath"] for m in sidecar["volumeMounts"])
+    maps = [d["data"] for d in docs if d["kind"] == "ConfigMap"]
+    kubeconfig = next(yaml.safe_load(m["kubeconfig"]) for m in maps if "kubeconfig" in m)
+    kproxy_cfg = next(yaml.safe_load(m["kproxy.yaml"]) for m in maps if "kproxy.yaml" in m)
+    assert kproxy_cfg["listen"] == "127.0.0.1:8001"
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "http://127.0.0.1:8001"
+    # The app's pods roll when kproxy's config changes.
+    annotations = pod["metadata"]["annotations"]
+    changed = helm.template(
+        {"kproxy": {"config": {"credentials": "proxy", "log": {"level": "debug"}}}},
+        chart=SIDECAR_EXAMPLE,
+        release="demo",
+    )
+    assert kinds(changed)["Deployment"]["spec"]["template"]["metadata"]["annotations"] != annotations
+
+
+# --------------------------------------------------------------------------- the real apiserver
+
+
+@pytest.fixture(scope="module")
+def servicemonitor_crd(control_plane: ControlPlaneInfo, kubectl: Kubectl) -> Iterator[None]:
+    """ServiceMonitor is a prometheus-operator CRD, absent from a bare apiserver: install a minimal
+    one (group, kind, version, scope as the operator's; its schema preserves unknown fields, so
+    the dry run checks the object's identity and metadata, not the operator's field schema)."""
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    kubectl(["apply", "-f", "-"], input=json.dumps(crd))
+    kubectl(["wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=60s"])
+    yield
+
+
+@pytest.fixture
+def restricted_namespace(namespace: str, kubectl: Kubectl) -> str:
+    """The test namespace, warning on anything that breaks the `restricted` Pod Security level."""
+    kubectl(["label", "namespace", namespace, "pod-security.kubernetes.io/warn=restricted"])
+    return namespace
+
+
+def dry_run(kubectl: Kubectl, docs: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    return kubectl(
+        ["apply", "--dry-run=server", "-o", "name", "-f", "-"],
+        input="\n---\n".join(yaml.safe_dump(d) for d in docs),
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_manifest_accepted_by_the_apiserver(
+    helm: Helm, kubectl: Kubectl, restricted_namespace: str, servicemonitor_crd: None, case: str
+) -> None:
+    docs = helm.template(CASES[case], namespace=restricted_namespace)
+    out = dry_run(kubectl, docs)
+    assert out.returncode == 0, out.stderr
+    accepted = out.stdout.split()
+    assert len(accepted) == len(docs), (accepted, [d["kind"] for d in docs])
+    assert "Warning" not in out.stderr, out.stderr  # e.g. "would violate PodSecurity restricted"
+
+
+def test_sidecar_example_accepted_by_the_apiserver(helm: Helm, kubectl: Kubectl, restricted_namespace: str) -> None:
+    docs = helm.template({}, chart=SIDECAR_EXAMPLE, namespace=restricted_namespace, release="demo")
+    out = dry_run(kubectl, docs)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.split()) == len(docs)
+    assert "Warning" not in out.stderr, out.stderr
+
+
+def test_restricted_warning_is_detected(kubectl: Kubectl, restricted_namespace: str) -> None:
+    """The Pod Security check above can fail: a privileged pod template draws the warning."""
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "bad", "namespace": restricted_namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": "bad"}},
+            "template": {
+                "metadata": {"labels": {"app": "bad"}},
+                "spec": {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
+            },
+        },
+    }
+    out = dry_run(kubectl, [bad])
+    assert out.returncode == 0
+    assert 'would violate PodSecurity "restricted' in out.stderr
+
+
+# --------------------------------------------------------------------------- RBAC from the config
+
+
+def rules_of(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    role = kinds(docs).get("ClusterRole")
+    return list(role["rules"]) if role else []
+
+
+def test_rbac_forward_mode(helm: Helm) -> None:
+    rules = rules_of(helm.template(CASES["gateway"]))
+    assert rules == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+
+
+def test_rbac_proxy_mode_needs_nothing_of_its_own(helm: Helm) -> None:
+    values = {**CASES["gateway-proxy"], "config": {**CASES["gateway-proxy"]["config"], "filters": [{"name": "dryrun"}]}}
+    assert rules_of(helm.template(values)) == []
+    extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+    assert rules_of(helm.template({**values, "rbac": {"extraRules": [extra]}})) == [extra]
+
+
+def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
+    rules = rules_of(helm.template(CASES["gateway-full"]))
+    assert rules == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/*", "uids"], "verbs": ["impersonate"]},
+        {"nonResourceURLs": ["/openapi/v2", "/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "allowed", "denied"),
+    [
+        (
+            "gateway-full",
+            [
+                "list pods -A",
+                "watch deployments.apps -A",
+                "list jobs.batch -A",
+                "create tokenreviews",
+                "create subjectaccessreviews",
+                "impersonate users",
+                "impersonate serviceaccounts",
+                "get /openapi/v3/apis/apps/v1",
+            ],
+            ["list secrets -A", "delete pods -A", "create pods -A", "list cronjobs.batch -A"],
+        ),
+        (
+            "gateway",
+            ["create tokenreviews", "create subjectaccessreviews"],
+            ["impersonate users", "impersonate groups", "list pods -A", "get /metrics"],
+        ),
+    ],
+)
+def test_rendered_rbac_grants_exactly_what_the_config_needs(
+    helm: Helm,
+    kubectl: Kubectl,
+    namespace: str,
+    case: str,
+    allowed: list[str],
+    denied: list[str],
+) -> None:
+    """Apply the rendered ServiceAccount and RBAC for real and ask the apiserver's authorizer."""
+    docs = [
+        d
+        for d in helm.template(CASES[case], namespace=namespace)
+        if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    ]
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    try:
+        sa = f"system:serviceaccount:{namespace}:{kinds(docs)['ServiceAccount']['metadata']['name']}"
+
+        def can_i(what: str) -> bool:
+            out = kubectl(["auth", "can-i", *what.split(), f"--as={sa}"], check=False)
+            return out.stdout.strip() == "yes"
+
+        assert [w for w in allowed if not can_i(w)] == []
+        assert [w for w in denied if can_i(w)] == []
+    finally:
+        for d in docs:
+            if d["kind"] != "ServiceAccount":
+                kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])
+
+
+# --------------------------------------------------------------------------- values.schema.json
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"mode": "statefulset"}, "at '/mode': value must be one of 'gateway', 'daemonset', 'sidecar'"),
+        ({"config": {"credentials": "root"}}, "at '/config/credentials'"),
+        ({"config": {"filters": [{"resources": ["pods"]}]}}, "at '/config/filters/0': missing property 'name'"),
+        (
+            {"config": {"filters": [{"name": "watchcache", "resources": ["Pods!"]}]}},
+            "at '/config/filters/0/resources/0'",
+        ),
+        ({"config": {"log": {"level": "verbose"}}}, "at '/config/log/level'"),
+        ({"ports": {"proxy": 70000, "admin": 9099}}, "at '/ports/proxy': maximum"),
+        ({"replicas": 3}, "additional properties 'replicas' not allowed"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+        ({"image": {"repository": "x", "digest": "latest"}}, "at '/image/digest'"),
+        ({"autoscaling": {"enabled": "yes"}}, "at '/autoscaling/enabled'"),
+        ({"service": {"type": "ExternalName"}}, "at '/service/type'"),
+        ({"serviceMonitor": {"interval": "often"}}, "at '/serviceMonitor/interval'"),
+        ({"resources": {"requests": {"cpu": "lots"}}}, "at '/resources/requests/cpu'"),
+    ],
+)
+def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], error: str) -> None:
+    out = helm.run("template", "kp", str(CHART), "--values", helm._values_file(values), check=False)
+    assert out.returncode != 0
+    assert "don't meet the specifications of the schema" in out.stderr
+    assert error in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"config": {"credentials": "proxy"}, "tls": {"secretName": "t"}}, "needs config.allow_remote: true"),
+        ({"config": {"credentials": "forward"}}, "set tls.secretName"),
+        ({"mode": "sidecar", "networkPolicy": {"enabled": True}}, "give your chart its own NetworkPolicy"),
+    ],
+)
+def test_unsafe_combinations_fail_at_render(helm: Helm, values: dict[str, Any], error: str) -> None:
+    out = helm.run("template", "kp", str(CHART), "--values", helm._values_file(values), check=False)
+    assert out.returncode != 0
+    assert error in out.stderr, out.stderr
+
+
+def test_schema_knows_every_credentials_mode_of_kproxy() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    modes = set(schema["properties"]["config"]["properties"]["credentials"]["enum"])
+    annotation = Config.model_fields["credentials"].annotation
+    assert set(annotation.__args__) <= modes  # type: ignore[union-attr]
