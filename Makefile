@@ -8,10 +8,13 @@ K8S_VERSION := $(shell sed -n 's|^\s*k8s.io/kubernetes \(v[0-9][0-9.]*\).*|\1|p'
 KPROXY_CACHE ?= $(HOME)/.cache/kproxy
 ENVTEST_BIN := $(KPROXY_CACHE)/envtest/$(K8S_VERSION)
 export KPROXY_ENVTEST_BIN_DIR := $(ENVTEST_BIN)
+HELM_VERSION := $(shell sed -n 's|^\s*\(require \)\?helm.sh/helm/v4 \(v[0-9][0-9.]*\).*|\2|p' tools/helm/go.mod | head -1)
+HELM_BIN := $(KPROXY_CACHE)/helm/$(HELM_VERSION)
+export KPROXY_HELM_BIN := $(HELM_BIN)/helm
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
-.PHONY: run test unit e2e lint envtest-bin bench proto clean venv
+.PHONY: run test unit e2e lint envtest-bin helm-bin docs docs-check bench proto clean venv
 
 venv: $(VENV)/.installed
 
@@ -28,6 +31,20 @@ envtest-bin:
 	  time bash tools/envtest/build.sh $(ENVTEST_BIN); \
 	fi
 
+# helm built from its Go module (tools/helm) for the chart tests; rebuilt only when the pin changes.
+helm-bin:
+	@if [ "$$(cat $(HELM_BIN)/VERSION 2>/dev/null)" != "$(HELM_VERSION)" ]; then \
+	  echo "building helm $(HELM_VERSION) from its Go module into $(HELM_BIN)"; \
+	  time bash tools/helm/build.sh $(HELM_BIN); \
+	fi
+
+# docs/filters.md is generated from the filters' config models (tests/unit/test_docs.py checks it).
+docs: venv
+	$(BIN)/python tools/gen_filter_docs.py
+
+docs-check: venv
+	$(BIN)/python tools/gen_filter_docs.py --check
+
 # Run kproxy. With no KUBECONFIG, start the local control plane and proxy it.
 run: venv
 	@if [ -z "$$KUBECONFIG" ]; then \
@@ -40,13 +57,13 @@ run: venv
 	exec $(BIN)/kproxy run --config config.example.yaml
 
 # The whole suite: lint, type check, unit and end-to-end tests against the real kube-apiserver.
-test: venv envtest-bin lint
+test: venv envtest-bin helm-bin lint
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
-e2e: venv envtest-bin
+e2e: venv envtest-bin helm-bin
 	$(BIN)/pytest -q -ra tests/e2e $(PYTEST_ARGS)
 
 lint: venv
