@@ -71,6 +71,11 @@ def _gzip_module() -> tuple[str, Any, range]:
         return "zlib", zlib, range(1, 10)
 
 
+def gzip_library() -> str:
+    """Which backend gzip goes through here: "isal", "zlib-ng" or "zlib"."""
+    return _gzip_module()[0]
+
+
 class _ZlibEncoder:
     __slots__ = ("_obj", "_sync")
 
