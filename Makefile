@@ -73,6 +73,10 @@ lint: venv
 bench: venv envtest-bin
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
+# The Kubernetes protobuf schema (kproxy/codec/data/) from the Go modules pinned in tools/proto/go.mod.
+proto: venv
+	bash tools/proto/build.sh
+
 clean:
 	-$(BIN)/kproxy envtest down --dir $(RUN_DIR)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""The `k8s\\x00` + runtime.Unknown envelope around every Kubernetes protobuf body.
+
+Wire layout (k8s.io/apimachinery/pkg/runtime/serializer/protobuf/protobuf.go): the 4-byte magic
+then a runtime.Unknown message: 1 typeMeta {1 apiVersion, 2 kind}, 2 raw (the object's own
+message), 3 contentEncoding, 4 contentType. Written by hand (a few varints) so that the
+envelope costs nothing next to the object, and so that streams can be parsed incrementally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import CodecError
+
+MAGIC = b"k8s\x00"
+
+
+@dataclass(slots=True)
+class Envelope:
+    """A decoded envelope: the type and the still-encoded object bytes."""
+
+    api_version: str
+    kind: str
+    raw: bytes
+    content_encoding: str = ""
+    content_type: str = ""
+
+
+def read_varint(data: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """A base-128 varint at data[pos:end] -> (value, next position); CodecError if cut short."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise CodecError("truncated protobuf data: varint runs past the end")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CodecError("invalid protobuf data: varint too long")
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def skip_field(data: bytes | bytearray | memoryview, wire: int, pos: int, end: int) -> int:
+    """Skip one field's value of the given wire type; returns the next position."""
+    if wire == 0:
+        return read_varint(data, pos, end)[1]
+    if wire == 2:
+        n, pos = read_varint(data, pos, end)
+        pos += n
+    elif wire == 1:
+        pos += 8
+    elif wire == 5:
+        pos += 4
+    else:
+        raise CodecError(f"invalid protobuf data: unsupported wire type {wire}")
+    if pos > end:
+        raise CodecError("truncated protobuf data: field runs past the end")
+    return pos
+
+
+def _string(data: bytes, pos: int, end: int, what: str) -> str:
+    try:
+        return data[pos:end].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CodecError(f"invalid protobuf data: {what} is not valid UTF-8") from e
+
+
+def parse_type_meta(data: bytes, pos: int, end: int) -> tuple[str, str]:
+    """runtime.TypeMeta {1 apiVersion, 2 kind} in data[pos:end]."""
+    api_version = kind = ""
+    while pos < end:
+        tag, pos = read_varint(data, pos, end)
+        num, wire = tag >> 3, tag & 7
+        if wire == 2 and num in (1, 2):
+            n, pos = read_varint(data, pos, end)
+            if pos + n > end:
+                raise CodecError("truncated protobuf data: typeMeta runs past the end")
+            if num == 1:
+                api_version = _string(data, pos, pos + n, "apiVersion")
+            else:
+                kind = _string(data, pos, pos + n, "kind")
+            pos += n
+        else:
+            pos = skip_field(data, wire, pos, end)
+    return api_version, kind
+
+
+def check_magic(data: bytes | bytearray) -> None:
+    """The checks (and messages) of the apiserver's protobuf decoder."""
+    if len(data) == 0:
+        raise CodecError("empty data")
+    if len(data) < 4 or data[:4] != MAGIC:
+        raise CodecError("provided data does not appear to be a protobuf message, expected prefix [107 56 115 0]")
+    if len(data) == 4:
+        raise CodecError("empty body")
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Split a whole `k8s\\x00` body into its type and raw object; CodecError on anything else."""
+    if isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    check_magic(data)
+    env = Envelope("", "", b"")
+    pos, end = 4, len(data)
+    while pos < end:
+        tag, pos = read_varint(data, pos, end)
+        num, wire = tag >> 3, tag & 7
+        if wire != 2:
+            pos = skip_field(data, wire, pos, end)
+            continue
+        n, pos = read_varint(data, pos, end)
+        stop = pos + n
+        if stop > end:
+            raise CodecError("truncated protobuf data: the object is cut short")
+        if num == 1:
+            env.api_version, env.kind = parse_type_meta(data, pos, stop)
+        elif num == 2:
+            env.raw = data[pos:stop]
+        elif num == 3:
+            env.content_encoding = _string(data, pos, stop, "contentEncoding")
+        elif num == 4:
+            env.content_type = _string(data, pos, stop, "contentType")
+        pos = stop
+    if not env.kind:
+        raise CodecError("invalid protobuf data: the envelope has no kind")
+    return env
+
+
+def _ld(num: int, payload: bytes) -> bytes:
+    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+def encode_envelope(api_version: str, kind: str, raw: bytes) -> bytes:
+    """The envelope as the apiserver writes it (typeMeta, raw, then the two empty strings)."""
+    type_meta = _ld(1, api_version.encode()) + _ld(2, kind.encode())
+    return MAGIC + _ld(1, type_meta) + _ld(2, raw) + b"\x1a\x00\x22\x00"

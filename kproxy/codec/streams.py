@@ -1,0 +1,268 @@
+"""Incremental protobuf -> JSON for lists and watch streams.
+
+A long list is transcoded item by item as its bytes arrive (the apiserver streams its protobuf
+lists too), so kproxy never holds a whole 100 MB list as Python objects and the client sees the
+first items early. A watch stream is a sequence of 4-byte big-endian length-prefixed
+metav1.WatchEvent frames (k8s.io/apimachinery/pkg/util/framer); each complete frame becomes one
+JSON line at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from google.protobuf.message import DecodeError, Message
+
+from .envelope import MAGIC, check_magic, decode_envelope, parse_type_meta, read_varint, skip_field
+from .errors import CodecError
+
+if TYPE_CHECKING:
+    from .codec import ProtobufCodec
+
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+
+class _NeedMore(Exception):
+    """Internal: the buffer ends inside the next field."""
+
+
+class ListTranscoder:
+    """One protobuf body (a list, or any object) -> JSON, fed chunk by chunk."""
+
+    def __init__(self, codec: ProtobufCodec) -> None:
+        self._codec = codec
+        self._buf = bytearray()
+        self._pos = 0
+        self._state = "magic"  # magic | outer | items | whole | done-raw
+        self._api_version = ""
+        self._kind = ""
+        self._raw_end = 0  # absolute buffer offset where raw ends (items state)
+        self._raw_left = 0  # bytes of raw still to come (whole state)
+        self._raw_parts: list[bytes] = []
+        self._header: dict[str, Any] = {}
+        self._started = False
+        self._count = 0
+        self._item: Callable[[bytes], bytes] | None = None
+        self._meta: Callable[[bytes], Any] | None = None
+        self._out: list[bytes] = []
+
+    @property
+    def items(self) -> int:
+        """How many list items were emitted so far."""
+        return self._count
+
+    def feed(self, chunk: bytes) -> bytes:
+        """JSON produced by this chunk (possibly b""): items are emitted as soon as complete."""
+        if chunk:
+            self._buf += chunk
+        self._run()
+        out = b"".join(self._out)
+        self._out.clear()
+        # Drop consumed bytes now and then (cheap amortised compaction).
+        if self._pos > 1 << 20 and self._pos > len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._raw_end -= self._pos
+            self._pos = 0
+        return out
+
+    def finish(self) -> bytes:
+        """The rest of the JSON; CodecError if the body was cut short."""
+        self._run()
+        if self._state == "magic":
+            check_magic(bytes(self._buf))
+        if self._state in ("outer",) and not self._kind:
+            raise CodecError("truncated protobuf data: no object in the envelope")
+        if self._state in ("items", "whole") or (self._state == "outer" and self._pos != len(self._buf)):
+            raise CodecError("truncated protobuf data: the list is cut short")
+        if self._state == "outer" and not self._started and self._kind:
+            # An envelope whose raw field never came: an empty object of that kind.
+            self._emit_whole(b"")
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    # -- internals ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                if self._state == "magic":
+                    if len(self._buf) < 4:
+                        return
+                    if self._buf[:4] != MAGIC:
+                        check_magic(bytes(self._buf[:4]) + b"\x00")
+                    self._pos = 4
+                    self._state = "outer"
+                elif self._state == "outer":
+                    if not self._outer_field():
+                        return
+                elif self._state == "items":
+                    if not self._list_field():
+                        return
+                elif self._state == "whole":
+                    if not self._whole():
+                        return
+                else:
+                    return
+        except _NeedMore:
+            return
+
+    def _read_ld(self, end: int) -> tuple[int, int, int]:
+        """(field number, payload start, payload end) of the next length-delimited field that
+        must end by `end`; other wire types are skipped (start == end == -1). _NeedMore if the
+        buffer stops inside it."""
+        buf = self._buf
+        limit = min(end, len(buf))
+        try:
+            tag, p = read_varint(buf, self._pos, limit)
+            wire = tag & 7
+            if wire != 2:
+                self._pos = skip_field(buf, wire, p, limit)
+                return tag >> 3, -1, -1
+            n, p = read_varint(buf, p, limit)
+        except CodecError:
+            if limit < end:
+                raise _NeedMore from None
+            raise
+        if p + n > end:
+            raise CodecError("invalid protobuf data: field runs past its message")
+        if p + n > len(buf):
+            raise _NeedMore
+        return tag >> 3, p, p + n
+
+    def _outer_field(self) -> bool:
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):
+            return False
+        try:
+            tag, p = read_varint(buf, pos, len(buf))
+            if tag & 7 != 2:
+                self._pos = skip_field(buf, tag & 7, p, len(buf))
+                return True
+            n, p = read_varint(buf, p, len(buf))
+        except CodecError:
+            return False
+        num = tag >> 3
+        if num == 2:
+            if not self._kind:
+                raise CodecError("invalid protobuf data: raw before typeMeta in the envelope")
+            self._pos = p
+            self._begin_raw(p, n)
+            return True
+        if p + n > len(buf):
+            return False
+        if num == 1:
+            self._api_version, self._kind = parse_type_meta(bytes(buf[p : p + n]), 0, n)
+        self._pos = p + n
+        return True
+
+    def _begin_raw(self, start: int, n: int) -> None:
+        plan = self._codec._list_plan(self._api_version, self._kind)
+        if plan is None:
+            self._state = "whole"
+            self._raw_left = n
+            return
+        self._item, self._meta = plan
+        self._state = "items"
+        self._raw_end = start + n
+        self._header = {"kind": self._kind, "apiVersion": self._api_version} if self._kind else {}
+
+    def _whole(self) -> bool:
+        take = min(self._raw_left, len(self._buf) - self._pos)
+        if take:
+            self._raw_parts.append(bytes(self._buf[self._pos : self._pos + take]))
+            self._pos += take
+            self._raw_left -= take
+        if self._raw_left:
+            return False
+        self._emit_whole(b"".join(self._raw_parts))
+        self._raw_parts.clear()
+        self._state = "outer"
+        self._started = True
+        return True
+
+    def _emit_whole(self, raw: bytes) -> None:
+        self._out.append(self._codec._raw_to_json(self._api_version, self._kind, raw))
+
+    def _list_field(self) -> bool:
+        if self._pos >= self._raw_end:
+            if self._pos > self._raw_end:
+                raise CodecError("invalid protobuf data: list fields run past the object")
+            self._close_list()
+            self._state = "outer"
+            return True
+        num, start, stop = self._read_ld(self._raw_end)
+        if start < 0:
+            return True
+        payload = bytes(self._buf[start:stop])
+        self._pos = stop
+        assert self._item is not None and self._meta is not None
+        if num == 1:
+            if self._started:
+                raise CodecError("invalid protobuf data: list metadata after its items")
+            self._header["metadata"] = self._meta(payload)
+        elif num == 2:
+            if not self._started:
+                self._open_list()
+            self._out.append(b"," + self._item(payload) if self._count else self._item(payload))
+            self._count += 1
+        return True
+
+    def _open_list(self) -> None:
+        self._header.setdefault("metadata", {})
+        head = orjson.dumps(self._header)
+        self._out.append(head[:-1] + b',"items":[')
+        self._started = True
+
+    def _close_list(self) -> None:
+        if not self._started:
+            self._open_list()
+        self._out.append(b"]}")
+
+
+class WatchTranscoder:
+    """Length-prefixed protobuf WatchEvent frames -> newline-terminated JSON events."""
+
+    def __init__(self, codec: ProtobufCodec, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._codec = codec
+        self._buf = bytearray()
+        self._max = max_frame
+        self.events = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        """One JSON line per frame completed by this chunk; nothing held back."""
+        buf = self._buf
+        buf += chunk
+        out: list[bytes] = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            n = int.from_bytes(buf[pos : pos + 4], "big")
+            if n > self._max:
+                raise CodecError(f"watch event frame of {n} bytes exceeds the limit of {self._max}")
+            if len(buf) - pos - 4 < n:
+                break
+            out.append(self._codec._watch_frame_to_json(bytes(buf[pos + 4 : pos + 4 + n])))
+            self.events += 1
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        """b"" at a frame boundary; CodecError if the stream ended inside a frame."""
+        if self._buf:
+            raise CodecError(f"truncated watch stream: {len(self._buf)} bytes of an incomplete frame")
+        return b""
+
+
+def decode_message(cls: type[Message], data: bytes, what: str) -> Message:
+    """Parse with upb; any parse failure becomes a CodecError naming the type."""
+    try:
+        return cls.FromString(data)
+    except DecodeError as e:
+        raise CodecError(f"invalid protobuf data for {what}: {e}") from e
+
+
+__all__ = ["ListTranscoder", "WatchTranscoder", "decode_envelope", "decode_message"]

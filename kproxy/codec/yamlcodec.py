@@ -1,0 +1,42 @@
+"""YAML as the apiserver writes and reads it (sigs.k8s.io/yaml over go-yaml v2).
+
+The apiserver's YAML is its JSON converted to YAML: map keys sorted, block style, sequences not
+indented under their key. pyyaml's C dumper/loader (libyaml) does that at C speed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from .errors import CodecError
+
+try:
+    _Dumper: Any = yaml.CSafeDumper
+    _Loader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - pyyaml built without libyaml
+    _Dumper = yaml.SafeDumper
+    _Loader = yaml.SafeLoader
+
+
+def to_yaml(obj: Any) -> bytes:
+    """Python objects (e.g. ProtobufCodec.to_obj) -> YAML bytes, keys sorted."""
+    out: bytes = yaml.dump(
+        obj,
+        Dumper=_Dumper,
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 30,
+        encoding="utf-8",
+    )
+    return out
+
+
+def from_yaml(data: bytes | str) -> Any:
+    """One YAML document -> Python objects; CodecError for malformed YAML."""
+    try:
+        return yaml.load(data, Loader=_Loader)
+    except yaml.YAMLError as e:
+        raise CodecError(f"error converting YAML to JSON: {e}") from e
