@@ -219,7 +219,7 @@ class Validation(FilterBase):
         check = verb != "patch" and (
             (level == Level.STRICT and self.settings.local_strict) or (provide and level == Level.WARN)
         )
-        outcome = await self._check(ex) if check else None
+        outcome = await self._check(ex) if check and _options_valid(ex.query) else None
         if outcome is None or outcome.fatal or not outcome.errors:
             self.metrics.requests.labels(level.wire, "raised" if level != requested else "passed").inc()
             return await call_next(ex)
@@ -269,23 +269,29 @@ class Validation(FilterBase):
         outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
         self.metrics.seconds.observe(time.perf_counter() - t0)
         endpoint = resolved.endpoint
-        if (outcome.api_version, outcome.kind) != (endpoint.api_version, endpoint.kind):
+        if outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
             outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
         ex.state["validation.endpoint"] = endpoint
         return outcome
 
     async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
-        """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say."""
+        """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say.
+
+        In front of an upstream that validates, kproxy answers only in JSON (other encodings
+        are left to the apiserver). When kproxy provides the validation, it always answers:
+        in JSON even if the client asked for YAML or protobuf (a documented difference).
+        """
         if not _options_valid(ex.query):
             return None
         negotiated = negotiate(ex.headers.get("Accept"))
-        if negotiated is None or negotiated.media_type != JSON or negotiated.convert is not None:
-            return None
-        if self.upstream_validates and not await self._authorized(ex):
+        as_json = negotiated is not None and negotiated.media_type == JSON and negotiated.convert is None
+        if self.upstream_validates and (not as_json or not await self._authorized(ex)):
             return None
         endpoint = ex.state["validation.endpoint"]
         err = create_update_error(endpoint.kind, endpoint.version, outcome)
-        pretty = negotiated.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
+        pretty = (negotiated is not None and negotiated.pretty) or is_pretty(
+            ex.query.get("pretty"), ex.headers.get("User-Agent")
+        )
         reply = Reply.from_status(err)
         if pretty:
             reply.body = BytesBody(err.body(pretty=True), "application/json")

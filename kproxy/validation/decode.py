@@ -64,7 +64,9 @@ class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoa
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             if key in out:
-                self.duplicates.append(f"line {key_node.start_mark.line + 1}: key {_go_repr(key)} already set in map")
+                # go-yaml names the line of the repeated entry's value node (where a nested block starts).
+                line = value_node.start_mark.line + 1
+                self.duplicates.append(f"line {line}: key {_go_repr(key)} already set in map")
             out[key] = self.construct_object(value_node, deep=True)
         return out
 

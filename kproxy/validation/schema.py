@@ -27,6 +27,15 @@ _SCALAR_TYPES: dict[str, frozenset[type]] = {
     "boolean": frozenset({bool}),
 }
 _INT_OR_STRING = frozenset({int, str})
+
+
+class Base64(str):
+    """Marker type: a ``format: byte`` string, which Go decodes as base64 into ``[]byte``."""
+
+    __slots__ = ()
+
+
+_BYTES = frozenset({Base64})
 _REF_PREFIX = "#/components/schemas/"
 CRD_DOC_TITLE = "Kubernetes CRD Swagger"
 
@@ -219,6 +228,8 @@ class _Compiler:
             node.item = self.compile(schema.get("items") or {})
         elif typ in _SCALAR_TYPES:
             node.kind, node.types = SCALAR, _SCALAR_TYPES[typ]
+            if typ == "string" and schema.get("format") == "byte" and not self.custom:
+                node.types = _BYTES
         elif props or (typ == "object" and self.custom and not node.preserve and not isinstance(additional, dict)):
             node.kind = OBJECT
             node.props = {k: self.compile(v) for k, v in (props or {}).items()}

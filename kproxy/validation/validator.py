@@ -16,11 +16,13 @@ errors for custom resources (schema validation reports them later, after strict 
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass, field
 from typing import Any
 
 from kproxy.validation.decode import DecodeError, Pairs, decode_json, decode_yaml
-from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, Node
+from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, Base64, Node
 
 MAX_ERRORS = 100  # sigs.k8s.io/json saveStrictError
 
@@ -71,7 +73,7 @@ def _walk_struct(node: Node, value: Any, name: str, out: _Errors) -> None:
     if value is None or kind == ANY:
         return
     if kind == SCALAR:
-        if type(value) not in node.types:
+        if type(value) not in node.types and not _scalar_ok(node, value):
             out.fatal = out.fatal or f"wrong type at {name or '<root>'}"
         return
     if kind == LIST:
@@ -120,10 +122,21 @@ def _walk_struct(node: Node, value: Any, name: str, out: _Errors) -> None:
             continue
         ck = child.kind
         if ck == SCALAR:
-            if type(val) not in child.types:
+            if type(val) not in child.types and not _scalar_ok(child, val):
                 out.fatal = out.fatal or f"wrong type at {_join(name, key)}"
         elif ck != ANY:
             _walk_struct(child, val, _join(name, key), out)
+
+
+def _scalar_ok(node: Node, value: Any) -> bool:
+    """The slow part of a scalar check: base64 for ``[]byte`` fields (Go decodes them)."""
+    if Base64 in node.types and type(value) is str:
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        return True
+    return False
 
 
 def _duplicates(value: Any, name: str, out: _Errors) -> None:
