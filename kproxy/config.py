@@ -81,6 +81,16 @@ class TLSConfig(Strict):
 
     cert_file: str
     key_file: str
+    # Ask callers for a client certificate and verify it against this CA bundle
+    # (credentials: impersonate only: a certificate identity cannot be forwarded).
+    client_ca_file: str | None = None
+
+
+class ImpersonateConfig(Strict):
+    """``credentials: impersonate``: how long kproxy trusts a TokenReview of a caller's token."""
+
+    token_cache_ttl: Duration = 10.0
+    rejected_token_cache_ttl: Duration = 5.0
 
 
 class UpstreamConfig(Strict):
@@ -114,7 +124,8 @@ class Config(Strict):
     # With credentials: proxy every caller gets the proxy's own rights, so a non-loopback
     # listener must be asked for explicitly (the kubectl proxy model).
     allow_remote: bool = False
-    credentials: Literal["proxy", "forward"] = "proxy"
+    credentials: Literal["proxy", "forward", "impersonate"] = "proxy"
+    impersonate: ImpersonateConfig = ImpersonateConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     tls: TLSConfig | None = None
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
@@ -165,6 +176,11 @@ def parse_config(data: Mapping[str, Any] | None) -> Config:
         raise ConfigError(
             f"listen: {cfg.listen.host} is not a loopback address; with credentials: proxy every caller "
             "gets the proxy's own rights, so set allow_remote: true to listen there"
+        )
+    if cfg.tls is not None and cfg.tls.client_ca_file and cfg.credentials != "impersonate":
+        raise ConfigError(
+            "tls.client_ca_file: client certificates identify callers only with credentials: impersonate "
+            "(a certificate cannot be forwarded, and in proxy mode every caller is kproxy)"
         )
     return cfg
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 if TYPE_CHECKING:
     from kproxy.upstream import Upstream
 
-CredentialsMode = Literal["proxy", "forward"]
+CredentialsMode = Literal["proxy", "forward", "impersonate"]
 
 
 class ApiClient:

@@ -27,6 +27,7 @@ from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, 
 from kproxy.config import Config
 from kproxy.context import ApiClient, FilterContext
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
+from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.metrics import Metrics
 from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, RequestInfoError, request_info_from_target
@@ -99,6 +100,7 @@ class ProxyServer:
         self._idle.set()
         self._streams: set[_OpenStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.callers: CallerAuthenticator | None = None
         self._stopping = False
         self._ready = _ReadyCache()
         self._runner: web.ServerRunner | None = None
@@ -112,6 +114,9 @@ class ProxyServer:
     async def start(self) -> None:
         await self.upstream.start()
         self.context = FilterContext(ApiClient(self.upstream), self.cfg.credentials, self.metrics.registry)
+        if self.cfg.credentials == "impersonate":
+            imp = self.cfg.impersonate
+            self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
         await self.chain.start(self.context)
         server = web.Server(
             self.handle,
@@ -126,6 +131,11 @@ class ProxyServer:
         if self.cfg.tls is not None:
             ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
+            if self.cfg.tls.client_ca_file:
+                # Like the apiserver (VerifyClientCertIfGiven): a certificate is optional, but one
+                # that does not verify fails the handshake.
+                ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
+                ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
         site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
         await site.start()
         self._sites.append(site)
@@ -259,6 +269,8 @@ class ProxyServer:
                     CIMultiDict({"Content-Type": "text/plain; charset=utf-8"}),
                     BytesBody(b"417 Expectation Failed"),
                 )
+            elif self.callers is not None:
+                reply = await self._impersonating(request, chain, ex)
             else:
                 reply = await self._run_chain(chain, ex)
             status = reply.status
@@ -304,6 +316,21 @@ class ProxyServer:
     def _reject(self, err: StatusError) -> Reply:
         self.metrics.rejected.labels(err.reason or str(err.code)).inc()
         return Reply.from_status(err)
+
+    async def _impersonating(self, request: web.BaseRequest, chain: Chain, ex: Exchange) -> Reply:
+        """Impersonate mode: authenticate the caller first; a caller the apiserver would refuse
+        gets the apiserver's answer, and no filter sees the request."""
+        assert self.callers is not None
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        try:
+            await self.callers.identify(ex, peercert)
+        except StatusError as err:
+            return self._reject(err)
+        reply = await self._run_chain(chain, ex)
+        if has_impersonation(request.headers):
+            reply.headers.add("Warning", STRIPPED_WARNING)
+        return reply
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -20,9 +20,10 @@ from yarl import URL
 
 from kproxy.chain import Body, BytesBody, Exchange, Reply, StreamBody
 from kproxy.httputil import end_to_end
+from kproxy.impersonate import impersonation_headers, strip_impersonation
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.pool import Pool
-from kproxy.status import StatusError, service_unavailable
+from kproxy.status import StatusError, internal_error, service_unavailable
 
 log = logging.getLogger("kproxy.upstream")
 
@@ -33,7 +34,7 @@ READ_WHOLE_LIMIT = 256 * 1024
 _SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UPSTREAM_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
 
-Mode = Literal["proxy", "forward"]
+Mode = Literal["proxy", "forward", "impersonate"]
 
 
 class Upstream:
@@ -116,11 +117,17 @@ class Upstream:
         """The headers sent upstream: the exchange's own (already end-to-end, see the server),
         completed in place with the credentials of the mode and X-Forwarded-For."""
         headers = ex.headers
-        if self.mode == "proxy":
+        if self.mode != "forward":
             headers.popall("Authorization", None)
             auth = await self.own_auth_header()
             if auth:
                 headers["Authorization"] = auth
+        if self.mode == "impersonate":
+            # The server authenticated the caller before the chain ran (kproxy.impersonate).
+            if ex.identity is None:
+                raise internal_error("kproxy: impersonate mode reached the upstream without a caller identity")
+            strip_impersonation(headers)
+            headers.extend(impersonation_headers(ex.identity))
         if ex.client:
             prior = headers.get("X-Forwarded-For")
             headers["X-Forwarded-For"] = f"{prior}, {ex.client}" if prior else str(ex.client)

@@ -122,6 +122,7 @@ def start_proxy(
         cfg["tls"] = {
             "cert_file": str(certs.write_pem(tmp / "proxy.crt", leaf.cert_pem, private=False)),
             "key_file": str(certs.write_pem(tmp / "proxy.key", leaf.key_pem, private=True)),
+            **(cfg.get("tls") or {}),  # e.g. client_ca_file from ``extra``
         }
     cfg_path = tmp / "kproxy.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
