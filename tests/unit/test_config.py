@@ -82,3 +82,11 @@ def test_yaml_errors_are_config_errors(tmp_path: Path) -> None:
         load_config(tmp_path / "list.yaml")
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_client_ca_only_with_impersonate() -> None:
+    tls = {"cert_file": "c", "key_file": "k", "client_ca_file": "ca"}
+    with pytest.raises(ConfigError, match="tls.client_ca_file: client certificates identify callers only"):
+        parse_config({"credentials": "forward", "tls": tls})
+    cfg = parse_config({"credentials": "impersonate", "tls": tls, "listen": "0.0.0.0:8443"})
+    assert cfg.impersonate.token_cache_ttl == 10.0  # impersonate mode may listen anywhere: callers are authenticated
