@@ -30,7 +30,7 @@ def test_example_config_is_valid() -> None:
     ("data", "needle"),
     [
         ({"listen": "nope"}, "listen: Value error, expected HOST:PORT"),
-        ({"credentials": "steal"}, "credentials: Input should be 'proxy' or 'forward'"),
+        ({"credentials": "steal"}, "credentials: Input should be 'proxy', 'forward' or 'impersonate'"),
         ({"upstream": {"kubeconfg": "x"}}, "upstream.kubeconfg: unknown key"),
         ({"shutdown_timeout": "soon"}, "shutdown_timeout: Value error, expected a duration"),
         ({"max_request_body_bytes": 0}, "max_request_body_bytes: Input should be greater than 0"),
