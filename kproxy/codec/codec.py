@@ -148,10 +148,12 @@ class ProtobufCodec:
                 raise CodecError(f"invalid JSON: {e}") from e
         if not isinstance(obj, dict):
             raise CodecError("a JSON object with apiVersion and kind is required")
-        api_version = obj.get("apiVersion")
+        api_version = obj.get("apiVersion", "")
         kind = obj.get("kind")
-        if not isinstance(api_version, str) or not isinstance(kind, str) or not kind:
-            raise CodecError("Object 'Kind' is missing or 'apiVersion' is not a string")
+        if not isinstance(kind, str) or not kind:
+            raise CodecError("Object 'Kind' is missing in JSON")
+        if not isinstance(api_version, str):
+            raise CodecError("Object 'apiVersion' is not a string")
         full = self._message_name(api_version, kind)
-        raw = self._builder.build(full, obj, top_level=True).SerializeToString()
+        raw = self._builder.build(full, obj, top_level=True).SerializeToString(deterministic=True)
         return encode_envelope(api_version, kind, raw)

@@ -17,7 +17,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from .errors import CodecError
-from .gotypes import GoType
+from .gotypes import SPECIAL, GoType
 from .quantity import canonical_quantity
 from .schema import FieldPlan, Schema
 from .wellknown import parse_duration, parse_time
@@ -72,11 +72,79 @@ class MessageBuilder:
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
         self._tables: dict[str, Table] = {}
+        self._completions: dict[str, list[tuple[int, str, Any]]] = {}
 
     def build(self, full_name: str, obj: dict[str, Any], top_level: bool = False) -> Message:
         msg = self.schema.message_class(full_name)()
         self.fill(msg, obj, "")
+        self.complete(msg)
         return msg
+
+    def complete(self, msg: Message) -> None:
+        """Write what Go's generated (gogo) marshalling always writes: every non-pointer field,
+        zero or not, recursively. The bytes then equal the apiserver's own for the same object
+        (with deterministic map order), not merely decode to the same Go value."""
+        full = msg.DESCRIPTOR.full_name
+        actions = self._completions.get(full)
+        if actions is None:
+            actions = self._completion(full)
+        for action, name, arg in actions:
+            if action == 0:  # non-pointer scalar
+                if not msg.HasField(name):
+                    setattr(msg, name, arg)
+            elif action == 1:  # non-pointer struct
+                sub = getattr(msg, name)
+                sub.SetInParent()
+                self.complete(sub)
+            elif action == 2:  # pointer struct
+                if msg.HasField(name):
+                    self.complete(getattr(msg, name))
+            elif action == 3:  # repeated messages
+                for sub in getattr(msg, name):
+                    self.complete(sub)
+            elif action == 4:  # map of messages
+                for sub in getattr(msg, name).values():
+                    self.complete(sub)
+            elif action == 5:  # metav1.Time / MicroTime: empty when zero, else seconds and nanos
+                if msg.ByteSize():
+                    msg.seconds = msg.seconds
+                    msg.nanos = msg.nanos if arg else 0
+            elif action == 6:  # resource.Quantity: its canonical string, "0" when zero
+                if not msg.HasField("string"):
+                    msg.string = "0"
+
+    def _completion(self, full: str) -> list[tuple[int, str, Any]]:
+        actions: list[tuple[int, str, Any]] = []
+        self._completions[full] = actions
+        special = SPECIAL.get(self.schema.go_of_message.get(full, ""))
+        if special in ("time", "microtime"):
+            actions.append((5, "", special == "microtime"))
+            return actions
+        if special == "quantity":
+            actions.append((6, "", None))
+            return actions
+        if special == "duration":
+            actions.append((0, "duration", 0))
+            return actions
+        for fp in self.schema.plan(full).fields:
+            fd, go = fp.proto, fp.go
+            is_msg = fd.type == FieldDescriptor.TYPE_MESSAGE
+            if fd.is_repeated:
+                if is_msg and fd.message_type.GetOptions().map_entry:
+                    if fd.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_MESSAGE:
+                        actions.append((4, fd.name, None))
+                elif is_msg:
+                    actions.append((3, fd.name, None))
+            elif go.kind in ("ptr", "slice", "map"):
+                if is_msg:
+                    actions.append((2, fd.name, None))
+            elif go.kind == "bytes":
+                continue
+            elif is_msg:
+                actions.append((1, fd.name, None))
+            else:
+                actions.append((0, fd.name, fd.default_value))
+        return actions
 
     def fill(self, msg: Message, obj: Any, path: str) -> None:
         if not isinstance(obj, dict):
