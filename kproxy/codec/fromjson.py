@@ -109,9 +109,8 @@ class MessageBuilder:
                 if msg.ByteSize():
                     msg.seconds = msg.seconds
                     msg.nanos = msg.nanos if arg else 0
-            elif action == 6:  # resource.Quantity: its canonical string, "0" when zero
-                if not msg.HasField("string"):
-                    msg.string = "0"
+            elif action == 6 and not msg.HasField("string"):  # resource.Quantity: "0" when zero
+                msg.string = "0"
 
     def _completion(self, full: str) -> list[tuple[int, str, Any]]:
         actions: list[tuple[int, str, Any]] = []
