@@ -183,8 +183,8 @@ def _json_options(data: bytes, mt: str) -> Any:
 
 def _dry_run_field(options: dict[str, Any]) -> list[str] | None:
     values = options.get("dryRun")
-    if values is None:
-        return None
+    if values is None or values == []:
+        return None  # absent, null and [] all mean "not a dry run" and are valid
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         return ["<not a list of strings>"]
     return values
