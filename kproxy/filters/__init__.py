@@ -30,6 +30,7 @@ class FilterClass(Protocol):
 BUILTIN: dict[str, str] = {
     "compression": "kproxy.filters.compression:Compression",
     "dryrun": "kproxy.filters.dryrun:DryRun",
+    "transcode": "kproxy.filters.transcode:Transcode",
     "validation": "kproxy.filters.validation:Validation",
 }
 

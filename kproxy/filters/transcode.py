@@ -1,0 +1,357 @@
+"""The ``transcode`` filter: kproxy asks the apiserver for protobuf and answers clients in the
+media type they negotiated (JSON, YAML), so the apiserver spends less CPU and fewer bytes per
+response while clients notice nothing.
+
+How it decides, per request (``upstream: protobuf``):
+
+* Only resource requests whose representation kproxy can rebuild are touched: not
+  connect-style requests (exec, attach, port-forward, proxy), not ``log``, not HEAD.
+* The client's Accept is negotiated exactly as the apiserver would (``kproxy.negotiation``).
+  If the client would get protobuf anyway, asked for an ``as=`` transform (Table,
+  PartialObjectMetadata), would be refused (406, including YAML on a watch and go-restful's
+  route check), the request goes through untouched and the apiserver answers itself.
+* Otherwise the upstream is asked for ``application/vnd.kubernetes.protobuf, <client's Accept>``:
+  built-in resources answer protobuf; custom and aggregated resources that have no protobuf
+  answer what the client's own Accept asks for, which is passed through as is. The upstream's
+  Content-Type, not a guess, decides whether anything is transcoded.
+* Responses are rebuilt by the codec (``kproxy.codec``): objects and Status errors whole, lists
+  item by item as the upstream streams them (never held whole, unless YAML or pretty output is
+  wanted, which the apiserver does not stream either), watch streams event by event (each event
+  is written as soon as its frame is complete).
+* ``Accept-Encoding`` is not sent upstream on the requests it rewrites (kproxy must read the body
+  to transcode it); compressing the answer is the ``compression`` filter's work.
+
+``upstream: auto`` does the same only for the API group versions the codec has schemas for
+(everything else goes through untouched); ``upstream: json`` turns the filter off.
+
+Request bodies are never re-encoded: the apiserver accepts JSON, YAML and protobuf bodies for
+built-in resources, and a protobuf body for a custom resource gets the apiserver's own answer,
+so there is no case where re-encoding would be needed, and none where a field could be dropped.
+
+A body the codec cannot read (wrong magic, truncated frame, unknown kind, garbage) gives a 500
+``InternalError`` Status in the client's media type while nothing has been written yet; a list
+that breaks after its first bytes are out aborts the connection (a truncated body is never
+passed off as whole); a watch gets one ``ERROR`` event carrying the Status, then ends, as the
+apiserver ends watches that fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import aiohttp
+from multidict import CIMultiDict
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field
+
+from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
+from kproxy.negotiation import (
+    JSON,
+    PROTOBUF,
+    PROTOBUF_WATCH,
+    YAML,
+    is_pretty,
+    media_type_of,
+    negotiate,
+    router_accepts,
+)
+from kproxy.status import StatusError, go_json_dumps, internal_error, service_unavailable
+
+if TYPE_CHECKING:
+    from kproxy.codec import ProtobufCodec
+    from kproxy.context import FilterContext
+
+log = logging.getLogger("kproxy.transcode")
+
+# Subresources whose answer is not an API object (logs, proxied traffic, streams).
+_NOT_OBJECTS = frozenset({"log", "proxy", "exec", "attach", "portforward"})
+_UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+Shape = Literal["object", "list", "watch"]
+
+
+class TranscodeSettings(BaseModel):
+    """``upstream``: the encoding kproxy asks the apiserver for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    upstream: Literal["json", "protobuf", "auto"] = Field(
+        "protobuf",
+        description="json: no transcoding; protobuf: protobuf for every resource request (JSON "
+        "fallback for resources without protobuf); auto: protobuf only for the group versions "
+        "the codec knows",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the client negotiated, for a request the filter rewrites."""
+
+    target: str  # JSON or YAML
+    pretty: bool
+    shape: Shape
+
+
+class _Metrics:
+    def __init__(self, ctx: FilterContext) -> None:
+        reg = ctx.registry
+        self.transcoded = Counter(
+            "kproxy_transcoded_responses_total",
+            "Responses the transcode filter rebuilt from protobuf, by shape",
+            ["shape"],
+            registry=reg,
+        )
+        self.passed = Counter(
+            "kproxy_transcode_passthrough_total",
+            "Rewritten requests whose upstream answer was not protobuf (passed through as is)",
+            registry=reg,
+        )
+        self.errors = Counter(
+            "kproxy_transcode_errors_total",
+            "Upstream protobuf bodies the codec could not read, by shape",
+            ["shape"],
+            registry=reg,
+        )
+        self.bytes_in = Counter(
+            "kproxy_transcode_in_bytes_total", "Protobuf bytes read from the upstream", registry=reg
+        )
+        self.bytes_out = Counter(
+            "kproxy_transcode_out_bytes_total", "Bytes written to clients after transcoding", registry=reg
+        )
+
+
+class Transcode(FilterBase):
+    """Protobuf from the apiserver, the client's own media type to the client."""
+
+    name: ClassVar[str] = "transcode"
+    config_model: ClassVar[type[BaseModel]] = TranscodeSettings
+
+    def __init__(self, settings: TranscodeSettings) -> None:
+        self.mode = settings.upstream
+        self.codec: ProtobufCodec | None = None
+        self._known: frozenset[tuple[str, str]] = frozenset()
+        self._m: _Metrics | None = None
+
+    async def start(self, ctx: FilterContext) -> None:
+        await super().start(ctx)
+        self._m = _Metrics(ctx)
+        if self.mode == "json":
+            return
+        from kproxy.codec import ProtobufCodec, load_schema
+
+        # Building the schema takes a few hundred ms: once, at start, not on the first request.
+        self.codec = ProtobufCodec()
+        schema = load_schema()
+        self._known = frozenset((g, v) for (g, v, _k) in schema.kinds if g != "meta.k8s.io")
+
+    # ------------------------------------------------------------------ request side
+
+    def plan(self, ex: Exchange) -> _Plan | None:
+        """The client's negotiated representation when this request should be rewritten."""
+        if self.codec is None or ex.method in ("HEAD", "OPTIONS") or ex.upgrade:
+            return None
+        info = ex.info
+        if not info.is_resource_request or info.is_connect or info.subresource in _NOT_OBJECTS:
+            return None
+        if self.mode == "auto" and (info.api_group, info.api_version) not in self._known:
+            return None
+        accept = ex.headers.get("Accept")
+        if not router_accepts(accept):
+            return None  # go-restful's 406 (built-ins); a custom resource answers its own way
+        chosen = negotiate(accept)
+        if chosen is None or chosen.convert is not None or chosen.media_type == PROTOBUF:
+            return None
+        if info.is_watch and not chosen.streams:
+            return None  # YAML watch: the apiserver's own 406
+        shape: Shape = "watch" if info.is_watch else "list" if info.verb == "list" else "object"
+        pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
+        return _Plan(chosen.media_type, pretty, shape)
+
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        plan = self.plan(ex)
+        if plan is None:
+            return await call_next(ex)
+        accept = ex.headers.get("Accept") or JSON
+        ex.headers.popall("Accept", None)
+        ex.headers["Accept"] = f"{PROTOBUF}, {accept}"
+        ex.headers.popall("Accept-Encoding", None)
+        reply = await call_next(ex)
+        return await self.transcode(plan, reply)
+
+    # ------------------------------------------------------------------ response side
+
+    async def transcode(self, plan: _Plan, reply: Reply) -> Reply:
+        body = reply.body
+        if isinstance(body, UpgradeBody):
+            return reply
+        ctype = media_type_of(reply.headers.get("Content-Type"))
+        m = self._m
+        if ctype == PROTOBUF_WATCH and plan.shape == "watch" and isinstance(body, StreamBody):
+            return self._watch(plan, reply, body)
+        if ctype != PROTOBUF:
+            if m is not None:
+                m.passed.inc()
+            return reply
+        encoding = reply.headers.get("Content-Encoding", "").lower()
+        streamable = plan.shape == "list" and plan.target == JSON and not plan.pretty
+        if isinstance(body, StreamBody) and streamable and reply.status < 300 and not encoding:
+            return await self._list(plan, reply, body)
+        try:
+            data = await body.read()
+        except _UPSTREAM_ERRORS as err:
+            raise service_unavailable(f"the upstream kube-apiserver is unavailable: {err}") from None
+        shape = plan.shape if reply.status < 300 else "object"
+        try:
+            if encoding == "gzip":
+                data = gzip.decompress(data)
+            elif encoding not in ("", "identity"):
+                raise ValueError(f"unsupported Content-Encoding {encoding!r}")
+            out = self._whole(plan, data)
+        except (ValueError, EOFError, OSError) as err:  # CodecError is a ValueError
+            return self._failed(plan, shape, err)
+        if m is not None:
+            m.transcoded.labels(shape).inc()
+            m.bytes_in.inc(len(data))
+            m.bytes_out.inc(len(out))
+        return Reply(reply.status, self._headers(reply, plan.target), BytesBody(out, plan.target), reply.reason)
+
+    def _whole(self, plan: _Plan, data: bytes) -> bytes:
+        from kproxy.codec import to_yaml
+
+        codec = self.codec
+        assert codec is not None
+        if plan.target == YAML:
+            return to_yaml(codec.to_obj(data))
+        if plan.pretty:
+            return go_json_dumps(codec.to_obj(data), pretty=True)
+        # The apiserver's JSON body is json.Encoder.Encode's: the document and a newline.
+        return codec.to_json(data) + b"\n"
+
+    def _headers(self, reply: Reply, media_type: str) -> CIMultiDict[str]:
+        headers = CIMultiDict(reply.headers)
+        headers.popall("Content-Length", None)
+        headers.popall("Content-Encoding", None)
+        headers["Content-Type"] = media_type
+        return headers
+
+    def _failed(self, plan: _Plan, shape: Shape, err: BaseException) -> Reply:
+        """A body kproxy cannot read: the apiserver's answer to an encoder failure, a 500 Status."""
+        log.warning("transcode failed", extra={"shape": shape, "error": str(err)})
+        if self._m is not None:
+            self._m.errors.labels(shape).inc()
+        return self.status_reply(plan, internal_error(f"kproxy transcode: {err}"))
+
+    def status_reply(self, plan: _Plan, err: StatusError) -> Reply:
+        """A Status in the client's negotiated media type."""
+        from kproxy.codec import to_yaml
+
+        data = to_yaml(err.to_dict()) if plan.target == YAML else err.body(pretty=plan.pretty)
+        headers = CIMultiDict(err.headers())
+        headers["Content-Type"] = plan.target
+        return Reply(err.http_status, headers, BytesBody(data, plan.target))
+
+    async def _list(self, plan: _Plan, reply: Reply, body: StreamBody) -> Reply:
+        """Stream a list item by item. The first output is produced before answering, so a body
+        that is not a protobuf list at all still gets a clean Status."""
+        codec = self.codec
+        assert codec is not None
+        m = self._m
+        transcoder = codec.list_transcoder()
+        source = body.chunks().__aiter__()
+        first = b""
+        ended = False
+        taken = 0
+        try:
+            while not first:
+                try:
+                    chunk = await source.__anext__()
+                except StopAsyncIteration:
+                    first = transcoder.finish()
+                    ended = True
+                    break
+                taken += len(chunk)
+                first = transcoder.feed(chunk)
+        except _UPSTREAM_ERRORS as err:
+            body.abort()
+            raise service_unavailable(f"the upstream kube-apiserver is unavailable: {err}") from None
+        except ValueError as err:
+            body.abort()
+            return self._failed(plan, "list", err)
+
+        async def stream() -> AsyncIterator[bytes]:
+            sent = len(first)
+            read = taken
+            yield first
+            if not ended:
+                try:
+                    async for chunk in source:
+                        read += len(chunk)
+                        out = transcoder.feed(chunk)
+                        if out:
+                            sent += len(out)
+                            yield out
+                    tail = transcoder.finish()
+                    if tail:
+                        sent += len(tail)
+                        yield tail
+                except ValueError as err:
+                    log.warning("transcode failed mid-list", extra={"error": str(err)})
+                    if m is not None:
+                        m.errors.labels("list").inc()
+                    # Headers are out: the server aborts the connection on a payload error.
+                    raise aiohttp.ClientPayloadError(f"kproxy transcode: {err}") from None
+            if m is not None:
+                m.transcoded.labels("list").inc()
+                m.bytes_in.inc(read)
+                m.bytes_out.inc(sent)
+
+        return Reply(
+            reply.status,
+            self._headers(reply, plan.target),
+            StreamBody(stream(), None, plan.target, on_abort=body.abort),
+            reply.reason,
+        )
+
+    def _watch(self, plan: _Plan, reply: Reply, body: StreamBody) -> Reply:
+        """Transcode a watch event by event: each event goes out as soon as its frame is whole."""
+        codec = self.codec
+        assert codec is not None
+        m = self._m
+        transcoder = codec.watch_transcoder()
+
+        async def stream() -> AsyncIterator[bytes]:
+            read = sent = 0
+            try:
+                async for chunk in body.chunks():
+                    read += len(chunk)
+                    out = transcoder.feed(chunk)
+                    if out:
+                        sent += len(out)
+                        yield out
+                tail = transcoder.finish()
+                if tail:
+                    yield tail
+            except ValueError as err:
+                log.warning("transcode failed mid-watch", extra={"error": str(err)})
+                if m is not None:
+                    m.errors.labels("watch").inc()
+                body.abort()
+                status = internal_error(f"kproxy transcode: {err}").to_dict()
+                yield go_json_dumps({"type": "ERROR", "object": status})
+            finally:
+                if m is not None:
+                    m.transcoded.labels("watch").inc()
+                    m.bytes_in.inc(read)
+                    m.bytes_out.inc(sent)
+
+        return Reply(
+            reply.status,
+            self._headers(reply, JSON),
+            StreamBody(stream(), None, JSON, on_abort=body.abort),
+            reply.reason,
+        )
