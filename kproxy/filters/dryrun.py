@@ -29,6 +29,8 @@ this filter must cover so that it cannot be bypassed (apiserver v1.37 sources):
   ``dryRun: ["All"]`` (JSON and YAML become JSON; protobuf is edited in its wire form). A body
   it cannot parse, or of another media type, is refused, never forwarded. ``null`` (which Go
   decodes as empty options) becomes ``{"dryRun":["All"]}``.
+* ``serviceaccounts/token`` (TokenRequest) ignores ``dryRun``: a dry run still returns a real,
+  valid token, so matching ``enforce`` and ``reject`` rules refuse it.
 * ``X-HTTP-Method-Override`` is honoured by neither Go's server nor the apiserver: the method
   on the wire is what runs, and RequestInfo is computed from it. A method in lower case
   (``delete``) matches no apiserver route; kproxy still treats it as the mutation it names.
@@ -89,6 +91,10 @@ _YAML = "application/yaml"
 _PROTOBUF = "application/vnd.kubernetes.protobuf"
 _DELETE_MEDIA_TYPES = (_JSON, _YAML, _PROTOBUF)
 _PROTOBUF_PREFIX = b"k8s\x00"
+# Creates the apiserver performs for real even with dryRun=All: a TokenRequest returns a valid,
+# signed token (pkg/registry/core/serviceaccount/storage/token.go never looks at DryRun), which
+# would let a dry-run-only caller act as that service account. Refused under enforce and reject.
+_MINTS_CREDENTIALS = frozenset({("", "serviceaccounts", "token")})
 
 
 class DryRunRule(Rule):
@@ -390,6 +396,12 @@ class DryRun(FilterBase):
                 )
             if ex.method not in _METHOD_VERB:
                 return self._refuse(name, info, f"kproxy dryrun rule {go_quote(name)}: method {ex.method} refused")
+            if (info.api_group, info.resource, info.subresource) in _MINTS_CREDENTIALS and info.verb == "create":
+                return self._refuse(
+                    name,
+                    info,
+                    f"kproxy dryrun rule {go_quote(name)}: {_resource(info)} issues a real token even as a dry run",
+                )
             if rule.action == "reject":
                 return await self._reject(ex, info, name, call_next)
             return await self._enforce(ex, info, name, call_next)

@@ -658,3 +658,26 @@ def test_python_client_errors_pass_through(api: Api, py: client.ApiClient, names
     direct = api.direct("POST", f"/api/v1/namespaces/{namespace}/configmaps?dryRun=All", cm_body("dup"))
     assert json.loads(err.value.body) == json.loads(direct[2])
     assert err.value.headers["Warning"] == WARNING
+
+
+def test_token_requests_are_refused_because_a_dry_run_still_mints_a_token(
+    api: Api, namespace: str, kubectl: Kubectl, enforcing: RunningProxy
+) -> None:
+    ns = namespace
+    status, _, data = api.direct("POST", f"/api/v1/namespaces/{ns}/serviceaccounts", b'{"metadata":{"name":"bot"}}')
+    assert status == 201, data
+    path = f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token"
+    # Why: directly, a dry-run TokenRequest returns a real token that authenticates.
+    status, _, data = api.direct("POST", path + "?dryRun=All", b'{"spec":{"expirationSeconds":600}}')
+    assert status == 201, data
+    token = json.loads(data)["status"]["token"]
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+    status, _, data = api.direct("POST", "/apis/authentication.k8s.io/v1/tokenreviews", json.dumps(review).encode())
+    assert json.loads(data)["status"]["user"]["username"] == f"system:serviceaccount:{ns}:bot"
+    # Through kproxy under enforce: refused, with or without dryRun.
+    for query in ("", "?dryRun=All"):
+        status, _, data = api.proxy("POST", path + query, b'{"spec":{"expirationSeconds":600}}')
+        assert status == 403, data
+        assert b"serviceaccounts/token issues a real token even as a dry run" in data
+    res = kubectl(["create", "token", "bot", "-n", ns], kubeconfig=enforcing.kubeconfig, check=False)
+    assert res.returncode == 1 and "issues a real token" in res.stderr
