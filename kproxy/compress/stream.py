@@ -1,8 +1,8 @@
 """Streaming compression and decompression of async byte streams.
 
 A large list is compressed chunk by chunk as it arrives from the upstream, never held whole. A
-watch stream (``flush_each``) is flushed after every chunk the upstream delivers, which is one
-event or the batch of events one loop pass received: the client can decode each event as soon
+watch stream (``flush_each``) is flushed after every chunk the upstream delivers that ends an
+event, which is one event or the batch of events one loop pass received: the client can decode each event as soon
 as it is written, while the compressor keeps its window across events (that shared history is
 where the ratio on small events comes from).
 """
@@ -14,8 +14,14 @@ from collections.abc import AsyncIterator, Callable
 
 from kproxy.compress.backends import Decoder, Encoder
 
-#: Called with (bytes in, bytes out, CPU seconds) as a stream progresses.
+#: Called with (bytes in, bytes out, CPU seconds in the codec) as a stream progresses.
 Account = Callable[[int, int, float], None]
+
+#: Codec calls between two metric updates of a stream (a metric update per watch event would
+#: cost a quarter of what compressing the event does).
+ACCOUNT_EVERY = 64
+#: Bytes of a list gathered per codec call.
+COALESCE = 64 * 1024
 
 
 async def encode(
@@ -24,47 +30,80 @@ async def encode(
     account: Account,
     *,
     flush_each: bool = False,
+    newline_framed: bool = False,
     prefix: bytes = b"",
 ) -> AsyncIterator[bytes]:
-    """``prefix`` (bytes already read to decide on compression) then ``chunks``, compressed."""
+    """``prefix`` (bytes already read to decide on compression) then ``chunks``, compressed.
+
+    Without ``flush_each`` (lists), chunks are gathered to ``COALESCE`` bytes per codec call:
+    the upstream delivers a body in TLS-record-sized pieces, and a codec call per 16 KiB costs
+    a third of the throughput (the compressor holds that much back anyway). With ``flush_each``
+    (watches), every chunk is compressed and flushed at once, or, when ``newline_framed`` (JSON
+    watch events end with a newline), flushed at the first chunk that ends an event: an event
+    split over two reads is flushed once, when it can be decoded whole. Metrics are updated
+    every ``ACCOUNT_EVERY`` codec calls and at the end."""
     clock = time.thread_time
-    if prefix:
+    n_in = n_out = calls = 0
+    secs = 0.0
+    held: list[bytes] = [prefix] if prefix else []
+    size = len(prefix)
+    try:
+        async for chunk in chunks:
+            if not flush_each:
+                held.append(chunk)
+                size += len(chunk)
+                if size < COALESCE:
+                    continue
+                chunk = b"".join(held)
+                held.clear()
+                size = 0
+            elif not chunk:
+                continue
+            t = clock()
+            out = encoder.compress(chunk)
+            if flush_each and (not newline_framed or chunk.endswith(b"\n")):
+                out += encoder.flush()
+            secs += clock() - t
+            n_in += len(chunk)
+            n_out += len(out)
+            calls += 1
+            if calls >= ACCOUNT_EVERY:
+                account(n_in, n_out, secs)
+                n_in = n_out = calls = 0
+                secs = 0.0
+            if out:
+                yield out
         t = clock()
-        out = encoder.compress(prefix)
-        if flush_each:
-            out += encoder.flush()
-        account(len(prefix), len(out), clock() - t)
+        rest = b"".join(held)
+        out = encoder.compress(rest) + encoder.finish()
+        secs += clock() - t
+        n_in += len(rest)
+        n_out += len(out)
         if out:
             yield out
-    async for chunk in chunks:
-        if not chunk:
-            continue
-        t = clock()
-        out = encoder.compress(chunk)
-        if flush_each:
-            out += encoder.flush()
-        account(len(chunk), len(out), clock() - t)
-        if out:
-            yield out
-    t = clock()
-    out = encoder.finish()
-    account(0, len(out), clock() - t)
-    if out:
-        yield out
+    finally:
+        account(n_in, n_out, secs)
 
 
 async def decode(chunks: AsyncIterator[bytes], decoder: Decoder, account: Account) -> AsyncIterator[bytes]:
     """A compressed stream decoded as it arrives (account gets compressed in, plain out)."""
     clock = time.thread_time
-    async for chunk in chunks:
-        t = clock()
-        out = decoder.decompress(chunk)
-        account(len(chunk), len(out), clock() - t)
+    n_in = n_out = 0
+    secs = 0.0
+    try:
+        async for chunk in chunks:
+            t = clock()
+            out = decoder.decompress(chunk)
+            secs += clock() - t
+            n_in += len(chunk)
+            n_out += len(out)
+            if out:
+                yield out
+        out = decoder.finish()
         if out:
             yield out
-    out = decoder.finish()
-    if out:
-        yield out
+    finally:
+        account(n_in, n_out, secs)
 
 
 async def peek(chunks: AsyncIterator[bytes], size: int) -> tuple[bytes, bool]:

@@ -188,7 +188,7 @@ class Compression(FilterBase):
             ex.headers.popall("Accept-Encoding", None)
         strong_if_none_match(ex.headers)
         reply = await call_next(ex)
-        return await self._respond(reply, coding, neg.identity_ok, streaming)
+        return await self._respond(reply, coding, neg.identity_ok, streaming, ex.info.verb == "watch")
 
     # ------------------------------------------------------------------ response side
 
@@ -202,7 +202,9 @@ class Compression(FilterBase):
             return "no_transform"
         return None
 
-    async def _respond(self, reply: Reply, coding: str, identity_ok: bool, streaming: bool) -> Reply:
+    async def _respond(
+        self, reply: Reply, coding: str, identity_ok: bool, streaming: bool, watch: bool = False
+    ) -> Reply:
         reason = self._response_skip_reason(reply)
         if reason is not None:
             if reply.status == 304:
@@ -242,7 +244,17 @@ class Compression(FilterBase):
                         return reply
                     return await self._compress_whole(reply, whole, coding)
         enc = (self.watch_codecs if streaming else self.codecs)[coding].new_encoder()
-        out = stream.encode(chunks, enc, self.metrics.account(coding), flush_each=streaming, prefix=prefix)
+        # JSON watch events end with a newline: flush once per complete event (or batch of them).
+        # Followed logs and protobuf watches are flushed after every chunk.
+        newline_framed = watch and reply.headers.get("Content-Type", "").startswith("application/json")
+        out = stream.encode(
+            chunks,
+            enc,
+            self.metrics.account(coding),
+            flush_each=streaming,
+            newline_framed=newline_framed,
+            prefix=prefix,
+        )
         reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort)
         mark_encoded(reply.headers, coding)
         self.metrics.responses.labels(coding).inc()

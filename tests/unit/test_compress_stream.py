@@ -1,0 +1,92 @@
+"""Codec backends and the streaming encoder: round trips, per-event flushes, multi-member gzip."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+
+import pytest
+from backports import zstd
+
+from kproxy.compress import stream
+from kproxy.compress.backends import codec, gzip_codec, gzip_decoder, gzip_library, zstd_codec
+
+DATA = b"".join(b'{"kind":"Pod","metadata":{"name":"pod-%05d","namespace":"default"}}\n' % i for i in range(3000))
+
+
+def test_default_gzip_backend_is_isal() -> None:
+    assert gzip_library() == "isal"
+    assert gzip_codec().level == 1
+    with pytest.raises(ValueError, match="outside isal's range"):
+        gzip_codec(9)
+    with pytest.raises(ValueError):
+        zstd_codec(23)
+    with pytest.raises(ValueError):
+        codec("br")
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+def test_one_shot_round_trip(coding: str) -> None:
+    out = codec(coding).compress(DATA)
+    assert len(out) * 10 < len(DATA)
+    plain = zlib.decompress(out, 31) if coding == "gzip" else zstd.decompress(out)
+    assert plain == DATA
+
+
+async def _aiter(parts: list[bytes]) -> AsyncIterator[bytes]:
+    for p in parts:
+        yield p
+
+
+def _decoder(coding: str) -> object:
+    return zlib.decompressobj(31) if coding == "gzip" else zstd.ZstdDecompressor()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+async def test_watch_stream_every_event_decodes_after_its_flush(coding: str) -> None:
+    events = [b'{"type":"MODIFIED","object":{"n":%d,"pad":"%s"}}\n' % (i, b"x" * 300) for i in range(50)]
+    # The last event arrives in two reads: it is flushed once, when whole.
+    parts = [*events[:-1], events[-1][:20], events[-1][20:]]
+    seen: list[int] = []
+    enc = codec(coding, None, 17 if coding == "zstd" else None).new_encoder()
+    gen = stream.encode(_aiter(parts), enc, lambda *a: seen.append(a[0]), flush_each=True, newline_framed=True)
+    out = [piece async for piece in gen]
+    assert len(out) == len(events) + 1  # one piece per event, then the stream's end
+    dec = _decoder(coding)
+    for piece, event in zip(out, events, strict=False):
+        # Each piece decodes to its whole event: nothing is held back in the compressor.
+        assert dec.decompress(piece) == event  # type: ignore[attr-defined]
+    assert dec.decompress(out[-1]) == b""  # type: ignore[attr-defined]
+    total = sum(len(p) for p in out)
+    assert total * 3 < sum(map(len, events))
+    assert sum(seen) == sum(map(len, events))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+async def test_list_stream_is_coalesced_and_round_trips(coding: str) -> None:
+    parts = [DATA[i : i + 16384] for i in range(0, len(DATA), 16384)]
+    account: list[tuple[int, int, float]] = []
+    enc = codec(coding).new_encoder()
+    out = b"".join(
+        [p async for p in stream.encode(_aiter(parts[1:]), enc, lambda *a: account.append(a), prefix=parts[0])]
+    )
+    plain = zlib.decompress(out, 31) if coding == "gzip" else zstd.decompress(out)
+    assert plain == DATA
+    assert sum(a[0] for a in account) == len(DATA)
+    assert sum(a[1] for a in account) == len(out)
+
+
+async def test_gzip_decoder_reads_multi_member_streams() -> None:
+    members = [gzip_codec().compress(b"a" * 1000 + b"\n"), gzip_codec().compress(b"second member\n")]
+    blob = b"".join(members)
+    parts = [blob[i : i + 7] for i in range(0, len(blob), 7)]
+    out = b"".join([p async for p in stream.decode(_aiter(parts), gzip_decoder(), lambda *a: None)])
+    assert out == b"a" * 1000 + b"\nsecond member\n"
+
+
+async def test_peek() -> None:
+    it = _aiter([b"abc", b"def", b"ghi"])
+    head, ended = await stream.peek(it, 4)
+    assert (head, ended) == (b"abcdef", False)
+    assert [p async for p in it] == [b"ghi"]
+    assert await stream.peek(_aiter([b"ab", b"c"]), 10) == (b"abc", True)
