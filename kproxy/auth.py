@@ -28,7 +28,7 @@ import binascii
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Counter
@@ -53,6 +53,7 @@ _TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 _SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
 _SERVICE_KEY = "kproxy.auth.Authenticator"
+_METRICS_KEY = "kproxy.auth.metrics"
 
 # Go's strings.TrimSpace trims Unicode white space; Python's str.strip() agrees for these.
 _GO_SPACE = "\t\n\v\f\r \x85\xa0"
@@ -147,25 +148,17 @@ class Authenticator:
         success_ttl: float = 60.0,
         failure_ttl: float = 10.0,
         max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
+        self._clock = clock
         self.success_ttl = success_ttl
         self.failure_ttl = failure_ttl
         self._cache = _TTLCache(max_entries)
         self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
-        self._reviews = Counter(
-            "kproxy_token_reviews",
-            "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
-            ["result"],
-            registry=ctx.registry,
-        )
-        self._cache_hits = Counter(
-            "kproxy_token_review_cache_hits",
-            "Caller identities answered from the TokenReview cache.",
-            registry=ctx.registry,
-        )
+        self._reviews, self._cache_hits = _metrics(ctx)
 
     # ------------------------------------------------------------------ forward mode
 
@@ -175,7 +168,7 @@ class Authenticator:
         Raises :class:`TokenReviewError` when the apiserver cannot be asked (nothing is cached then).
         """
         key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        found, cached = self._cache.get(key, time.monotonic())
+        found, cached = self._cache.get(key, self._clock())
         if found:
             self._cache_hits.inc()
             return cached
@@ -194,7 +187,7 @@ class Authenticator:
             raise
         else:
             ttl = self.success_ttl if result is not None else self.failure_ttl
-            self._cache.put(key, result, time.monotonic() + ttl)
+            self._cache.put(key, result, self._clock() + ttl)
             fut.set_result(result)
             return result
         finally:
@@ -257,6 +250,25 @@ class Authenticator:
             raise _review_failed(err) from err
         ex.identity = identity
         return identity
+
+
+def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
+    """The authenticator metrics, registered once per registry (several Authenticators may share one)."""
+    found = ctx.services.get(_METRICS_KEY)
+    if found is None:
+        reviews = Counter(
+            "kproxy_token_reviews",
+            "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
+            ["result"],
+            registry=ctx.registry,
+        )
+        hits = Counter(
+            "kproxy_token_review_cache_hits",
+            "Caller identities answered from the TokenReview cache.",
+            registry=ctx.registry,
+        )
+        found = ctx.services[_METRICS_KEY] = (reviews, hits)
+    return found
 
 
 def _message(answer: Any) -> str:
