@@ -78,6 +78,9 @@ class CompressionSettings(BaseModel):
         return v
 
 
+_METRICS_KEY = "compression.metrics"
+
+
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.bytes_in = Counter(
@@ -150,7 +153,12 @@ class Compression(FilterBase):
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self.metrics = _Metrics(ctx.registry)
+        # One set of series per registry: a reload that replaces this filter (or a second
+        # compression entry) starts another instance with the same registry.
+        metrics = ctx.services.get(_METRICS_KEY)
+        if not isinstance(metrics, _Metrics):
+            metrics = ctx.services[_METRICS_KEY] = _Metrics(ctx.registry)
+        self.metrics = metrics
 
     def _skip(self, reason: str) -> None:
         self.metrics.skipped.labels(reason).inc()
@@ -235,7 +243,11 @@ class Compression(FilterBase):
                 self._skip("small")
                 return reply
             if body.length is None:
-                prefix, ended = await stream.peek(chunks, self.settings.min_size)
+                try:
+                    prefix, ended = await stream.peek(chunks, self.settings.min_size)
+                except BaseException:
+                    body.abort()  # the upstream broke before the head was sent: a Status follows
+                    raise
                 if ended:
                     whole = BytesBody(prefix, body.media_type)
                     reply.body = whole

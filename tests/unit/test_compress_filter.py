@@ -161,3 +161,17 @@ def test_config_errors() -> None:
     ):
         with pytest.raises(ConfigError, match=re.escape(where)):
             build_filters(parse_config({"filters": [{"name": "compression", **bad}]}))
+
+
+async def test_restarted_filters_share_one_set_of_metrics() -> None:
+    """A reload starts a new instance with the same context: no duplicate registration."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kproxy.context import FilterContext
+
+    ctx = FilterContext(api=None, credentials="proxy", registry=CollectorRegistry())  # type: ignore[arg-type]
+    first, second = (build_filters(parse_config({"filters": [{"name": "compression", "watch": w}]}))[0] for w in (0, 1))
+    await first.start(ctx)  # type: ignore[attr-defined]
+    await second.start(ctx)  # type: ignore[attr-defined]
+    await Chain([second], Upstream(lambda: json_reply(BIG))).handle(exchange("/api/v1/configmaps"))
+    assert b'kproxy_compression_responses_total{encoding="gzip"} 1.0' in generate_latest(ctx.registry)
