@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import aiohttp
 from multidict import CIMultiDict
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.negotiation import (
@@ -80,12 +80,11 @@ class TranscodeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    upstream: Literal["json", "protobuf", "auto"] = Field(
-        "protobuf",
-        description="json: no transcoding; protobuf: protobuf for every resource request (JSON "
-        "fallback for resources without protobuf); auto: protobuf only for the group versions "
-        "the codec knows",
-    )
+    #: The encoding kproxy asks the apiserver for. `json`: no transcoding (the filter is off);
+    #: `protobuf`: protobuf for every resource request, with the client's own Accept as the
+    #: fallback (custom and aggregated resources answer it); `auto`: protobuf only for the API
+    #: group versions kproxy's codec has schemas for, everything else untouched.
+    upstream: Literal["json", "protobuf", "auto"] = "protobuf"
 
 
 @dataclass(frozen=True, slots=True)

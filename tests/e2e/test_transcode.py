@@ -387,3 +387,34 @@ async def test_watch_event_is_not_held_back(loaded: tuple[str, list[corpus.Corpu
             event = json.loads(line)
             assert event["type"] == ("ADDED" if i == 0 else "MODIFIED")
             assert event["object"]["data"] == {"i": str(i)}
+
+
+@pytest.mark.parametrize("mode", ["auto", "json"])
+async def test_auto_and_json_modes(
+    mode: str,
+    loaded: tuple[str, list[corpus.CorpusObject]],
+    control_plane: ControlPlaneInfo,
+    proxy_factory: Any,
+) -> None:
+    """`auto` transcodes the built-in group versions the codec knows and leaves custom resources
+    untouched (not even rewritten); `json` turns the filter off."""
+    ns, _ = loaded
+    rp: RunningProxy = await asyncio.to_thread(
+        proxy_factory, extra={"filters": [{"name": "transcode", "upstream": mode}]}
+    )
+    s = Sides(control_plane, rp.url)
+    try:
+        for path in (
+            f"/api/v1/namespaces/{ns}/pods/corpus-pod",
+            f"/apis/batch/v1/namespaces/{ns}/cronjobs/corpus-cronjob",
+        ):
+            direct, via = await s.both("GET", path)
+            assert via.status == 200 and via.json() == direct.json()
+        built_in = _counter(rp, "kproxy_transcoded_responses_total", 'shape="object"')
+        assert built_in == (2 if mode == "auto" else 0)
+        direct, via = await s.both("GET", f"/apis/corpus-{ns}.kproxy.test/v1/namespaces/{ns}/widgets/w1")
+        assert (via.status, via.body) == (direct.status, direct.body)
+        assert _counter(rp, "kproxy_transcode_passthrough_total") == 0  # the request was not even rewritten
+        assert _counter(rp, "kproxy_transcoded_responses_total", 'shape="object"') == built_in
+    finally:
+        await s.close()
