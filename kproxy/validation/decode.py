@@ -3,10 +3,12 @@
 JSON: the apiserver's decoder (sigs.k8s.io/json) reports every duplicate key, so duplicates
 must be seen. orjson (fast) keeps only the last value of a duplicated key; the stdlib decoder
 with ``object_pairs_hook`` keeps them all (slow). The fast path is taken when a cheap, sound
-check proves the body has no duplicate: with no ``\\u`` escape and no whitespace before a
-colon, every key token is a ``":`` and string contents are re-encoded byte-identically by
-orjson as far as ``":`` is concerned, so the original has a duplicate exactly when it counts
-more ``":`` than orjson's re-encoding of what it parsed.
+check proves the body has no duplicate. With no ``\\u`` escape in the body, a ``"`` inside a
+string can only be written ``\\"``, so counting ``":`` after deleting JSON white space counts
+every key token (duplicates included) plus string contents that read ``\\"`` + spaces + ``:``;
+orjson's compact re-encoding of what it parsed counts each distinct key once plus the same
+string contents without the spaces (never more). Equal counts therefore mean no duplicate;
+any difference sends the body to the slow decoder, which decides exactly.
 
 YAML: sigs.k8s.io/yaml converts YAML to JSON through go-yaml v2, whose strict mode reports
 ``line N: key "x" already set in map`` (1-based line of the repeated key, Go ``%#v`` of the key)
@@ -17,7 +19,6 @@ keys come out sorted; the struct decode that follows sees that order.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
@@ -34,7 +35,7 @@ class DecodeError(ValueError):
     """The body is not what the apiserver could decode: it will answer with its own error."""
 
 
-_WS_COLON = re.compile(rb'"[ \t\r\n]+:')
+_JSON_WS = b" \t\r\n"
 
 
 def decode_json(data: bytes) -> tuple[Any, bool]:
@@ -43,7 +44,7 @@ def decode_json(data: bytes) -> tuple[Any, bool]:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         raise DecodeError(str(err)) from None
-    if b"\\u" not in data and _WS_COLON.search(data) is None and data.count(b'":') == orjson.dumps(value).count(b'":'):
+    if b"\\u" not in data and data.translate(None, _JSON_WS).count(b'":') == orjson.dumps(value).count(b'":'):
         return value, False
     try:
         return json.loads(data, object_pairs_hook=Pairs), True

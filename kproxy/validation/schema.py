@@ -50,7 +50,7 @@ class Node:
     ObjectMeta, ``apiVersion`` and ``kind`` are implied).
     """
 
-    __slots__ = ("embedded", "item", "kind", "meta", "preserve", "props", "types")
+    __slots__ = ("containers", "embedded", "item", "keyset", "kind", "meta", "preserve", "props", "types")
 
     def __init__(self) -> None:
         self.kind = ANY
@@ -60,6 +60,9 @@ class Node:
         self.preserve = False
         self.embedded = False
         self.meta: Node | None = None  # the ObjectMeta node for embedded resources
+        # Filled by ``finish``: the keys an OBJECT accepts and the children worth descending into.
+        self.keyset: frozenset[str] = frozenset()
+        self.containers: dict[str, Node] = {}
 
     def __repr__(self) -> str:
         names = ("ANY", "OBJECT", "MAP", "LIST", "SCALAR")
@@ -97,6 +100,7 @@ class GroupVersionSchemas:
         node = self.compiled.get(ref)
         if node is None:
             node = _Compiler(self.schemas, self.custom, self.compiled).ref(ref)
+            finish(node)
         return node
 
     def object_meta(self) -> Node | None:
@@ -183,7 +187,14 @@ class _Compiler:
             return node
         node = Node()
         self.memo[name] = node
-        self._fill(node, self.schemas.get(name) or {})
+        # Types the apiserver itself defines (ObjectMeta inside a custom resource) are decoded
+        # into Go structs; only the CRD's own schema is pruned structurally.
+        outer = self.custom
+        self.custom = outer and not name.startswith("io.k8s.")
+        try:
+            self._fill(node, self.schemas.get(name) or {})
+        finally:
+            self.custom = outer
         return node
 
     def compile(self, schema: dict[str, Any]) -> Node:
@@ -243,6 +254,29 @@ class _Compiler:
             node.props.pop("metadata", None)
             if "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in self.schemas:
                 node.meta = self.ref("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+
+
+def finish(root: Node) -> None:
+    """Precompute ``keyset`` and ``containers`` on every node reachable from ``root`` (once the
+    whole tree is compiled, recursive references included)."""
+    stack = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.kind == OBJECT:
+            extra = {"metadata"} if node.embedded and node.meta is not None else set()
+            node.keyset = frozenset(node.props) | frozenset(extra)
+            node.containers = {k: c for k, c in node.props.items() if c.kind in (OBJECT, MAP, LIST)}
+            if extra and node.meta is not None:
+                node.containers["metadata"] = node.meta
+        stack.extend(node.props.values())
+        if node.item is not None:
+            stack.append(node.item)
+        if node.meta is not None:
+            stack.append(node.meta)
 
 
 def _any() -> Node:

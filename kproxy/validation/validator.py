@@ -244,6 +244,36 @@ def check_custom(root: Node, meta: Node | None, value: Any, yaml_errors: list[st
     return Outcome(out.items, len(yaml_errors or ()), out.fatal)
 
 
+def _clean(node: Node, value: Any) -> bool:
+    """Whether ``value`` certainly has no unknown field (the common case, checked at C speed:
+    key sets compared per object, descending only into children that hold objects or lists).
+    Types are not looked at: without unknown fields there is nothing to report either way."""
+    kind = node.kind
+    tv = type(value)
+    if tv is dict:
+        if kind == OBJECT:
+            if not node.preserve and not value.keys() <= node.keyset:
+                return False
+            containers = node.containers
+            if containers:
+                for key in value.keys() & containers.keys():
+                    if not _clean(containers[key], value[key]):
+                        return False
+        elif kind == MAP:
+            item = node.item
+            if item is not None and item.kind in (OBJECT, MAP, LIST):
+                for val in value.values():
+                    if not _clean(item, val):
+                        return False
+    elif tv is list and kind == LIST:
+        item = node.item
+        if item is not None and item.kind in (OBJECT, MAP, LIST):
+            for val in value:
+                if not _clean(item, val):
+                    return False
+    return True
+
+
 def validate_body(
     data: bytes, media_type: str, root: Node, *, custom: bool = False, meta: Node | None = None
 ) -> Outcome:
@@ -252,8 +282,11 @@ def validate_body(
         if media_type == "application/yaml":
             value, yaml_errors = decode_yaml(data)
         else:
-            value, _ = decode_json(data)
+            value, maybe_duplicates = decode_json(data)
             yaml_errors = []
+            if not maybe_duplicates and type(value) is dict and _clean(root, value):
+                api_version, kind = _type_meta(value)
+                return Outcome(api_version=api_version, kind=kind)
     except DecodeError as err:
         return Outcome(fatal=str(err))
     outcome = check_custom(root, meta, value, yaml_errors) if custom else check_builtin(root, value, yaml_errors)
