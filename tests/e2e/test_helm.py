@@ -346,10 +346,37 @@ def test_rbac_proxy_mode_needs_nothing_of_its_own(helm: Helm) -> None:
     assert rules_of(helm.template({**values, "rbac": {"extraRules": [extra]}})) == [extra]
 
 
+def test_rbac_validation_filter_in_proxy_mode(helm: Helm) -> None:
+    """The validation filter's own calls: CRD list/watch (watch_crds), SubjectAccessReviews
+    (local_strict), the OpenAPI documents; each switched off with its option."""
+    proxy = {"mode": "sidecar", "config": {"credentials": "proxy"}}
+    crds = {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    }
+    sar = {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}
+    openapi = {"nonResourceURLs": ["/openapi/v2", "/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]}
+
+    def rules(**options: Any) -> list[dict[str, Any]]:
+        values = {**proxy, "config": {"credentials": "proxy", "filters": [{"name": "validation", **options}]}}
+        return rules_of(helm.template(values))
+
+    assert rules() == [crds, sar, openapi]
+    assert rules(watch_crds=False) == [sar, openapi]
+    assert rules(local_strict=False) == [crds, openapi]
+    assert rules(watch_crds=False, local_strict=False) == [openapi]
+
+
 def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
     rules = rules_of(helm.template(CASES["gateway-full"]))
     assert rules == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch"],
+        },
         {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
@@ -373,9 +400,15 @@ def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
                 "create subjectaccessreviews",
                 "impersonate users",
                 "impersonate serviceaccounts",
-                "get /openapi/v3/apis/apps/v1",
+                "watch customresourcedefinitions",
             ],
-            ["list secrets -A", "delete pods -A", "create pods -A", "list cronjobs.batch -A"],
+            [
+                "list secrets -A",
+                "delete pods -A",
+                "create pods -A",
+                "list cronjobs.batch -A",
+                "delete customresourcedefinitions",
+            ],
         ),
         (
             "gateway",

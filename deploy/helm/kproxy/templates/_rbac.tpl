@@ -8,16 +8,23 @@ The service account's rules, computed from the rendered config (docs/security.md
   subjectaccessreviews (may the caller see what the cache would serve).
 - credentials impersonate: impersonate on users, groups, serviceaccounts and userextras/*
   (and uids): kproxy acts as each caller.
-- a `validation` filter: get on /openapi/v2 and /openapi/v3/* (the schemas it validates with).
+- a `validation` filter: get on /openapi/v2 and /openapi/v3/* (the schemas it validates with);
+  with `watch_crds` (default true) get, list and watch on customresourcedefinitions (it notices
+  schema changes); with `local_strict` (default true) create on subjectaccessreviews (it asks
+  whether the caller may make the write before answering a strict-validation error itself).
 - the dry-run, compression and transcode filters need nothing of their own.
 - rbac.extraRules, verbatim (in proxy mode: whatever every caller may do).
 */}}
 {{- define "kproxy.rbacRules" -}}
 {{- $cfg := include "kproxy.config" . | fromYaml -}}
 {{- $creds := $cfg.credentials | default "proxy" -}}
+{{- $filters := $cfg.filters | default list -}}
 {{- $rules := list -}}
-{{- $byGroup := dict -}}
-{{- range $i, $f := ($cfg.filters | default list) -}}
+{{- $readable := dict -}}
+{{- $tokenReviews := or (eq $creds "forward") (eq $creds "impersonate") -}}
+{{- $accessReviews := $tokenReviews -}}
+{{- $openapi := false -}}
+{{- range $f := $filters -}}
 {{- if eq $f.name "watchcache" -}}
 {{- range $r := ($f.resources | default list) -}}
 {{- $group := "" -}}{{- $resource := "" -}}
@@ -27,25 +34,33 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- else -}}
 {{- $resource = $r.resource -}}{{- $group = $r.group | default "" -}}
 {{- end -}}
-{{- $_ := set $byGroup $group (append (get $byGroup $group | default list) $resource | uniq) -}}
+{{- $_ := set $readable $group (append (get $readable $group | default list) $resource | uniq) -}}
+{{- end -}}
+{{- else if eq $f.name "validation" -}}
+{{- $openapi = true -}}
+{{- if ne (toString $f.watch_crds) "false" -}}
+{{- $_ := set $readable "apiextensions.k8s.io" (append (get $readable "apiextensions.k8s.io" | default list) "customresourcedefinitions" | uniq) -}}
+{{- end -}}
+{{- if ne (toString $f.local_strict) "false" -}}
+{{- $accessReviews = true -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- range $group := keys $byGroup | sortAlpha -}}
-{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (get $byGroup $group | sortAlpha) "verbs" (list "get" "list" "watch")) -}}
+{{- range $group := keys $readable | sortAlpha -}}
+{{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (get $readable $group | sortAlpha) "verbs" (list "get" "list" "watch")) -}}
 {{- end -}}
-{{- if or (eq $creds "forward") (eq $creds "impersonate") -}}
+{{- if $tokenReviews -}}
 {{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" (list "tokenreviews") "verbs" (list "create")) -}}
+{{- end -}}
+{{- if $accessReviews -}}
 {{- $rules = append $rules (dict "apiGroups" (list "authorization.k8s.io") "resources" (list "subjectaccessreviews") "verbs" (list "create")) -}}
 {{- end -}}
 {{- if eq $creds "impersonate" -}}
 {{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "users" "groups" "serviceaccounts") "verbs" (list "impersonate")) -}}
 {{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" (list "userextras/*" "uids") "verbs" (list "impersonate")) -}}
 {{- end -}}
-{{- range $i, $f := ($cfg.filters | default list) -}}
-{{- if eq $f.name "validation" -}}
+{{- if $openapi -}}
 {{- $rules = append $rules (dict "nonResourceURLs" (list "/openapi/v2" "/openapi/v3" "/openapi/v3/*") "verbs" (list "get")) -}}
-{{- end -}}
 {{- end -}}
 {{- range $r := .Values.rbac.extraRules -}}
 {{- $rules = append $rules $r -}}
