@@ -25,8 +25,10 @@ How it decides, per request (``upstream: protobuf``):
 (everything else goes through untouched); ``upstream: json`` turns the filter off.
 
 Request bodies are never re-encoded: the apiserver accepts JSON, YAML and protobuf bodies for
-built-in resources, and a protobuf body for a custom resource gets the apiserver's own answer,
-so there is no case where re-encoding would be needed, and none where a field could be dropped.
+built-in resources, so there is no case where re-encoding would be needed, and none where a field
+could be dropped. The one body the upstream cannot take is protobuf for a group version without
+protobuf types (a custom resource): kube-apiserver panics on it and drops the connection, so kproxy
+answers the 415 ``UnsupportedMediaType`` Status instead of forwarding it.
 
 A body the codec cannot read (wrong magic, truncated frame, unknown kind, garbage) gives a 500
 ``InternalError`` Status in the client's media type while nothing has been written yet; a list
@@ -60,7 +62,7 @@ from kproxy.negotiation import (
     negotiate,
     router_accepts,
 )
-from kproxy.status import StatusError, go_json_dumps, internal_error, service_unavailable
+from kproxy.status import StatusError, go_json_dumps, internal_error, service_unavailable, unsupported_media_type
 
 if TYPE_CHECKING:
     from kproxy.codec import ProtobufCodec
@@ -171,7 +173,22 @@ class Transcode(FilterBase):
         pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
         return _Plan(chosen.media_type, pretty, shape)
 
+    def refuse_body(self, ex: Exchange) -> StatusError | None:
+        """A protobuf body the upstream cannot take: a POST/PUT for a group version without
+        protobuf types (custom resources) makes kube-apiserver panic and drop the connection
+        (seen with v1.37), so kproxy answers the 415 the handler should have given."""
+        if self.codec is None or ex.method not in ("POST", "PUT") or not ex.info.is_resource_request:
+            return None
+        if media_type_of(ex.headers.get("Content-Type")) != PROTOBUF:
+            return None
+        if (ex.info.api_group, ex.info.api_version) in self._known:
+            return None
+        return unsupported_media_type([JSON, YAML])
+
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        refused = self.refuse_body(ex)
+        if refused is not None:
+            raise refused
         plan = self.plan(ex)
         if plan is None:
             return await call_next(ex)
