@@ -94,7 +94,7 @@ def normalized(obj: dict[str, Any]) -> dict[str, Any]:
     """An object without what differs between two dry runs of the same request."""
     obj = json.loads(json.dumps(obj))
     meta = obj.get("metadata", {})
-    for key in ("uid", "creationTimestamp", "resourceVersion"):
+    for key in ("uid", "creationTimestamp", "resourceVersion", "deletionTimestamp"):
         meta.pop(key, None)
     for entry in meta.get("managedFields", []) or []:
         entry.pop("time", None)
@@ -681,3 +681,87 @@ def test_token_requests_are_refused_because_a_dry_run_still_mints_a_token(
         assert b"serviceaccounts/token issues a real token even as a dry run" in data
     res = kubectl(["create", "token", "bot", "-n", ns], kubeconfig=enforcing.kubeconfig, check=False)
     assert res.returncode == 1 and "issues a real token" in res.stderr
+
+
+SCALE_PATCH = b'{"spec":{"replicas":4}}'
+MERGE = "application/merge-patch+json"
+CASES: list[tuple[str, str, str, bytes | None, str]] = [
+    # (what, method, path below the namespace, body, content type)
+    ("create", "POST", "configmaps", cm_body("fresh", k="v"), "application/json"),
+    (
+        "create yaml",
+        "POST",
+        "configmaps",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n",
+        "application/yaml",
+    ),
+    ("update", "PUT", "configmaps/base", cm_body("base", a="2"), "application/json"),
+    ("merge patch", "PATCH", "configmaps/base", b'{"data":{"a":"3"}}', MERGE),
+    (
+        "json patch",
+        "PATCH",
+        "configmaps/base",
+        b'[{"op":"replace","path":"/data/a","value":"4"}]',
+        "application/json-patch+json",
+    ),
+    ("strategic patch", "PATCH", "configmaps/base", b'{"data":{"a":"5"}}', "application/strategic-merge-patch+json"),
+    (
+        "apply",
+        "PATCH",
+        "configmaps/base?fieldManager=t&force=true",
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: base}\ndata: {a: '6'}\n",
+        "application/apply-patch+yaml",
+    ),
+    ("delete", "DELETE", "configmaps/base", None, ""),
+    ("delete with options", "DELETE", "configmaps/base", b'{"propagationPolicy":"Foreground"}', "application/json"),
+    ("deletecollection", "DELETE", "configmaps", None, ""),
+    ("scale", "PATCH", "deployments/web/scale", SCALE_PATCH, MERGE),
+    ("status", "PATCH", "deployments/web/status", b'{"status":{"replicas":3}}', MERGE),
+    (
+        "eviction",
+        "POST",
+        "pods/p/eviction",
+        b'{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"p"}}',
+        "application/json",
+    ),
+    (
+        "binding",
+        "POST",
+        "pods/p/binding",
+        b'{"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}}',
+        "application/json",
+    ),
+    ("pod delete", "DELETE", "pods/p?gracePeriodSeconds=0", None, ""),
+]
+
+
+@pytest.mark.parametrize(("what", "method", "sub", "body", "ctype"), CASES, ids=[c[0] for c in CASES])
+def test_answers_equal_the_apiservers_dry_run(
+    api: Api, namespace: str, what: str, method: str, sub: str, body: bytes | None, ctype: str
+) -> None:
+    """Every verb and subresource: kproxy's answer is the apiserver's own answer to the same request
+    with ?dryRun=All, and the stored objects do not change."""
+    ns = namespace
+    _setup(api, ns)
+    before = _snapshot(api, ns)
+    group = "apis/apps/v1" if sub.startswith("deployments") else "api/v1"
+    path = f"/{group}/namespaces/{ns}/{sub}"
+    headers = {"Content-Type": ctype} if ctype else {}
+    through = api.proxy(method, path, body, **headers)
+    assert _snapshot(api, ns) == before
+    direct_body = body
+    if method == "DELETE" and body:  # the body's options replace the query's: say it there
+        direct_body = json.dumps({**json.loads(body), "dryRun": ["All"]}).encode()
+    direct = api.direct(method, path + ("&" if "?" in path else "?") + "dryRun=All", direct_body, **headers)
+    assert _snapshot(api, ns) == before
+    assert through[0] == direct[0], (through[2], direct[2])
+    assert through[1].get_all("Warning") == [WARNING]
+    got, want = json.loads(through[2]), json.loads(direct[2])
+    if what == "deletecollection":
+        for items in (got["items"], want["items"]):
+            items.sort(key=lambda o: o["metadata"]["name"])
+        got["items"] = [normalized(o) for o in got["items"]]
+        want["items"] = [normalized(o) for o in want["items"]]
+    got.get("metadata", {}).pop("resourceVersion", None)
+    want.get("metadata", {}).pop("resourceVersion", None)
+    assert normalized(got) == normalized(want)
