@@ -15,6 +15,8 @@ import json
 import os
 import re
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ import yaml
 
 from kproxy.config import Config
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.proxyproc import start_proxy, wait_for
 
 # A cold helm build takes about 4 minutes on the 2-core machine; `make test` builds it first
 # (`make helm-bin`), the fixture only builds it when run without make.
@@ -497,3 +500,100 @@ def test_schema_knows_every_credentials_mode_of_kproxy() -> None:
     modes = set(schema["properties"]["config"]["properties"]["credentials"]["enum"])
     annotation = Config.model_fields["credentials"].annotation
     assert set(annotation.__args__) <= modes  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- the chart's pod, run
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            series, _, value = line.rpartition(" ")
+            got = ",".join(sorted(series[len(name) + 1 : -1].split(",")))
+            if got == want:
+                total += float(value)
+    return total
+
+
+@pytest.mark.parametrize("rbac", [True, False], ids=["chart-rbac", "no-rbac"])
+def test_chart_service_account_runs_the_validation_filter(
+    helm: Helm, control_plane: ControlPlaneInfo, kubectl: Kubectl, namespace: str, tmp_path: Path, rbac: bool
+) -> None:
+    """kproxy in-cluster as the chart's service account, with the chart's rendered RBAC and
+    config (forward mode, the validation filter): its own TokenReview and SubjectAccessReview
+    succeed, so it answers a Strict field-validation error itself. Without the chart's RBAC
+    the reviews fail, and it leaves the answer to the apiserver (same reply, other outcome)."""
+    values = {
+        "tls": {"allowPlaintext": True},
+        "rbac": {"create": rbac},
+        "config": {"credentials": "forward", "filters": [{"name": "validation"}]},
+    }
+    docs = helm.template(values, namespace=namespace)
+    rendered = config_of(docs)
+    applied = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    assert ("ClusterRole" in kinds(applied)) is rbac
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in applied))
+    # The caller (a plain user) may create ConfigMaps in the namespace.
+    kubectl(["create", "role", "cm", "-n", namespace, "--verb=create", "--resource=configmaps"])
+    kubectl(["create", "rolebinding", "cm", "-n", namespace, "--role=cm", f"--user={control_plane.user_name}"])
+    try:
+        sa = kinds(applied)["ServiceAccount"]["metadata"]["name"]
+        sa_dir = tmp_path / "serviceaccount"
+        sa_dir.mkdir()
+        (sa_dir / "token").write_text(kubectl(["create", "token", sa, "-n", namespace]).stdout.strip())
+        (sa_dir / "ca.crt").write_text(control_plane.ca_file.read_text())
+        (sa_dir / "namespace").write_text(namespace)
+        env = {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
+            "KPROXY_SERVICE_ACCOUNT_DIR": str(sa_dir),
+        }
+        # The rendered config, on free loopback ports instead of the pod's 0.0.0.0:8443.
+        rp = start_proxy(
+            tmp_path / "kproxy",
+            None,
+            credentials=rendered["credentials"],
+            extra={"filters": rendered["filters"]},
+            env=env,
+        )
+        try:
+            body = json.dumps(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}, "bogus": 1}
+            ).encode()
+            request = urllib.request.Request(
+                f"{rp.url}/api/v1/namespaces/{namespace}/configmaps?fieldValidation=Strict",
+                data=body,
+                method="POST",
+                headers={
+                    "Authorization": f"Bearer {control_plane.user_token}",
+                    "Content-Type": "application/json",
+                    "Accept": "application/json",
+                },
+            )
+
+            def post() -> tuple[int, dict[str, Any]]:
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as resp:
+                        return resp.status, json.loads(resp.read())
+                except urllib.error.HTTPError as err:
+                    return err.code, json.loads(err.read())
+
+            outcome = "rejected" if rbac else "deferred"
+
+            def answered() -> bool:
+                code, status = post()
+                assert code == 400 and status["reason"] == "BadRequest", status
+                assert 'unknown field "bogus"' in status["message"]
+                return _metric(rp.metrics(), "kproxy_validation_requests_total", level="Strict", outcome=outcome) > 0
+
+            wait_for(answered, 60, f"a Strict error with outcome {outcome}")
+            other = "deferred" if rbac else "rejected"
+            assert _metric(rp.metrics(), "kproxy_validation_requests_total", level="Strict", outcome=other) == 0
+        finally:
+            rp.stop()
+    finally:
+        for d in applied:
+            if d["kind"] != "ServiceAccount":
+                kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])
