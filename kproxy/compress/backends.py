@@ -163,9 +163,10 @@ class _ZstdEncoder:
         return bytes(self._obj.flush(self._frame))
 
 
-def zstd_codec(level: int | None = None, window_log: int | None = None) -> Codec:
-    """zstd at ``level`` (None: 1, measured). ``window_log`` bounds a streaming encoder's window
-    (its memory) for long-lived streams; one-shot compression always uses the level's own."""
+def zstd_codec(level: int | None = None, window_log: int | None = None, hash_log: int | None = None) -> Codec:
+    """zstd at ``level`` (None: 1, measured). ``window_log`` and ``hash_log`` bound a streaming
+    encoder's state (memory, and cache footprint per event) for long-lived streams; one-shot
+    compression always uses the level's own."""
     lvl = 1 if level is None else level
     if not -7 <= lvl <= 22:
         raise ValueError(f"zstd level {lvl} is outside -7..22")
@@ -173,6 +174,8 @@ def zstd_codec(level: int | None = None, window_log: int | None = None) -> Codec
     options: dict[Any, int] = {bz.CompressionParameter.compression_level: lvl}
     if window_log is not None:
         options[bz.CompressionParameter.window_log] = window_log
+    if hash_log is not None:
+        options[bz.CompressionParameter.hash_log] = hash_log
 
     def new() -> Encoder:
         obj = bz.ZstdCompressor(options=options)
@@ -184,10 +187,10 @@ def zstd_codec(level: int | None = None, window_log: int | None = None) -> Codec
     return Codec("zstd", "backports.zstd", lvl, new, one_shot)
 
 
-def codec(coding: str, level: int | None = None, window_log: int | None = None) -> Codec:
+def codec(coding: str, level: int | None = None, window_log: int | None = None, hash_log: int | None = None) -> Codec:
     """The codec for a content coding kproxy offers."""
     if coding == "gzip":
         return gzip_codec(level)
     if coding == "zstd":
-        return zstd_codec(level, window_log)
+        return zstd_codec(level, window_log, hash_log)
     raise ValueError(f"unsupported content coding {coding!r}")

@@ -20,8 +20,9 @@ Account = Callable[[int, int, float], None]
 #: Codec calls between two metric updates of a stream (a metric update per watch event would
 #: cost a quarter of what compressing the event does).
 ACCOUNT_EVERY = 64
-#: Bytes of a list gathered per codec call.
-COALESCE = 64 * 1024
+#: Bytes of a list gathered per codec call: ISA-L gzip on a pod list, 64 KiB calls 1.50 GB/s at
+#: ratio 23.4, 256 KiB calls 1.66 GB/s at 25.5 (zstd is indifferent).
+COALESCE = 256 * 1024
 
 
 async def encode(
@@ -36,8 +37,8 @@ async def encode(
     """``prefix`` (bytes already read to decide on compression) then ``chunks``, compressed.
 
     Without ``flush_each`` (lists), chunks are gathered to ``COALESCE`` bytes per codec call:
-    the upstream delivers a body in TLS-record-sized pieces, and a codec call per 16 KiB costs
-    a third of the throughput (the compressor holds that much back anyway). With ``flush_each``
+    the upstream delivers a body in TLS-record-sized pieces, and a gzip call per 16 KiB costs a
+    quarter of the throughput and a fifth of the ratio (the compressor holds data back anyway). With ``flush_each``
     (watches), every chunk is compressed and flushed at once, or, when ``newline_framed`` (JSON
     watch events end with a newline), flushed at the first chunk that ends an event: an event
     split over two reads is flushed once, when it can be decoded whole. Metrics are updated
