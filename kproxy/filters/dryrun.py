@@ -348,18 +348,7 @@ class DryRun(FilterBase):
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self._enforced = Counter(
-            "kproxy_dryrun_enforced",
-            "Mutating requests the dryrun filter sent upstream as dry runs, by rule.",
-            ["rule"],
-            registry=ctx.registry,
-        )
-        self._rejected = Counter(
-            "kproxy_dryrun_rejected",
-            "Requests the dryrun filter refused (reject rules; unsafe requests under enforce), by rule.",
-            ["rule"],
-            registry=ctx.registry,
-        )
+        self._enforced, self._rejected = _metrics(ctx)
 
     def _identify(self, ex: Exchange) -> Callable[[], Awaitable[Identity]]:
         async def identify() -> Identity:
@@ -472,6 +461,30 @@ class DryRun(FilterBase):
             warning_value(f"kproxy dryrun rule {go_quote(rule)} ran this request as a dry run: nothing was persisted"),
         )
         return reply
+
+
+_METRICS_KEY = "kproxy.filters.dryrun.metrics"
+
+
+def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
+    """The filter's counters, registered once per registry: a config reload or a second
+    ``dryrun`` entry in the chain shares them (labelled by rule name)."""
+    found = ctx.services.get(_METRICS_KEY)
+    if found is None:
+        enforced = Counter(
+            "kproxy_dryrun_enforced",
+            "Mutating requests the dryrun filter sent upstream as dry runs, by rule.",
+            ["rule"],
+            registry=ctx.registry,
+        )
+        rejected = Counter(
+            "kproxy_dryrun_rejected",
+            "Requests the dryrun filter refused (reject rules; unsafe requests under enforce), by rule.",
+            ["rule"],
+            registry=ctx.registry,
+        )
+        found = ctx.services[_METRICS_KEY] = (enforced, rejected)
+    return found
 
 
 def _resource(info: RequestInfo) -> str:

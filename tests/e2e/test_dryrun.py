@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -765,3 +766,77 @@ def test_answers_equal_the_apiservers_dry_run(
     got.get("metadata", {}).pop("resourceVersion", None)
     want.get("metadata", {}).pop("resourceVersion", None)
     assert normalized(got) == normalized(want)
+
+
+def test_rules_select_by_namespace_and_resource(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], kubectl: Kubectl, namespace: str
+) -> None:
+    other = f"{namespace}-b"[:63]
+    kubectl(["create", "namespace", other])
+    try:
+        rules = [
+            {
+                "name": "ns-preview",
+                "match": {"namespaces": [f"{namespace[:20]}*"], "resources": ["configmaps"]},
+                "action": "enforce",
+            },
+            {"name": "no-scaling", "match": {"resources": ["*/scale"]}, "action": "reject"},
+            {
+                "name": "apps-preview",
+                "match": {"resources": ["*.apps"], "verbs": ["patch", "delete"]},
+                "action": "enforce",
+            },
+            {"name": "rest", "action": "allow"},
+        ]
+        rp = proxy_factory(extra={"filters": [{"name": "dryrun", "rules": rules}]})
+        api = Api(control_plane, rp)
+        kubectl(["create", "deployment", "web", "--image=nginx", "-n", other])
+        rv = api.rv(f"/apis/apps/v1/namespaces/{other}/deployments/web")
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return kubectl(list(args), kubeconfig=rp.kubeconfig, check=False)
+
+        # both namespaces match the glob (the second one's name starts the same way) for configmaps
+        for ns in (namespace, other):
+            res = run("create", "configmap", "c", "-n", ns)
+            assert res.returncode == 0 and 'rule "ns-preview"' in res.stderr, res.stderr
+            assert api.get(f"/api/v1/namespaces/{ns}/configmaps/c") is None
+        # secrets match no namespace rule: real
+        res = run("create", "secret", "generic", "s", "-n", namespace)
+        assert res.returncode == 0 and "Warning" not in res.stderr, res.stderr
+        assert api.get(f"/api/v1/namespaces/{namespace}/secrets/s") is not None
+        # the scale subresource is refused by its own rule, before the apps rule
+        res = run("scale", "deployment", "web", "--replicas=2", "-n", other)
+        assert res.returncode == 1 and 'rule "no-scaling"' in res.stderr, res.stderr
+        # a patch of the deployment itself is a dry run; creating one is real (verbs)
+        res = run("label", "deployment", "web", "x=y", "-n", other)
+        assert res.returncode == 0 and 'rule "apps-preview"' in res.stderr, res.stderr
+        assert api.rv(f"/apis/apps/v1/namespaces/{other}/deployments/web") == rv
+        res = run("create", "deployment", "web2", "--image=nginx", "-n", other)
+        assert res.returncode == 0 and "Warning" not in res.stderr, res.stderr
+        assert api.get(f"/apis/apps/v1/namespaces/{other}/deployments/web2") is not None
+    finally:
+        kubectl(["delete", "namespace", other, "--wait=false"], check=False)
+
+
+def test_reload_keeps_metrics(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
+    """A reload builds a new filter on the same metrics registry: its counters are shared, not re-registered."""
+    rules = [{"name": "a", "match": {"resources": ["secrets"]}, "action": "reject"}, {"name": "b", "action": "enforce"}]
+    rp = proxy_factory(extra={"filters": [{"name": "dryrun", "rules": rules}]})
+    api = Api(control_plane, rp)
+    status, headers, _ = api.proxy("POST", f"/api/v1/namespaces/{namespace}/configmaps", cm_body("one"))
+    assert status == 201 and 'rule \\"b\\"' in headers["Warning"]
+    rp.write_config({"filters": [{"name": "dryrun", "rules": [{"name": "c", "action": "reject"}]}]})
+
+    def reloaded() -> bool:
+        return api.proxy("POST", f"/api/v1/namespaces/{namespace}/configmaps", cm_body("two"))[0] == 403
+
+    wait_for(reloaded, 30, "the reloaded rules")
+    metrics = rp.metrics()
+    # counts from before the reload stay (requests sent while waiting were enforced by "b")
+    assert 'kproxy_dryrun_enforced_total{rule="b"}' in metrics
+    assert 'kproxy_dryrun_rejected_total{rule="c"}' in metrics
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/one") is None
+    assert api.get(f"/api/v1/namespaces/{namespace}/configmaps/two") is None
