@@ -175,18 +175,17 @@ class Bench:
             tag = f"{peer[:6]}-{time.time_ns()}"
 
             async def patch(name: str) -> None:
-                body = {"metadata": {"annotations": {"bench/sent": repr(time.time()), "bench/run": tag}}}
-                async with (
-                    sem,
-                    self.direct.patch(
+                async with sem:
+                    # Stamped when the patch is sent, not while it waits for a free worker.
+                    body = {"metadata": {"annotations": {"bench/sent": repr(time.time()), "bench/run": tag}}}
+                    async with self.direct.patch(
                         f"{LIST_PATH}/{name}",
                         data=json.dumps(body),
                         headers={"Content-Type": "application/merge-patch+json", "Accept": JSON},
-                    ) as r,
-                ):
-                    await r.read()
-                    if r.status != 200:
-                        raise RuntimeError(f"patch {name}: {r.status}")
+                    ) as r:
+                        await r.read()
+                        if r.status != 200:
+                            raise RuntimeError(f"patch {name}: {r.status}")
 
             patches = asyncio.gather(*(patch(n) for n in names[:events]))
             while row.events < events:
