@@ -3,12 +3,11 @@
 JSON: the apiserver's decoder (sigs.k8s.io/json) reports every duplicate key, so duplicates
 must be seen. orjson (fast) keeps only the last value of a duplicated key; the stdlib decoder
 with ``object_pairs_hook`` keeps them all (slow). The fast path is taken when a cheap, sound
-check proves the body has no duplicate. With no ``\\u`` escape in the body, a ``"`` inside a
-string can only be written ``\\"``, so counting ``":`` after deleting JSON white space counts
-every key token (duplicates included) plus string contents that read ``\\"`` + spaces + ``:``;
-orjson's compact re-encoding of what it parsed counts each distinct key once plus the same
-string contents without the spaces (never more). Equal counts therefore mean no duplicate;
-any difference sends the body to the slow decoder, which decides exactly.
+check proves the body has no duplicate: outside strings every ``:`` of a JSON text follows a
+key, and with no ``\\u`` escape in the body a ``:`` inside a string is a literal ``:`` both in
+the body and in orjson's re-encoding of what it parsed. So the body has as many ``:`` as
+orjson's output exactly when it has no key twice in one object; any difference sends it to the
+slow decoder, which decides exactly.
 
 YAML: sigs.k8s.io/yaml converts YAML to JSON through go-yaml v2, whose strict mode reports
 ``line N: key "x" already set in map`` (1-based line of the repeated key, Go ``%#v`` of the key)
@@ -35,16 +34,13 @@ class DecodeError(ValueError):
     """The body is not what the apiserver could decode: it will answer with its own error."""
 
 
-_JSON_WS = b" \t\r\n"
-
-
 def decode_json(data: bytes) -> tuple[Any, bool]:
     """The parsed body and whether it may hold duplicate keys (then objects are ``Pairs``)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as err:
         raise DecodeError(str(err)) from None
-    if b"\\u" not in data and data.translate(None, _JSON_WS).count(b'":') == orjson.dumps(value).count(b'":'):
+    if b"\\u" not in data and data.count(b":") == orjson.dumps(value).count(b":"):
         return value, False
     try:
         return json.loads(data, object_pairs_hook=Pairs), True

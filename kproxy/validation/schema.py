@@ -269,7 +269,7 @@ def finish(root: Node) -> None:
         if node.kind == OBJECT:
             extra = {"metadata"} if node.embedded and node.meta is not None else set()
             node.keyset = frozenset(node.props) | frozenset(extra)
-            node.containers = {k: c for k, c in node.props.items() if c.kind in (OBJECT, MAP, LIST)}
+            node.containers = {k: c for k, c in node.props.items() if _holds_objects(c)}
             if extra and node.meta is not None:
                 node.containers["metadata"] = node.meta
         stack.extend(node.props.values())
@@ -277,6 +277,16 @@ def finish(root: Node) -> None:
             stack.append(node.item)
         if node.meta is not None:
             stack.append(node.meta)
+
+
+def _holds_objects(node: Node) -> bool:
+    """Whether a value of this node can contain an object whose keys are checked (maps of
+    strings and lists of scalars cannot: the clean check does not descend into them)."""
+    seen: set[int] = set()
+    while node.kind in (MAP, LIST) and node.item is not None and id(node) not in seen:
+        seen.add(id(node))
+        node = node.item
+    return node.kind == OBJECT or id(node) in seen
 
 
 def _any() -> Node:

@@ -261,7 +261,7 @@ def _clean(node: Node, value: Any) -> bool:
                         return False
         elif kind == MAP:
             item = node.item
-            if item is not None and item.kind in (OBJECT, MAP, LIST):
+            if item is not None and (item.kind == OBJECT or item.containers or item.kind in (MAP, LIST)):
                 for val in value.values():
                     if not _clean(item, val):
                         return False
