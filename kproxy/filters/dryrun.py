@@ -378,64 +378,73 @@ class DryRun(FilterBase):
             return await call_next(ex)
         index, rule = found
         name = self.rule_names[index]
+        quoted = go_quote(name)
+        if verb == "connect":
+            what = _resource(info)
+            return self._refuse(name, info, f"kproxy dryrun rule {quoted}: {what} cannot be run as a dry run")
+        if ex.method not in _METHOD_VERB:
+            return self._refuse(name, info, f"kproxy dryrun rule {quoted}: method {ex.method} refused")
+        if (info.api_group, info.resource, info.subresource) in _MINTS_CREDENTIALS and info.verb == "create":
+            return self._refuse(
+                name, info, f"kproxy dryrun rule {quoted}: {_resource(info)} issues a real token even as a dry run"
+            )
+        # Only kproxy's own answers are caught here; whatever call_next raises is the server's business.
         try:
-            if verb == "connect":
-                return self._refuse(
-                    name, info, f"kproxy dryrun rule {go_quote(name)}: {_resource(info)} cannot be run as a dry run"
-                )
-            if ex.method not in _METHOD_VERB:
-                return self._refuse(name, info, f"kproxy dryrun rule {go_quote(name)}: method {ex.method} refused")
-            if (info.api_group, info.resource, info.subresource) in _MINTS_CREDENTIALS and info.verb == "create":
-                return self._refuse(
-                    name,
-                    info,
-                    f"kproxy dryrun rule {go_quote(name)}: {_resource(info)} issues a real token even as a dry run",
-                )
             if rule.action == "reject":
-                return await self._reject(ex, info, name, call_next)
-            return await self._enforce(ex, info, name, call_next)
+                if not await self._is_dry_run(ex, info):
+                    return self._refuse(
+                        name,
+                        info,
+                        f"kproxy dryrun rule {quoted} allows only dry-run requests here (add dryRun=All, "
+                        "e.g. kubectl --dry-run=server)",
+                    )
+                return await call_next(ex)
+            await self._make_dry_run(ex, info)
         except StatusError as err:
             return Reply.from_status(err)
+        if self._enforced is not None:
+            self._enforced.labels(name).inc()
+        reply = await call_next(ex)
+        reply.headers.add(
+            "Warning",
+            warning_value(f"kproxy dryrun rule {quoted} ran this request as a dry run: nothing was persisted"),
+        )
+        return reply
 
     def _refuse(self, rule: str, info: RequestInfo, message: str) -> Reply:
         if self._rejected is not None:
             self._rejected.labels(rule).inc()
         return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message))
 
-    async def _delete_body(self, ex: Exchange) -> bytes:
+    async def _delete_body(self, ex: Exchange, info: RequestInfo) -> bytes:
         """A DELETE's body, read whole (the apiserver's limit applies): it decides where options come from."""
         body = ex.body
-        if isinstance(body, UpgradeBody):
+        if info.verb not in _DELETE_VERBS or isinstance(body, UpgradeBody):
             return b""
         data = await body.read()
         ex.body = BytesBody(data, body.media_type)
         return data
 
-    async def _reject(self, ex: Exchange, info: RequestInfo, rule: str, call_next: Handler) -> Reply:
-        kind = _OPTIONS_KIND[info.verb]
+    async def _is_dry_run(self, ex: Exchange, info: RequestInfo) -> bool:
+        """Whether the apiserver will run this request as a dry run; its 422 for invalid values."""
         values: list[str] | None
-        body = await self._delete_body(ex) if info.verb in _DELETE_VERBS else b""
+        body = await self._delete_body(ex, info)
         if body:
             try:
                 values = delete_body_dry_run(body, ex.headers.get("Content-Type", ""))
             except BodyError:
-                values = None  # not provably a dry run
+                return False  # not provably a dry run
         else:
             values = query_dry_run(ex.raw_query) or None
         if values and not is_dry_run(values):
-            raise invalid_dry_run(kind, values)
-        if is_dry_run(values):
-            return await call_next(ex)
-        return self._refuse(
-            rule,
-            info,
-            f"kproxy dryrun rule {go_quote(rule)} allows only dry-run requests here (add dryRun=All, "
-            "e.g. kubectl --dry-run=server)",
-        )
+            raise invalid_dry_run(_OPTIONS_KIND[info.verb], values)
+        return is_dry_run(values)
 
-    async def _enforce(self, ex: Exchange, info: RequestInfo, rule: str, call_next: Handler) -> Reply:
+    async def _make_dry_run(self, ex: Exchange, info: RequestInfo) -> None:
+        """Rewrite the request so that the apiserver runs it as a dry run, or raise the Status that
+        refuses it (the apiserver's 422 for a client's invalid value, 400/415 for an unreadable body)."""
         kind = _OPTIONS_KIND[info.verb]
-        body = await self._delete_body(ex) if info.verb in _DELETE_VERBS else b""
+        body = await self._delete_body(ex, info)
         if body:
             try:
                 new_body, content_type, values = enforce_delete_body(body, ex.headers.get("Content-Type", ""))
@@ -453,14 +462,6 @@ class DryRun(FilterBase):
                 raise invalid_dry_run(kind, values)
         ex.raw_query = enforce_query(ex.raw_query)
         ex._query = None  # the parsed view (if any filter built it) follows the new raw query
-        if self._enforced is not None:
-            self._enforced.labels(rule).inc()
-        reply = await call_next(ex)
-        reply.headers.add(
-            "Warning",
-            warning_value(f"kproxy dryrun rule {go_quote(rule)} ran this request as a dry run: nothing was persisted"),
-        )
-        return reply
 
 
 _METRICS_KEY = "kproxy.filters.dryrun.metrics"
