@@ -422,6 +422,16 @@ def _cases() -> list[Case]:
         api=CR,
     )
 
+    # ---- Bodies read back and written again: managedFields (FieldsV1 stays opaque, also in CRs)
+    mf = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "time": "2024-01-01T00:00:00Z",
+           "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}, "f:spec": {".": {}, "f:size": {}}}}]  # fmt: skip
+    add("cm-put-managed-fields", "PUT", "configmaps/base-cm",
+        _j({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "base-cm", "managedFields": mf}, "data": {"a": "3"}, "zz": 1}))  # fmt: skip
+    add("cr-put-managed-fields", "PUT", "widgets/base-widget",
+        _j({**w("base-widget", size=2, zz=1), "metadata": {"name": "base-widget", "managedFields": mf}}), api=CR)  # fmt: skip
+    add("cr-post-managed-fields-clean", "POST", "widgets",
+        _j({**w("mf", size=2), "metadata": {"name": "mf", "managedFields": mf, "labels": {"a": "b"}}}), api=CR)  # fmt: skip
+
     # ---- PATCH, every type (kproxy forwards with the level; the apiserver answers)
     add("patch-merge-unknown", "PATCH", "configmaps/base-cm", '{"data":{"b":"2"},"foo":1}', MERGE)
     add("patch-merge-dup", "PATCH", "configmaps/base-cm", '{"data":{"b":"2","b":"3"}}', MERGE)
