@@ -1,9 +1,14 @@
-"""Accept negotiation as the apiserver does it (kproxy/negotiation.py)."""
+"""Accept negotiation as the apiserver does it (kproxy/negotiation.py), and how the transcode
+filter uses it to decide which requests it rewrites."""
 
 from __future__ import annotations
 
 import pytest
+from multidict import CIMultiDict
 
+from kproxy.chain import BytesBody, Exchange
+from kproxy.codec import ProtobufCodec
+from kproxy.filters.transcode import Transcode, TranscodeSettings
 from kproxy.negotiation import (
     JSON,
     PROTOBUF,
@@ -14,6 +19,7 @@ from kproxy.negotiation import (
     parse_accept,
     router_accepts,
 )
+from kproxy.requestinfo import request_info_from_target
 
 
 def test_parse_accept_sorts_by_q_then_specificity() -> None:
@@ -135,3 +141,63 @@ def test_media_type_of() -> None:
     assert media_type_of("application/vnd.kubernetes.protobuf;stream=watch") == PROTOBUF + ";stream=watch"
     assert media_type_of("Application/JSON; charset=utf-8") == JSON
     assert media_type_of(None) == ""
+
+
+# ----------------------------------------------------------------------------- the filter's use of it
+
+
+def _exchange(method: str, target: str, headers: dict[str, str]) -> Exchange:
+    path, _, query = target.partition("?")
+    info = request_info_from_target(method, target)
+    return Exchange(method, path, query, CIMultiDict(headers), BytesBody(b""), info)
+
+
+@pytest.fixture(scope="module")
+def transcode() -> Transcode:
+    flt = Transcode(TranscodeSettings(upstream="protobuf"))
+    flt.codec = ProtobufCodec()
+    flt._known = frozenset({("", "v1"), ("apps", "v1")})
+    return flt
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "expected"),
+    [
+        ("GET", "/api/v1/namespaces/a/pods/p", {}, (JSON, False, "object")),
+        ("GET", "/api/v1/namespaces/a/pods", {"Accept": YAML}, (YAML, False, "list")),
+        ("GET", "/api/v1/namespaces/a/pods?watch=1", {"Accept": "application/json"}, (JSON, False, "watch")),
+        ("GET", "/api/v1/pods?pretty=true", {}, (JSON, True, "list")),
+        ("GET", "/api/v1/pods", {"User-Agent": "curl/8"}, (JSON, True, "list")),
+        ("GET", "/api/v1/pods", {"Accept": "application/json;pretty=1"}, (JSON, True, "list")),
+        ("POST", "/apis/apps/v1/namespaces/a/deployments", {}, (JSON, False, "object")),
+        ("GET", "/api/v1/namespaces/a/pods?watch=1", {"Accept": YAML}, None),  # the apiserver's 406
+        ("GET", "/api/v1/namespaces/a/pods/p", {"Accept": PROTOBUF}, None),
+        ("GET", "/api/v1/namespaces/a/pods/p", {"Accept": "text/html"}, None),
+        ("GET", "/api/v1/namespaces/a/pods/p", {"Accept": "application/*"}, None),
+        ("GET", "/api/v1/namespaces/a/pods", {"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, None),
+        ("GET", "/api/v1/namespaces/a/pods/p/log", {}, None),
+        ("GET", "/api/v1/namespaces/a/pods/p/exec?command=ls", {}, None),
+        ("GET", "/api/v1/namespaces/a/services/s/proxy/x", {}, None),
+        ("HEAD", "/api/v1/namespaces/a/pods/p", {}, None),
+        ("GET", "/version", {}, None),
+        ("GET", "/apis", {}, None),
+    ],
+)
+def test_transcode_plan(
+    transcode: Transcode, method: str, target: str, headers: dict[str, str], expected: tuple[str, bool, str] | None
+) -> None:
+    plan = transcode.plan(_exchange(method, target, headers))
+    assert (None if plan is None else (plan.target, plan.pretty, plan.shape)) == expected
+
+
+def test_transcode_auto_only_for_known_group_versions(transcode: Transcode) -> None:
+    auto = Transcode(TranscodeSettings(upstream="auto"))
+    auto.codec, auto._known = transcode.codec, transcode._known
+    assert auto.plan(_exchange("GET", "/apis/apps/v1/deployments", {})) is not None
+    assert auto.plan(_exchange("GET", "/apis/example.com/v1/widgets", {})) is None
+    assert transcode.plan(_exchange("GET", "/apis/example.com/v1/widgets", {})) is not None  # protobuf: asks anyway
+
+
+def test_transcode_json_mode_is_off() -> None:
+    off = Transcode(TranscodeSettings(upstream="json"))
+    assert off.plan(_exchange("GET", "/api/v1/pods", {})) is None
