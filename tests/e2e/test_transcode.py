@@ -6,6 +6,7 @@ apiserver's own negotiation (media types, pretty printing, 406s, Tables, custom 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import secrets
@@ -463,3 +464,30 @@ async def test_request_bodies_go_upstream_as_sent(loaded: tuple[str, list[corpus
         "reason": "UnsupportedMediaType",
         "code": 415,
     }
+
+
+async def test_behind_the_compression_filter(
+    loaded: tuple[str, list[corpus.CorpusObject]],
+    control_plane: ControlPlaneInfo,
+    proxy_factory: Any,
+    kubectl: Kubectl,
+) -> None:
+    """`compression` first, then `transcode`: clients that ask for gzip get the transcoded JSON
+    compressed, the others plain; kubectl sees exactly what it sees directly."""
+    ns, _ = loaded
+    rp: RunningProxy = await asyncio.to_thread(
+        proxy_factory, extra={"filters": [{"name": "compression"}, {"name": "transcode", "upstream": "protobuf"}]}
+    )
+    args = ["get", "pods,deployments.apps,configmaps", "-n", ns, "-o", "json"]
+    via = await asyncio.to_thread(kubectl, args, kubeconfig=rp.kubeconfig)
+    assert via.stdout == (await asyncio.to_thread(kubectl, args)).stdout
+    s = Sides(control_plane, rp.url)
+    try:
+        path = await pinned(s, f"/api/v1/namespaces/{ns}/pods")
+        direct = await s.request("GET", path, via_proxy=False)
+        gz = await s.request("GET", path, via_proxy=True, headers={"Accept-Encoding": "gzip"})
+        assert (gz.status, gz.headers.get("Content-Encoding"), gz.content_type) == (200, "gzip", JSON)
+        assert json.loads(gzip.decompress(gz.body)) == direct.json()
+    finally:
+        await s.close()
+    assert _counter(rp, "kproxy_transcoded_responses_total", 'shape="list"') >= 4
