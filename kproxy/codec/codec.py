@@ -18,19 +18,26 @@ WATCH_EVENT = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent"
 LIST_META = "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"
 
 
+# (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object)
+ListPlan = tuple[Callable[[bytes], list[bytes]], Callable[[bytes], Any]]
+
+
 class ProtobufCodec:
     """Transcodes whole bodies, lists (incrementally) and watch streams.
 
     One instance per process is enough: the per-type functions are generated on first use of a
-    type and cached here.
+    type and cached here. memo_size bounds, per memoised type, how many sub-objects' JSON
+    to_json keeps (keyed by their protobuf bytes; 0 turns it off).
     """
 
-    def __init__(self, schema: Schema | None = None) -> None:
+    def __init__(self, schema: Schema | None = None, memo_size: int = 512) -> None:
         self.schema = schema or load_schema()
-        self._frag = JsonGenerator(self.schema, fragments=True, envelope_to_obj=self._envelope_to_frag)
+        self._frag = JsonGenerator(
+            self.schema, fragments=True, envelope_to_obj=self._envelope_to_frag, memo_size=memo_size
+        )
         self._obj = JsonGenerator(self.schema, fragments=False, envelope_to_obj=self.to_obj)
         self._builder = MessageBuilder(self.schema)
-        self._list_plans: dict[tuple[str, str], tuple[Callable[[bytes], bytes], Callable[[bytes], Any]] | None] = {}
+        self._list_plans: dict[tuple[str, str], ListPlan | None] = {}
 
     # -- kinds --------------------------------------------------------------------------------
     def knows(self, api_version: str, kind: str) -> bool:
@@ -75,9 +82,10 @@ class ProtobufCodec:
     def _raw_to_json(self, api_version: str, kind: str, raw: bytes) -> bytes:
         return orjson.dumps(self._decode(self._frag, api_version, kind, raw))
 
-    def _list_plan(self, api_version: str, kind: str) -> tuple[Callable[[bytes], bytes], Callable[[bytes], Any]] | None:
-        """(item -> JSON bytes, ListMeta bytes -> dict) for a list kind that streams item by
-        item: exactly `metadata` (field 1) and `items` (field 2). None for anything else."""
+    def _list_plan(self, api_version: str, kind: str) -> ListPlan | None:
+        """(span of item fields -> their JSON, ListMeta bytes -> dict) for a list kind that
+        streams item by item: exactly `metadata` (field 1) and `items` (field 2). None for
+        anything else."""
         key = (api_version, kind)
         if key in self._list_plans:
             return self._list_plans[key]
@@ -98,19 +106,19 @@ class ProtobufCodec:
                 and items.message_type is not None
             ):
                 item_full = items.message_type.full_name
-                item_cls = self.schema.message_class(item_full)
                 item_enc = self._frag.encoder(item_full)
+                list_cls = self.schema.message_class(full)
                 meta_cls = self.schema.message_class(LIST_META)
                 meta_enc = self._frag.encoder(LIST_META)
                 dumps = orjson.dumps
 
-                def item(b: bytes) -> bytes:
-                    return dumps(item_enc(decode_message(item_cls, b, item_full)))
+                def items_json(span: bytes) -> list[bytes]:
+                    return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
 
                 def list_meta(b: bytes) -> Any:
                     return meta_enc(decode_message(meta_cls, b, "ListMeta"))
 
-                result = (item, list_meta)
+                result = (items_json, list_meta)
         self._list_plans[key] = result
         return result
 

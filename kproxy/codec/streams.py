@@ -44,7 +44,7 @@ class ListTranscoder:
         self._header: dict[str, Any] = {}
         self._started = False
         self._count = 0
-        self._item: Callable[[bytes], bytes] | None = None
+        self._items: Callable[[bytes], list[bytes]] | None = None
         self._meta: Callable[[bytes], Any] | None = None
         self._out: list[bytes] = []
 
@@ -164,7 +164,7 @@ class ListTranscoder:
             self._state = "whole"
             self._raw_left = n
             return
-        self._item, self._meta = plan
+        self._items, self._meta = plan
         self._state = "items"
         self._raw_end = start + n
         self._header = {"kind": self._kind, "apiVersion": self._api_version} if self._kind else {}
@@ -187,28 +187,54 @@ class ListTranscoder:
         self._out.append(self._codec._raw_to_json(self._api_version, self._kind, raw))
 
     def _list_field(self) -> bool:
-        if self._pos >= self._raw_end:
-            if self._pos > self._raw_end:
-                raise CodecError("invalid protobuf data: list fields run past the object")
-            self._close_list()
-            self._state = "outer"
-            return True
-        num, start, stop = self._read_ld(self._raw_end)
-        if start < 0:
-            return True
-        payload = bytes(self._buf[start:stop])
-        self._pos = stop
-        assert self._item is not None and self._meta is not None
-        if num == 1:
-            if self._started:
-                raise CodecError("invalid protobuf data: list metadata after its items")
-            self._header["metadata"] = self._meta(payload)
-        elif num == 2:
-            if not self._started:
-                self._open_list()
-            self._out.append(b"," + self._item(payload) if self._count else self._item(payload))
-            self._count += 1
+        """Consume every complete field in the buffer. Consecutive items are parsed together
+        (one upb parse of the span as a list message is cheaper than one parse per item) and
+        emitted at once; metadata is kept for the list's header."""
+        batch_start = -1
+        batch_end = -1
+        try:
+            while self._pos < self._raw_end:
+                at = self._pos
+                num, start, stop = self._read_ld(self._raw_end)
+                if start < 0 or num != 2:
+                    if batch_start >= 0:
+                        self._emit_items(batch_start, batch_end)
+                        batch_start = -1
+                    if start < 0:
+                        continue
+                    self._pos = stop
+                    if num == 1:
+                        if self._started:
+                            raise CodecError("invalid protobuf data: list metadata after its items")
+                        assert self._meta is not None
+                        self._header["metadata"] = self._meta(bytes(self._buf[start:stop]))
+                    continue
+                if batch_start < 0:
+                    batch_start = at
+                batch_end = stop
+                self._pos = stop
+        except _NeedMore:
+            if batch_start >= 0:
+                self._emit_items(batch_start, batch_end)
+            return False
+        if batch_start >= 0:
+            self._emit_items(batch_start, batch_end)
+        if self._pos > self._raw_end:
+            raise CodecError("invalid protobuf data: list fields run past the object")
+        self._close_list()
+        self._state = "outer"
         return True
+
+    def _emit_items(self, start: int, end: int) -> None:
+        """Items whose fields (tags included) span buf[start:end]."""
+        if not self._started:
+            self._open_list()
+        assert self._items is not None
+        items = self._items(bytes(self._buf[start:end]))
+        if items:
+            joined = b",".join(items)
+            self._out.append(b"," + joined if self._count else joined)
+            self._count += len(items)
 
     def _open_list(self) -> None:
         self._header.setdefault("metadata", {})

@@ -74,14 +74,42 @@ def _attr(name: str) -> str:
     return f"getattr(m, {name!r})" if keyword.iskeyword(name) else f"m.{name}"
 
 
+# Message types whose JSON is memoised in to_json (by their protobuf bytes): sub-objects that
+# replicas of one workload share. Small leaves are left out (hashing would cost what it saves).
+MEMO_TYPES = frozenset(
+    {
+        "Container",
+        "ManagedFieldsEntry",
+        "Toleration",
+        "Probe",
+        "ContainerPort",
+        "Volume",
+        "VolumeMount",
+        "SecurityContext",
+        "PodSecurityContext",
+        "Affinity",
+        "OwnerReference",
+        "ResourceRequirements",
+        "EnvVar",
+        "PodCondition",
+        "TopologySpreadConstraint",
+    }
+)
+
+
 class JsonGenerator:
     """Compiles and caches the per-message functions for one schema and one flavour."""
 
-    def __init__(self, schema: Schema, fragments: bool, envelope_to_obj: Callable[[bytes], Any]) -> None:
+    def __init__(
+        self, schema: Schema, fragments: bool, envelope_to_obj: Callable[[bytes], Any], memo_size: int = 0
+    ) -> None:
         self.schema = schema
         self.fragments = fragments
+        self.memo_size = memo_size if fragments else 0
         self._ids: dict[str, int] = {}
         self._pending: list[str] = []
+        self._helpers: set[str] = set()
+        self._extra: list[str] = []
         self.ns: dict[str, Any] = {
             "_b64": _b64,
             "_time": _time,
@@ -89,7 +117,10 @@ class JsonGenerator:
             "_ios": _ios,
             "_dur": format_duration,
             "_raw": self._raw_fragment if fragments else self._raw_obj,
+            "_rawf": self._rawf_fragment if fragments else self._rawf_obj,
             "_sorted": sorted,
+            "_fragment": orjson.Fragment,
+            "_dumps": orjson.dumps,
         }
         self._envelope_to_obj = envelope_to_obj
 
@@ -98,6 +129,17 @@ class JsonGenerator:
         if b[:4] == MAGIC:
             return self._envelope_to_obj(b)
         return orjson.Fragment(b)
+
+    def _rawf_fragment(self, b: bytes) -> Any:
+        """Raw JSON bytes of a RawExtension/FieldsV1/JSON: null when empty."""
+        if not b:
+            return None
+        if b[:4] == MAGIC:
+            return self._envelope_to_obj(b)
+        return orjson.Fragment(b)
+
+    def _rawf_obj(self, b: bytes) -> Any:
+        return self._raw_obj(b) if b else None
 
     def _raw_obj(self, b: bytes) -> Any:
         if b[:4] == MAGIC:
@@ -130,6 +172,8 @@ class JsonGenerator:
                 continue
             done.add(name)
             sources.append(self._generate(name))
+        sources += self._extra
+        self._extra = []
         code = compile("\n".join(sources), f"<kproxy.codec json {full_name}>", "exec")
         exec(code, self.ns)
         return idx
@@ -166,12 +210,33 @@ class JsonGenerator:
                 continue
             if is_list and fp.json == "items" and fp.proto.is_repeated:
                 conv = self._value(fp.go.elem or GoType("other"), fp.proto, "x")
+                if self.fragments:
+                    # Each item serialised on its own: the whole list never exists as one tree
+                    # of dicts (less memory, far less garbage-collector work on long lists).
+                    conv = f"_fragment(_dumps({conv}))"
                 lines.append(f"    d['items'] = [{conv} for x in {_attr(fp.proto.name)}]")
                 continue
             lines.extend("    " + line for line in self._field(fp))
+        if any("h(" in line for line in lines):
+            lines.insert(1, "    h = m.HasField")
         lines.append("    return d")
-        lines.append(f"def enc_{idx}(m):")
-        lines.append(f"    return fill_{idx}(m, {{}})")
+        if self.memo_size and full_name.rsplit(".", 1)[-1] in MEMO_TYPES:
+            # Replicas repeat the same sub-objects (containers, probes, tolerations, managed
+            # fields entries...): their JSON is kept, keyed by their protobuf bytes.
+            lines += [
+                f"_memo_{idx} = {{}}",
+                f"def enc_{idx}(m):",
+                "    k = m.SerializeToString()",
+                f"    r = _memo_{idx}.get(k)",
+                "    if r is None:",
+                f"        if len(_memo_{idx}) >= {self.memo_size}:",
+                f"            _memo_{idx}.clear()",
+                f"        r = _memo_{idx}[k] = _fragment(_dumps(fill_{idx}(m, {{}})))",
+                "    return r",
+            ]
+        else:
+            lines.append(f"def enc_{idx}(m):")
+            lines.append(f"    return fill_{idx}(m, {{}})")
         return "\n".join(lines) + "\n"
 
     def _msg(self, fd: FieldDescriptor) -> int:
@@ -211,29 +276,32 @@ class JsonGenerator:
         if kind == "intorstring":
             return f"_ios({v})"
         if kind in ("rawext", "rawjson"):
-            raw = "Raw" if "Raw" in fd.message_type.fields_by_name else "raw"
-            return f"(_raw({v}.{raw}) if {v}.{raw} else None)"
-        if kind == "schemaorbool":
-            sch = self._ref(fd.message_type.fields_by_name["schema"].message_type.full_name)
-            return f"(enc_{sch}({v}.schema) if {v}.HasField('schema') else {v}.allows)"
-        if kind == "schemaorarray":
-            sch = self._ref(fd.message_type.fields_by_name["schema"].message_type.full_name)
-            return (
-                f"([enc_{sch}(x) for x in {v}.jSONSchemas] if len({v}.jSONSchemas) "
-                f"else (enc_{sch}({v}.schema) if {v}.HasField('schema') else None))"
-            )
-        if kind == "schemaorstringarray":
-            sch = self._ref(fd.message_type.fields_by_name["schema"].message_type.full_name)
-            return (
-                f"(list({v}.property) if len({v}.property) "
-                f"else (enc_{sch}({v}.schema) if {v}.HasField('schema') else None))"
-            )
-        raise AssertionError(kind)
+            return f"_rawf({v}.Raw)" if "Raw" in fd.message_type.fields_by_name else f"_rawf({v}.raw)"
+        sch = self._ref(fd.message_type.fields_by_name["schema"].message_type.full_name)
+        helper = f"_{kind}_{sch}"
+        if helper not in self._helpers:
+            self._helpers.add(helper)
+            if kind == "schemaorbool":
+                body = [f"    return enc_{sch}(v.schema) if v.HasField('schema') else v.allows"]
+            elif kind == "schemaorarray":
+                body = [
+                    "    a = v.jSONSchemas",
+                    f"    if len(a): return [enc_{sch}(x) for x in a]",
+                    f"    return enc_{sch}(v.schema) if v.HasField('schema') else None",
+                ]
+            else:
+                body = [
+                    "    a = v.property",
+                    "    if len(a): return list(a)",
+                    f"    return enc_{sch}(v.schema) if v.HasField('schema') else None",
+                ]
+            self._extra.append("\n".join([f"def {helper}(v):", *body]) + "\n")
+        return f"{helper}({v})"
 
     def _field(self, fp: FieldPlan) -> list[str]:
         fd, go, key = fp.proto, fp.go, fp.json
         get = _attr(fd.name)
-        has = f"m.HasField({fd.name!r})"
+        has = f"h({fd.name!r})"
         null = [] if fp.omitempty else [f"d[{key!r}] = None"]
         repeated = self._is_repeated(fd)
         if fp.inline:

@@ -1,0 +1,170 @@
+"""The Kubernetes protobuf codec (kproxy.codec) measured on a real apiserver's list, in one run.
+
+    python -m benchmarks.codec [--envtest-dir DIR] [--pods 5000] [--repeat 5] [--output FILE]
+
+The body is the kube-apiserver's own answer: ``--pods`` realistic pods (benchmarks.compression's
+generator: two containers, env, resources, probes, managedFields; ~3 KB of JSON each) listed in
+protobuf and in JSON from the local control plane (started here unless ``--envtest-dir`` names
+a running one). Every figure is CPU time of this one process (one core), the median of
+``--repeat`` runs, with the garbage collector on, as in kproxy.
+
+Rows, each against the apiserver's JSON for the same list (equality checked first):
+
+* kproxy.codec to_json (whole body) and the list transcoder fed 64 KiB chunks: MB/s of JSON out;
+  to_json again with its sub-object memo off (every container, probe, toleration... encoded
+  afresh instead of reused when its protobuf bytes repeat, as they do across replicas);
+* the peer: protobuf's own generic converter (json_format.MessageToDict + orjson) on the same
+  message, which is not Kubernetes JSON (int64 as strings, no omitempty rules) but the same walk
+  done by the library;
+* the floor: upb parsing alone, and orjson loads+dumps of the JSON body;
+* JSON -> protobuf (from_json) and watch events (one pod per frame) in both directions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from google.protobuf import json_format
+
+from benchmarks.compression import NAMESPACE, seed_pods
+from benchmarks.run import control_plane, log
+from kproxy.codec import ProtobufCodec, decode_envelope
+from kproxy.testing import envtest
+
+
+async def fetch_list(info: envtest.ControlPlaneInfo) -> tuple[bytes, bytes]:
+    """(protobuf, JSON) bodies of the namespace's pod list, as the apiserver sends them."""
+    ssl_ctx = info.ssl_context()
+    async with aiohttp.ClientSession(base_url=info.server, connector=aiohttp.TCPConnector(ssl=ssl_ctx)) as s:
+
+        async def get(accept: str) -> bytes:
+            async with s.get(f"/api/v1/namespaces/{NAMESPACE}/pods", headers={"Accept": accept}) as r:
+                r.raise_for_status()
+                return await r.read()
+
+        # A consistent pair: the protobuf list unchanged around the JSON one (pods still settling
+        # right after seeding would make the two answers differ).
+        for _ in range(10):
+            pb = await get("application/vnd.kubernetes.protobuf")
+            js = await get("application/json")
+            if await get("application/vnd.kubernetes.protobuf") == pb:
+                break
+            await asyncio.sleep(1)
+    return pb, js
+
+
+def cpu(fn: Callable[[], Any], repeat: int) -> float:
+    """Median CPU seconds of fn() over `repeat` runs (after one warm-up)."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        t = time.process_time()
+        fn()
+        samples.append(time.process_time() - t)
+    return statistics.median(samples)
+
+
+def run(pb: bytes, js: bytes, repeat: int) -> str:
+    codec = ProtobufCodec()
+    expected = json.loads(js)
+    assert json.loads(codec.to_json(pb)) == expected, "to_json differs from the apiserver's JSON"
+    env = decode_envelope(pb)
+    full = codec.schema.lookup_kind(env.api_version, env.kind)
+    assert full is not None
+    cls = codec.schema.message_class(full)
+    n_items = len(expected["items"])
+    out_len = len(codec.to_json(pb))
+
+    def transcode_chunks() -> bytes:
+        t = codec.list_transcoder()
+        parts = [t.feed(pb[i : i + 65536]) for i in range(0, len(pb), 65536)]
+        parts.append(t.finish())
+        return b"".join(parts)
+
+    assert json.loads(transcode_chunks()) == expected, "list transcoder differs from the apiserver's JSON"
+
+    def peer() -> bytes:
+        return orjson.dumps(json_format.MessageToDict(cls.FromString(env.raw)))
+
+    # Watch: one frame per pod, as a watch on the namespace would carry them.
+    events = [{"type": "ADDED", "object": {"kind": "Pod", "apiVersion": "v1", **item}} for item in expected["items"]]
+    frames = b"".join(codec.encode_watch_event(e["type"], e["object"]) for e in events)
+    watch_json_len = sum(len(orjson.dumps(e)) + 1 for e in events)
+
+    def watch() -> bytes:
+        t = codec.watch_transcoder()
+        return t.feed(frames) + t.finish()
+
+    got = [json.loads(line) for line in watch().splitlines()]
+    assert got == events, "watch transcoder differs"
+
+    cold = ProtobufCodec(codec.schema, memo_size=0)
+    rows: list[tuple[str, float, int, str]] = [
+        ("kproxy.codec to_json (whole list)", cpu(lambda: codec.to_json(pb), repeat), out_len, "JSON out"),
+        ("same, sub-object memo off", cpu(lambda: cold.to_json(pb), repeat), out_len, "JSON out"),
+        ("kproxy.codec list transcoder, 64 KiB chunks", cpu(transcode_chunks, repeat), out_len, "JSON out"),
+        ("kproxy.codec to_obj (Python objects)", cpu(lambda: codec.to_obj(pb), repeat), out_len, "JSON equiv."),
+        ("peer: protobuf json_format.MessageToDict + orjson", cpu(peer, repeat), out_len, "JSON equiv."),
+        ("floor: upb parse only", cpu(lambda: cls.FromString(env.raw), repeat), len(pb), "protobuf in"),
+        (
+            "floor: orjson loads + dumps of the JSON",
+            cpu(lambda: orjson.dumps(orjson.loads(js)), repeat),
+            len(js),
+            "JSON in",
+        ),  # noqa: E501
+        ("kproxy.codec from_json (JSON -> protobuf)", cpu(lambda: codec.from_json(js), repeat), len(js), "JSON in"),
+        ("kproxy.codec watch transcoder (1 pod/frame)", cpu(watch, repeat), watch_json_len, "JSON out"),
+        (
+            "kproxy.codec encode_watch_event (JSON -> frame)",
+            cpu(lambda: [codec.encode_watch_event(e["type"], e["object"]) for e in events], repeat),
+            watch_json_len,
+            "JSON in",
+        ),
+    ]
+    lines = [
+        f"# kproxy.codec, {n_items} pods: protobuf {len(pb) / 1e6:.2f} MB, JSON {len(js) / 1e6:.2f} MB "
+        f"(apiserver), kproxy JSON {out_len / 1e6:.2f} MB",
+        "",
+        f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}, gc on, "
+        f"one core, median of {repeat}",
+        "",
+        "| operation | CPU s | MB/s | per item (µs) | of |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, secs, size, unit in rows:
+        lines.append(f"| {name} | {secs:.3f} | {size / secs / 1e6:.1f} | {secs / n_items * 1e6:.1f} | {unit} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--envtest-dir", type=Path, default=None)
+    ap.add_argument("--pods", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--output", type=Path, default=None)
+    args = ap.parse_args(argv)
+    with control_plane(args.envtest_dir) as info:
+        asyncio.run(seed_pods(info, args.pods))
+        pb, js = asyncio.run(fetch_list(info))
+    log(f"list: {len(pb)} bytes protobuf, {len(js)} bytes JSON")
+    gc.collect()
+    table = run(pb, js, args.repeat)
+    sys.stdout.write(table)
+    if args.output:
+        args.output.write_text(table)
+
+
+if __name__ == "__main__":
+    main()
