@@ -126,6 +126,10 @@ CASES: dict[str, dict[str, Any]] = {
         },
         "config": {"credentials": "impersonate", "filters": [WATCHCACHE, {"name": "validation"}]},
     },
+    "gateway-impersonate": {
+        "tls": {"secretName": "kproxy-tls", "clientCASecretName": "kproxy-client-ca"},
+        "config": {"credentials": "impersonate", "filters": [{"name": "validation"}, {"name": "dryrun", "rules": []}]},
+    },
     "gateway-proxy": {"config": {"credentials": "proxy", "allow_remote": True}, "tls": {"secretName": "kproxy-tls"}},
     "daemonset": {"mode": "daemonset", "tls": {"allowPlaintext": True}},
     "sidecar": {"mode": "sidecar", "config": {"credentials": "proxy"}},
@@ -205,7 +209,23 @@ def test_config_checksum_rolls_pods_only_when_config_changes(helm: Helm) -> None
     assert checksum(base) != checksum({**base, "config": {"credentials": "forward", "log": {"level": "debug"}}})
 
 
-@pytest.mark.parametrize("case", ["gateway", "gateway-proxy", "daemonset", "sidecar"])
+def test_hot_reload_instead_of_restart(helm: Helm) -> None:
+    values = {**CASES["gateway"], "restartOnConfigChange": False}
+    annotations = kinds(helm.template(values))["Deployment"]["spec"]["template"]["metadata"].get("annotations") or {}
+    assert "checksum/config" not in annotations
+
+
+def test_client_ca_for_impersonate_mode(helm: Helm) -> None:
+    docs = helm.template(CASES["gateway-impersonate"])
+    assert config_of(docs)["tls"]["client_ca_file"] == "/etc/kproxy-client-ca/ca.crt"
+    pod = kinds(docs)["Deployment"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["kproxy-client-ca"]["secret"]["secretName"] == "kproxy-client-ca"
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["kproxy-client-ca"] == "/etc/kproxy-client-ca"
+
+
+@pytest.mark.parametrize("case", ["gateway", "gateway-impersonate", "gateway-proxy", "daemonset", "sidecar"])
 def test_rendered_config_passes_kproxy_check_config(helm: Helm, case: str, tmp_path: Path) -> None:
     """The ConfigMap holds a config kproxy itself accepts (cases whose filters exist today)."""
     path = tmp_path / "kproxy.yaml"
@@ -487,6 +507,14 @@ def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], er
         ({"config": {"credentials": "proxy"}, "tls": {"secretName": "t"}}, "needs config.allow_remote: true"),
         ({"config": {"credentials": "forward"}}, "set tls.secretName"),
         ({"mode": "sidecar", "networkPolicy": {"enabled": True}}, "give your chart its own NetworkPolicy"),
+        (
+            {"tls": {"secretName": "t", "clientCASecretName": "ca"}},
+            "client certificates identify callers only with config.credentials: impersonate",
+        ),
+        (
+            {"tls": {"secretName": "t"}, "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}},
+            "minReplicas is greater than autoscaling.maxReplicas",
+        ),
     ],
 )
 def test_unsafe_combinations_fail_at_render(helm: Helm, values: dict[str, Any], error: str) -> None:
@@ -591,6 +619,69 @@ def test_chart_service_account_runs_the_validation_filter(
             wait_for(answered, 60, f"a Strict error with outcome {outcome}")
             other = "deferred" if rbac else "rejected"
             assert _metric(rp.metrics(), "kproxy_validation_requests_total", level="Strict", outcome=other) == 0
+        finally:
+            rp.stop()
+    finally:
+        for d in applied:
+            if d["kind"] != "ServiceAccount":
+                kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])
+
+
+@pytest.mark.parametrize("rbac_for", ["impersonate", "forward", "none"])
+def test_chart_service_account_impersonates_callers(
+    helm: Helm, control_plane: ControlPlaneInfo, kubectl: Kubectl, namespace: str, tmp_path: Path, rbac_for: str
+) -> None:
+    """`credentials: impersonate` in-cluster as the chart's service account. With the RBAC the
+    chart renders for that mode the apiserver sees the caller (a SelfSubjectReview through
+    kproxy names the user, not kproxy). With the RBAC rendered for `forward` (token and access
+    reviews, no impersonation) the apiserver refuses kproxy's impersonation; with none at all,
+    kproxy cannot even review the caller's token."""
+    values = {
+        "tls": {"secretName": "unused"},
+        "rbac": {"create": rbac_for != "none"},
+        "config": {"credentials": "forward" if rbac_for == "forward" else "impersonate"},
+    }
+    docs = helm.template(values, namespace=namespace)
+    applied = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in applied))
+    try:
+        sa = kinds(applied)["ServiceAccount"]["metadata"]["name"]
+        sa_dir = tmp_path / "serviceaccount"
+        sa_dir.mkdir()
+        (sa_dir / "token").write_text(kubectl(["create", "token", sa, "-n", namespace]).stdout.strip())
+        (sa_dir / "ca.crt").write_text(control_plane.ca_file.read_text())
+        env = {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
+            "KPROXY_SERVICE_ACCOUNT_DIR": str(sa_dir),
+        }
+        rp = start_proxy(tmp_path / "kproxy", None, credentials="impersonate", env=env)
+        try:
+            review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+            request = urllib.request.Request(
+                f"{rp.url}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                data=review,
+                method="POST",
+                headers={"Authorization": f"Bearer {control_plane.user_token}", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as resp:
+                    code, answer = resp.status, json.loads(resp.read())
+            except urllib.error.HTTPError as err:
+                code, answer = err.code, json.loads(err.read())
+            me = f"system:serviceaccount:{namespace}:{sa}"
+            if rbac_for == "impersonate":
+                assert code == 201, answer
+                assert answer["status"]["userInfo"]["username"] == control_plane.user_name
+            elif rbac_for == "forward":
+                assert code == 403, answer["message"]
+                assert f'is forbidden: User "{me}" cannot impersonate' in answer["message"]
+            else:
+                assert code == 500, answer["message"]
+                assert (
+                    f'TokenReview answered 403: tokenreviews.authentication.k8s.io is forbidden: User "{me}"'
+                    in (answer["message"])
+                )
         finally:
             rp.stop()
     finally:

@@ -60,7 +60,11 @@ address, since clients come through a Service.
 {{- $host := ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar") -}}
 {{- $base := dict "listen" (printf "%s:%d" $host (int .Values.ports.proxy)) "admin_listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) -}}
 {{- if .Values.tls.secretName -}}
-{{- $_ := set $base "tls" (dict "cert_file" "/etc/kproxy-tls/tls.crt" "key_file" "/etc/kproxy-tls/tls.key") -}}
+{{- $tls := dict "cert_file" "/etc/kproxy-tls/tls.crt" "key_file" "/etc/kproxy-tls/tls.key" -}}
+{{- if .Values.tls.clientCASecretName -}}
+{{- $_ := set $tls "client_ca_file" "/etc/kproxy-client-ca/ca.crt" -}}
+{{- end -}}
+{{- $_ := set $base "tls" $tls -}}
 {{- end -}}
 {{- toYaml (mergeOverwrite $base (deepCopy (.Values.config | default dict))) -}}
 {{- end }}
@@ -83,6 +87,12 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- if ne .Values.mode "sidecar" -}}
 {{- if and (eq $creds "proxy") (not $cfg.allow_remote) -}}
 {{- fail "config.credentials: proxy serves every caller with kproxy's own rights; behind a Service that needs config.allow_remote: true (or use credentials: forward)" -}}
+{{- end -}}
+{{- if and .Values.tls.clientCASecretName (or (ne $creds "impersonate") (not .Values.tls.secretName)) -}}
+{{- fail "tls.clientCASecretName: client certificates identify callers only with config.credentials: impersonate, over TLS (tls.secretName)" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) -}}
+{{- fail "autoscaling.minReplicas is greater than autoscaling.maxReplicas" -}}
 {{- end -}}
 {{- if and (eq $creds "forward") (not .Values.tls.secretName) (not .Values.tls.allowPlaintext) -}}
 {{- fail "config.credentials: forward sends callers' bearer tokens, which kubectl and client-go send only over TLS: set tls.secretName (a kubernetes.io/tls Secret), or tls.allowPlaintext: true" -}}
@@ -124,6 +134,14 @@ the kubelet rotates the token, which kproxy re-reads.
 - name: kproxy-tls
   secret:
     secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- if .Values.tls.clientCASecretName }}
+- name: kproxy-client-ca
+  secret:
+    secretName: {{ .Values.tls.clientCASecretName }}
+    items:
+      - key: ca.crt
+        path: ca.crt
 {{- end }}
 {{- end }}
 
@@ -173,6 +191,11 @@ the kubelet rotates the token, which kproxy re-reads.
       mountPath: /etc/kproxy-tls
       readOnly: true
     {{- end }}
+    {{- if .Values.tls.clientCASecretName }}
+    - name: kproxy-client-ca
+      mountPath: /etc/kproxy-client-ca
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* The pod spec of the gateway Deployment and the node-local DaemonSet. */}}
@@ -184,7 +207,9 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
   annotations:
+    {{- if .Values.restartOnConfigChange }}
     checksum/config: {{ include "kproxy.configChecksum" . }}
+    {{- end }}
     {{- with .Values.podAnnotations }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
