@@ -204,7 +204,6 @@ class Bench:
         row.apiserver_cpu = cpu_seconds(self.api_pid) - a0
         if via:
             row.kproxy_cpu = cpu_seconds(self.rp.proc.pid) - k0
-            await asyncio.sleep(0.5)  # the watch's byte counter is added when its stream closes
             row.upstream_bytes = metric(self.rp, "kproxy_transcode_in_bytes_total") - up0
         else:
             row.upstream_bytes = row.client_bytes

@@ -341,13 +341,16 @@ class Transcode(FilterBase):
         transcoder = codec.watch_transcoder()
 
         async def stream() -> AsyncIterator[bytes]:
-            read = sent = 0
+            # A watch lives for minutes: its bytes are counted as they pass, not at the end.
+            if m is not None:
+                m.transcoded.labels("watch").inc()
             try:
                 async for chunk in body.chunks():
-                    read += len(chunk)
                     out = transcoder.feed(chunk)
+                    if m is not None:
+                        m.bytes_in.inc(len(chunk))
+                        m.bytes_out.inc(len(out))
                     if out:
-                        sent += len(out)
                         yield out
                 tail = transcoder.finish()
                 if tail:
@@ -359,11 +362,6 @@ class Transcode(FilterBase):
                 body.abort()
                 status = internal_error(f"kproxy transcode: {err}").to_dict()
                 yield go_json_dumps({"type": "ERROR", "object": status})
-            finally:
-                if m is not None:
-                    m.transcoded.labels("watch").inc()
-                    m.bytes_in.inc(read)
-                    m.bytes_out.inc(sent)
 
         return Reply(
             reply.status,
