@@ -15,6 +15,7 @@ nothing). ``GroupVersionSchemas.custom`` says which one a document is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,7 @@ class Node:
     ObjectMeta, ``apiVersion`` and ``kind`` are implied).
     """
 
-    __slots__ = ("containers", "embedded", "item", "keyset", "kind", "meta", "preserve", "props", "types")
+    __slots__ = ("check", "containers", "embedded", "item", "keyset", "kind", "meta", "preserve", "props", "types")
 
     def __init__(self) -> None:
         self.kind = ANY
@@ -63,6 +64,7 @@ class Node:
         # Filled by ``finish``: the keys an OBJECT accepts and the children worth descending into.
         self.keyset: frozenset[str] = frozenset()
         self.containers: dict[str, Node] = {}
+        self.check: Callable[[Any], bool] | None = None  # the compiled clean check, for roots
 
     def __repr__(self) -> str:
         names = ("ANY", "OBJECT", "MAP", "LIST", "SCALAR")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kproxy.validation.decode import DecodeError, Pairs, decode_json, decode_yaml
+from kproxy.validation.fastcheck import compile_clean
 from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, Base64, Node
 
 MAX_ERRORS = 100  # sigs.k8s.io/json saveStrictError
@@ -284,7 +285,10 @@ def validate_body(
         else:
             value, maybe_duplicates = decode_json(data)
             yaml_errors = []
-            if not maybe_duplicates and type(value) is dict and _clean(root, value):
+            check = root.check
+            if check is None:
+                check = root.check = compile_clean(root)
+            if not maybe_duplicates and type(value) is dict and check(value):
                 api_version, kind = _type_meta(value)
                 return Outcome(api_version=api_version, kind=kind)
     except DecodeError as err:

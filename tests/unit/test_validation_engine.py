@@ -12,7 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
+from kproxy.validation import fastcheck
 from kproxy.validation.decode import Pairs, decode_json, decode_yaml
+from kproxy.validation.fastcheck import compile_clean
 from kproxy.validation.levels import Level, parse_level
 from kproxy.validation.messages import create_update_error, warning_value, warning_values
 from kproxy.validation.openapi import SchemaCache
@@ -265,9 +267,14 @@ def test_yaml_bodies_sorted_after_duplicates() -> None:
     ]
 
 
+@pytest.mark.parametrize("intersect_above", [6, 0])
 @pytest.mark.parametrize("custom", [False, True])
-def test_clean_check_agrees_with_the_full_walk(custom: bool) -> None:
-    """The fast check says clean exactly when the full walk finds no unknown field."""
+def test_clean_check_agrees_with_the_full_walk(
+    custom: bool, intersect_above: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast checks (generic and compiled, both ways of visiting children) say clean exactly
+    when the full walk finds no unknown field."""
+    monkeypatch.setattr(fastcheck, "_INTERSECT_ABOVE", intersect_above)
     gv, root = thing(custom)
     rng = random.Random(3)
     names = ["apiVersion", "kind", "metadata", "spec", "count", "items", "a", "b", "free", "known", "x", "y",
@@ -280,6 +287,7 @@ def test_clean_check_agrees_with_the_full_walk(custom: bool) -> None:
             return [gen(depth + 1) for _ in range(rng.randint(0, 2))]
         return {rng.choice(names): gen(depth + 1) for _ in range(rng.randint(0, 4))}
 
+    compiled = compile_clean(root)
     seen = {True: 0, False: 0}
     for _ in range(3000):
         body = {"spec": gen(1), "metadata": gen(1)} if rng.random() < 0.7 else gen(0)
@@ -288,6 +296,7 @@ def test_clean_check_agrees_with_the_full_walk(custom: bool) -> None:
         full = validate_body(orjson.dumps(body) + b" ", "application/json", root, custom=custom, meta=gv.object_meta())
         unknown = any(e.startswith("unknown") for e in full.errors)
         assert _clean(root, body) is not unknown or full.fatal, body
+        assert compiled(body) is _clean(root, body), body
         seen[unknown] += 1
     assert seen[True] > 100 and seen[False] > 100
 
