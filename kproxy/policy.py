@@ -39,9 +39,10 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from fnmatch import fnmatchcase
+from functools import cached_property
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from kproxy.chain import Identity
 from kproxy.requestinfo import RequestInfo
@@ -151,7 +152,6 @@ class Match(BaseModel):
     #: The apiserver's verbs, plus ``connect`` and ``*``.
     verbs: list[str] = []
 
-    _resource_patterns: tuple[ResourcePattern, ...] = PrivateAttr(default=())
 
     @field_validator("users", "groups", "namespaces")
     @classmethod
@@ -176,8 +176,10 @@ class Match(BaseModel):
                 raise ValueError(f"unknown verb {v!r} (known: {', '.join(sorted(VERBS))})")
         return values
 
-    def model_post_init(self, context: object, /) -> None:
-        self._resource_patterns = tuple(ResourcePattern(r) for r in self.resources)
+    @cached_property
+    def resource_patterns(self) -> tuple[ResourcePattern, ...]:
+        """``resources`` parsed once (a plain attribute after the first use: matching is per request)."""
+        return tuple(ResourcePattern(r) for r in self.resources)
 
     def needs_identity(self) -> bool:
         """Whether matching needs the caller's identity (``users`` or ``groups`` given)."""
@@ -190,8 +192,8 @@ class Match(BaseModel):
             return False
         if self.namespaces and (not info.namespace or not _any(self.namespaces, info.namespace)):
             return False
-        if self._resource_patterns and (
-            not info.is_resource_request or not any(p.matches(info) for p in self._resource_patterns)
+        if self.resources and (
+            not info.is_resource_request or not any(p.matches(info) for p in self.resource_patterns)
         ):
             return False
         if self.users and (identity is None or not _any(self.users, identity.user)):

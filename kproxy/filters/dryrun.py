@@ -343,12 +343,21 @@ class DryRun(FilterBase):
         self.settings = settings
         self.rules = settings.rules
         self.rule_names = [r.display_name(i) for i, r in enumerate(self.rules)]
-        self._enforced: Counter | None = None
-        self._rejected: Counter | None = None
+        # Built once: Go-quoting is per character, too slow for every request.
+        self._quoted = [go_quote(n) for n in self.rule_names]
+        self._warnings = [
+            warning_value(f"kproxy dryrun rule {q} ran this request as a dry run: nothing was persisted")
+            for q in self._quoted
+        ]
+        # Per-rule metric children, resolved once at start (labels() per request costs more).
+        self._enforced: list[Any] = []
+        self._rejected: list[Any] = []
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self._enforced, self._rejected = _metrics(ctx)
+        enforced, rejected = _metrics(ctx)
+        self._enforced = [enforced.labels(n) for n in self.rule_names]
+        self._rejected = [rejected.labels(n) for n in self.rule_names]
 
     def _identify(self, ex: Exchange) -> Callable[[], Awaitable[Identity]]:
         async def identify() -> Identity:
@@ -377,23 +386,22 @@ class DryRun(FilterBase):
         if found is None or found[1].action == "allow":
             return await call_next(ex)
         index, rule = found
-        name = self.rule_names[index]
-        quoted = go_quote(name)
+        quoted = self._quoted[index]
         if verb == "connect":
             what = _resource(info)
-            return self._refuse(name, info, f"kproxy dryrun rule {quoted}: {what} cannot be run as a dry run")
+            return self._refuse(index, info, f"kproxy dryrun rule {quoted}: {what} cannot be run as a dry run")
         if ex.method not in _METHOD_VERB:
-            return self._refuse(name, info, f"kproxy dryrun rule {quoted}: method {ex.method} refused")
+            return self._refuse(index, info, f"kproxy dryrun rule {quoted}: method {ex.method} refused")
         if (info.api_group, info.resource, info.subresource) in _MINTS_CREDENTIALS and info.verb == "create":
             return self._refuse(
-                name, info, f"kproxy dryrun rule {quoted}: {_resource(info)} issues a real token even as a dry run"
+                index, info, f"kproxy dryrun rule {quoted}: {_resource(info)} issues a real token even as a dry run"
             )
         # Only kproxy's own answers are caught here; whatever call_next raises is the server's business.
         try:
             if rule.action == "reject":
                 if not await self._is_dry_run(ex, info):
                     return self._refuse(
-                        name,
+                        index,
                         info,
                         f"kproxy dryrun rule {quoted} allows only dry-run requests here (add dryRun=All, "
                         "e.g. kubectl --dry-run=server)",
@@ -402,18 +410,15 @@ class DryRun(FilterBase):
             await self._make_dry_run(ex, info)
         except StatusError as err:
             return Reply.from_status(err)
-        if self._enforced is not None:
-            self._enforced.labels(name).inc()
+        if self._enforced:
+            self._enforced[index].inc()
         reply = await call_next(ex)
-        reply.headers.add(
-            "Warning",
-            warning_value(f"kproxy dryrun rule {quoted} ran this request as a dry run: nothing was persisted"),
-        )
+        reply.headers.add("Warning", self._warnings[index])
         return reply
 
-    def _refuse(self, rule: str, info: RequestInfo, message: str) -> Reply:
-        if self._rejected is not None:
-            self._rejected.labels(rule).inc()
+    def _refuse(self, index: int, info: RequestInfo, message: str) -> Reply:
+        if self._rejected:
+            self._rejected[index].inc()
         return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message))
 
     async def _delete_body(self, ex: Exchange, info: RequestInfo) -> bytes:
