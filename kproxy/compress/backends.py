@@ -29,6 +29,9 @@ class Encoder(Protocol):
     def flush(self) -> bytes:
         """Emit everything given so far in a decodable form; the stream continues after it."""
 
+    def compress_flush(self, data: bytes) -> bytes:
+        """``compress(data) + flush()``, in one codec call where the codec allows (a watch event)."""
+
     def finish(self) -> bytes:
         """End the stream (trailer included); the encoder is not used again."""
 
@@ -88,6 +91,10 @@ class _ZlibEncoder:
 
     def flush(self) -> bytes:
         return bytes(self._obj.flush(self._sync))
+
+    def compress_flush(self, data: bytes) -> bytes:
+        obj = self._obj
+        return bytes(obj.compress(data)) + bytes(obj.flush(self._sync))
 
     def finish(self) -> bytes:
         return bytes(self._obj.flush())
@@ -158,6 +165,9 @@ class _ZstdEncoder:
 
     def flush(self) -> bytes:
         return bytes(self._obj.flush(self._block))
+
+    def compress_flush(self, data: bytes) -> bytes:
+        return bytes(self._obj.compress(data, self._block))
 
     def finish(self) -> bytes:
         return bytes(self._obj.flush(self._frame))

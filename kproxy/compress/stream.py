@@ -61,9 +61,10 @@ async def encode(
             elif not chunk:
                 continue
             t = clock()
-            out = encoder.compress(chunk)
             if flush_each and (not newline_framed or chunk.endswith(b"\n")):
-                out += encoder.flush()
+                out = encoder.compress_flush(chunk)
+            else:
+                out = encoder.compress(chunk)
             secs += clock() - t
             n_in += len(chunk)
             n_out += len(out)

@@ -371,10 +371,18 @@ def test_kubectl_watch_through_compression_sees_each_event_promptly(
         reader.join(5)
 
 
-def _raw_watch(rp: RunningProxy, namespace: str, coding: str) -> tuple[dict[str, float], Callable[[], None]]:
-    """A watch read with a plain HTTP client that decodes ``coding`` incrementally."""
+PROTOBUF_WATCH = "application/vnd.kubernetes.protobuf;stream=watch"
+
+
+def _raw_watch(
+    rp: RunningProxy, namespace: str, coding: str, accept: str = "application/json"
+) -> tuple[dict[str, float], Callable[[], None]]:
+    """A watch read with a plain HTTP client that decodes ``coding`` incrementally. JSON events
+    are parsed; protobuf frames (4-byte length, then the event) are searched for the names this
+    module's tests create."""
     conn = _connection(rp)
     conn.putrequest("GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=1", skip_accept_encoding=True)
+    conn.putheader("Accept", accept)
     conn.putheader("Accept-Encoding", coding)
     conn.endheaders()
     resp = conn.getresponse()
@@ -382,17 +390,35 @@ def _raw_watch(rp: RunningProxy, namespace: str, coding: str) -> tuple[dict[str,
     assert resp.headers["Content-Encoding"] == coding
     dec: Any = zlib.decompressobj(31) if coding == "gzip" else zstd.ZstdDecompressor()
     seen: dict[str, float] = {}
+    protobuf = accept.startswith("application/vnd.kubernetes.protobuf")
+
+    def frames(buf: bytes) -> tuple[list[bytes], bytes]:
+        if not protobuf:
+            *lines, rest = buf.split(b"\n")
+            return lines, rest
+        out = []
+        while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
+            n = int.from_bytes(buf[:4], "big")
+            out.append(buf[4 : 4 + n])
+            buf = buf[4 + n :]
+        return out, buf
+
+    def name_of(frame: bytes) -> str:
+        if not protobuf:
+            return str(json.loads(frame)["object"]["metadata"]["name"])
+        m = re.search(rb"(ev-[0-9]+|before)", frame)
+        assert m is not None
+        return m.group(1).decode()
 
     def read() -> None:
         buf = b""
         try:
             while chunk := resp.read1(65536):
                 buf += dec.decompress(chunk)
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    ev = json.loads(line)
-                    seen.setdefault(ev["object"]["metadata"]["name"], time.monotonic())
-        except (OSError, ValueError):
+                done, buf = frames(buf)
+                for frame in done:
+                    seen.setdefault(name_of(frame), time.monotonic())
+        except (OSError, ValueError, AssertionError):
             return
 
     t = threading.Thread(target=read, daemon=True)
@@ -405,12 +431,15 @@ def _raw_watch(rp: RunningProxy, namespace: str, coding: str) -> tuple[dict[str,
     return seen, close
 
 
-@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+@pytest.mark.parametrize(
+    ("coding", "accept"),
+    [("gzip", "application/json"), ("zstd", "application/json"), ("zstd", PROTOBUF_WATCH)],
+)
 def test_raw_compressed_watch_decodes_each_event_promptly(
-    cproxy: RunningProxy, control_plane: ControlPlaneInfo, namespace: str, coding: str
+    cproxy: RunningProxy, control_plane: ControlPlaneInfo, namespace: str, coding: str, accept: str
 ) -> None:
     _create(control_plane, namespace, "before")
-    seen, close = _raw_watch(cproxy, namespace, coding)
+    seen, close = _raw_watch(cproxy, namespace, coding, accept)
     try:
         _events_arrive_promptly(control_plane, namespace, seen, "before")
     finally:
