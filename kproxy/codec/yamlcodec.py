@@ -13,11 +13,24 @@ import yaml
 from .errors import CodecError
 
 try:
-    _Dumper: Any = yaml.CSafeDumper
+    _Base: Any = yaml.CSafeDumper
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - pyyaml built without libyaml
-    _Dumper = yaml.SafeDumper
+    _Base = yaml.SafeDumper
     _Loader = yaml.SafeLoader
+
+
+class _Dumper(_Base):  # type: ignore[misc]
+    """libyaml's emitter, with go-yaml's choice for multi-line strings (a literal `|` block)."""
+
+
+def _str(dumper: Any, value: str) -> Any:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_Dumper.add_representer(str, _str)
 
 
 def to_yaml(obj: Any) -> bytes:

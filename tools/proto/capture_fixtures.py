@@ -95,6 +95,8 @@ def main() -> None:
         (OUT / f"{name}.pb").write_bytes(pb)
         (OUT / f"{name}.json").write_bytes(js)
         print(f"{name}: {len(pb)} bytes protobuf, {len(js)} bytes JSON")
+        if name == "pod":
+            (OUT / "pod.yaml").write_bytes(get(path, "application/yaml"))
 
 
 if __name__ == "__main__":
