@@ -443,7 +443,27 @@ class DryRun(FilterBase):
             values = query_dry_run(ex.raw_query) or None
         if values and not is_dry_run(values):
             raise invalid_dry_run(_OPTIONS_KIND[info.verb], values)
+        if values is None and (info.api_group, info.resource, info.subresource) == ("", "pods", "eviction"):
+            return await self._eviction_dry_run(ex)
         return is_dry_run(values)
+
+    async def _eviction_dry_run(self, ex: Exchange) -> bool:
+        """An Eviction without ``?dryRun`` uses its own ``deleteOptions.dryRun`` (eviction.go
+        ``propagateDryRun``): a dry run when that is non-empty and all ``All`` (JSON or YAML body)."""
+        body = ex.body
+        if isinstance(body, UpgradeBody):
+            return False
+        data = await body.read()
+        ex.body = BytesBody(data, body.media_type)
+        mt = media_type(ex.headers.get("Content-Type", ""))
+        if mt not in (_JSON, _YAML):
+            return False
+        try:
+            eviction = _json_options(data, mt)
+        except BodyError:
+            return False
+        options = eviction.get("deleteOptions") if isinstance(eviction, dict) else None
+        return isinstance(options, dict) and is_dry_run(_dry_run_field(options))
 
     async def _make_dry_run(self, ex: Exchange, info: RequestInfo) -> None:
         """Rewrite the request so that the apiserver runs it as a dry run, or raise the Status that

@@ -620,6 +620,11 @@ def test_reject_and_allow_rules(
     assert status == 201, data
     status, _, data = api.proxy("POST", f"/api/v1/namespaces/{ns}/pods/p/eviction", b'{"metadata":{"name":"p"}}')
     assert status == 403 and b'kproxy dryrun rule \\"rules[1]\\"' in data, data
+    # an Eviction whose own deleteOptions ask for a dry run is one (eviction.go propagateDryRun)
+    dry_eviction = b'{"metadata":{"name":"p"},"deleteOptions":{"dryRun":["All"]}}'
+    status, _, data = api.proxy("POST", f"/api/v1/namespaces/{ns}/pods/p/eviction", dry_eviction)
+    assert status == 201, data
+    assert api.get(f"/api/v1/namespaces/{ns}/pods/p") is not None
     metrics = rp.metrics()
     assert 'kproxy_dryrun_rejected_total{rule="secrets-dry-only"} 2.0' in metrics
     assert 'kproxy_dryrun_rejected_total{rule="rules[1]"} 1.0' in metrics
