@@ -34,7 +34,9 @@ A body the codec cannot read (wrong magic, truncated frame, unknown kind, garbag
 ``InternalError`` Status in the client's media type while nothing has been written yet; a list
 that breaks after its first bytes are out aborts the connection (a truncated body is never
 passed off as whole); a watch gets one ``ERROR`` event carrying the Status, then ends, as the
-apiserver ends watches that fail.
+apiserver ends watches that fail. One exception: a GET (object or list) answered in protobuf of a
+kind the codec has no schema for (an aggregated API that speaks protobuf) is asked again with the
+client's own headers and passed through, since a read can be repeated; writes and watches cannot.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -75,6 +77,44 @@ _NOT_OBJECTS = frozenset({"log", "proxy", "exec", "attach", "portforward"})
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 Shape = Literal["object", "list", "watch"]
+Retry = Callable[[], Awaitable[Reply]]
+_MAGIC = b"k8s\x00"
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < len(data) and shift < 64:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+def envelope_type(data: bytes) -> tuple[str, str] | None:
+    """apiVersion and kind from the first bytes of a ``k8s\\0`` envelope (its ``typeMeta``, field
+    1, comes first), or None when they cannot be read. Only names a kind; decodes nothing else."""
+    if not data.startswith(_MAGIC) or data[4:5] != b"\x0a":
+        return None
+    try:
+        n, pos = _varint(data, 5)
+        end = pos + n
+        if end > len(data):
+            return None
+        found = {1: "", 2: ""}
+        while pos < end:
+            tag, pos = _varint(data, pos)
+            if tag & 7 != 2:
+                return None
+            size, pos = _varint(data, pos)
+            if tag >> 3 in found:
+                found[tag >> 3] = data[pos : pos + size].decode("utf-8")
+            pos += size
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (found[1], found[2]) if found[2] else None
 
 
 class TranscodeSettings(BaseModel):
@@ -110,6 +150,11 @@ class _Metrics:
         self.passed = Counter(
             "kproxy_transcode_passthrough_total",
             "Rewritten requests whose upstream answer was not protobuf (passed through as is)",
+            registry=reg,
+        )
+        self.fallbacks = Counter(
+            "kproxy_transcode_fallbacks_total",
+            "Reads asked again as the client asked them (the upstream's protobuf was of a kind with no schema)",
             registry=reg,
         )
         self.errors = Counter(
@@ -192,16 +237,38 @@ class Transcode(FilterBase):
         plan = self.plan(ex)
         if plan is None:
             return await call_next(ex)
+        original = CIMultiDict(ex.headers)
         accept = ex.headers.get("Accept") or JSON
         ex.headers.popall("Accept", None)
         ex.headers["Accept"] = f"{PROTOBUF}, {accept}"
         ex.headers.popall("Accept-Encoding", None)
         reply = await call_next(ex)
-        return await self.transcode(plan, reply)
+        retry: Retry | None = None
+        if ex.method == "GET" and plan.shape != "watch":
+
+            async def retry() -> Reply:
+                # A kind kproxy has no schema for (an aggregated API serving protobuf): a read can
+                # simply be asked again as the client asked it, and passed through.
+                if self._m is not None:
+                    self._m.fallbacks.inc()
+                ex.headers = CIMultiDict(original)
+                return await call_next(ex)
+
+        return await self.transcode(plan, reply, retry)
 
     # ------------------------------------------------------------------ response side
 
-    async def transcode(self, plan: _Plan, reply: Reply) -> Reply:
+    def unknown_kind(self, data: bytes) -> tuple[str, str] | None:
+        """The (apiVersion, kind) of an envelope whose kind the codec has no schema for."""
+        assert self.codec is not None
+        found = envelope_type(data)
+        if found is None or self.codec.knows(*found):
+            return None
+        return found
+
+    async def transcode(self, plan: _Plan, reply: Reply, retry: Retry | None = None) -> Reply:
+        """The upstream's reply in the client's media type. ``retry`` asks again without
+        protobuf (reads only), for a body of a kind the codec does not know."""
         body = reply.body
         if isinstance(body, UpgradeBody):
             return reply
@@ -216,7 +283,7 @@ class Transcode(FilterBase):
         encoding = reply.headers.get("Content-Encoding", "").lower()
         streamable = plan.shape == "list" and plan.target == JSON and not plan.pretty
         if isinstance(body, StreamBody) and streamable and reply.status < 300 and not encoding:
-            return await self._list(plan, reply, body)
+            return await self._list(plan, reply, body, retry)
         try:
             data = await body.read()
         except _UPSTREAM_ERRORS as err:
@@ -229,6 +296,8 @@ class Transcode(FilterBase):
                 raise ValueError(f"unsupported Content-Encoding {encoding!r}")
             out = self._whole(plan, data)
         except (ValueError, EOFError, OSError) as err:  # CodecError is a ValueError
+            if retry is not None and self.unknown_kind(data) is not None:
+                return await retry()
             return self._failed(plan, shape, err)
         if m is not None:
             m.transcoded.labels(shape).inc()
@@ -271,7 +340,7 @@ class Transcode(FilterBase):
         headers["Content-Type"] = plan.target
         return Reply(err.http_status, headers, BytesBody(data, plan.target))
 
-    async def _list(self, plan: _Plan, reply: Reply, body: StreamBody) -> Reply:
+    async def _list(self, plan: _Plan, reply: Reply, body: StreamBody, retry: Retry | None) -> Reply:
         """Stream a list item by item. The first output is produced before answering, so a body
         that is not a protobuf list at all still gets a clean Status."""
         codec = self.codec
@@ -280,6 +349,7 @@ class Transcode(FilterBase):
         transcoder = codec.list_transcoder()
         source = body.chunks().__aiter__()
         first = b""
+        head = b""  # the first bytes, to name an unknown kind
         ended = False
         taken = 0
         try:
@@ -291,12 +361,16 @@ class Transcode(FilterBase):
                     ended = True
                     break
                 taken += len(chunk)
+                if len(head) < 4096:
+                    head += chunk[:4096]
                 first = transcoder.feed(chunk)
         except _UPSTREAM_ERRORS as err:
             body.abort()
             raise service_unavailable(f"the upstream kube-apiserver is unavailable: {err}") from None
         except ValueError as err:
             body.abort()
+            if retry is not None and self.unknown_kind(head) is not None:
+                return await retry()
             return self._failed(plan, "list", err)
 
         async def stream() -> AsyncIterator[bytes]:

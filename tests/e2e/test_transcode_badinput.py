@@ -87,11 +87,17 @@ class StandIn:
         self.objects: dict[str, bytes] = {}
         self.lists: dict[str, list[bytes]] = {}
         self.watches: dict[str, list[bytes]] = {}
+        self.seen: list[tuple[str, str, str]] = []  # method, path, Accept
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/readyz":
             return web.Response(text="ok")
+        accept = request.headers.get("Accept", "")
+        self.seen.append((request.method, request.path, accept))
         name = request.path.rsplit("/", 1)[-1]
+        if PROTOBUF not in accept:  # what an upstream answers a client that did not ask protobuf
+            body = json.dumps({"kind": "Gizmo", "apiVersion": "v1", "metadata": {"name": name}})
+            return web.Response(body=body.encode() + b"\n", headers={"Content-Type": "application/json"})
         if request.query.get("watch") and name in self.watches:
             resp = web.StreamResponse(headers={"Content-Type": PROTOBUF + ";stream=watch"})
             await resp.prepare(request)
@@ -212,10 +218,37 @@ async def test_truncated_object(stand_in: tuple[StandIn, Path], real_protobuf: d
     _assert_internal_error(*await get(OBJ + "truncated"), "")
 
 
-async def test_unknown_kind(stand_in: tuple[StandIn, Path], real_protobuf: dict[str, bytes], get: Get) -> None:
+async def test_unknown_kind_on_a_write_is_a_clean_status(
+    stand_in: tuple[StandIn, Path], real_protobuf: dict[str, bytes], proxy: RunningProxy
+) -> None:
     si, _ = stand_in
-    si.objects["unknown"] = envelope("v1", "Gizmo", raw_of(real_protobuf["object"]))
-    _assert_internal_error(*await get(OBJ + "unknown"), "Gizmo")
+    si.objects["secrets"] = envelope("v1", "Gizmo", raw_of(real_protobuf["object"]))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(proxy.url + "/api/v1/namespaces/bad/secrets", json={"metadata": {"name": "s"}}) as resp,
+    ):
+        _assert_internal_error(resp.status, dict(resp.headers), await resp.read(), "Gizmo")
+    assert len([s for s in si.seen if s[0] == "POST"]) == 1  # a write is never sent twice
+
+
+@pytest.mark.parametrize("path", [OBJ + "unknown", "/api/v1/namespaces/bad/gizmos"])
+async def test_unknown_kind_on_a_read_is_asked_again_as_the_client_asked(
+    stand_in: tuple[StandIn, Path], real_protobuf: dict[str, bytes], proxy: RunningProxy, get: Get, path: str
+) -> None:
+    """A read whose protobuf answer is of a kind kproxy has no schema for (an aggregated API that
+    speaks protobuf) is repeated with the client's own Accept, and that answer passed through."""
+    si, _ = stand_in
+    gizmo = envelope("v1", "Gizmo", raw_of(real_protobuf["object"]))
+    name = path.rsplit("/", 1)[-1]
+    if name == "gizmos":
+        si.lists[name] = [gizmo[i : i + 100] for i in range(0, len(gizmo), 100)]
+    else:
+        si.objects[name] = gizmo
+    status, headers, body = await get(path)
+    assert (status, headers["Content-Type"]) == (200, "application/json")
+    assert json.loads(body) == {"kind": "Gizmo", "apiVersion": "v1", "metadata": {"name": name}}
+    assert [s[2] for s in si.seen if s[1] == path] == [f"{PROTOBUF}, application/json", "application/json"]
+    assert "kproxy_transcode_fallbacks_total 1.0" in proxy.metrics()
 
 
 @pytest.mark.parametrize("body", [b"", MAGIC, MAGIC + bytes(range(256)) * 3, b"\xff" * 64])

@@ -8,7 +8,7 @@ from multidict import CIMultiDict
 
 from kproxy.chain import BytesBody, Exchange
 from kproxy.codec import ProtobufCodec
-from kproxy.filters.transcode import Transcode, TranscodeSettings
+from kproxy.filters.transcode import Transcode, TranscodeSettings, envelope_type
 from kproxy.negotiation import (
     JSON,
     PROTOBUF,
@@ -201,3 +201,12 @@ def test_transcode_auto_only_for_known_group_versions(transcode: Transcode) -> N
 def test_transcode_json_mode_is_off() -> None:
     off = Transcode(TranscodeSettings(upstream="json"))
     assert off.plan(_exchange("GET", "/api/v1/pods", {})) is None
+
+
+def test_envelope_type_names_the_kind_from_the_first_bytes() -> None:
+    env = ProtobufCodec().from_json({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}})
+    assert envelope_type(env) == ("apps/v1", "Deployment")
+    assert envelope_type(env[:30]) == ("apps/v1", "Deployment")  # a stream's first chunk is enough
+    assert envelope_type(env[:8]) is None  # typeMeta cut short
+    assert envelope_type(b"k9s\x00" + env[4:]) is None
+    assert envelope_type(b"garbage") is None
