@@ -152,7 +152,6 @@ class Match(BaseModel):
     #: The apiserver's verbs, plus ``connect`` and ``*``.
     verbs: list[str] = []
 
-
     @field_validator("users", "groups", "namespaces")
     @classmethod
     def _non_empty(cls, values: list[str]) -> list[str]:
