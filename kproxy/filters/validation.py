@@ -194,7 +194,13 @@ class Validation(FilterBase):
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
         info = ex.info
         verb = info.verb
-        if not info.is_resource_request or verb not in ("create", "update", "patch") or ex.method == "GET":
+        if (
+            not info.is_resource_request
+            or verb not in ("create", "update", "patch")
+            or info.is_connect
+            or ex.upgrade
+            or ex.method == "GET"
+        ):
             return await call_next(ex)
         assert self.metrics is not None and self.ctx is not None
         values = ex.query.getall("fieldValidation", [])
