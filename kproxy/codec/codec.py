@@ -10,6 +10,7 @@ import orjson
 from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint
 from .errors import CodecError
 from .fromjson import MessageBuilder
+from .gotypes import SPECIAL
 from .schema import Schema, load_schema
 from .streams import ListTranscoder, WatchTranscoder, decode_message
 from .tojson import JsonGenerator
@@ -104,6 +105,8 @@ class ProtobufCodec:
                 and meta.message_type is not None
                 and meta.message_type.full_name == LIST_META
                 and items.message_type is not None
+                # Items that are plain structs (not RawExtension, as metav1.List has).
+                and self.schema.go_of_message.get(items.message_type.full_name, "") not in SPECIAL
             ):
                 item_full = items.message_type.full_name
                 item_enc = self._frag.encoder(item_full)
