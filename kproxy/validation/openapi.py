@@ -9,9 +9,8 @@ Custom resources change when their CRD does. The apiserver rebuilds a CRD's docu
 asynchronously after the CRD changes, so for a short while the index may still point at the old
 schema: after any CRD event (kproxy watches CRDs with its own credentials) the CRD's group is
 *unsettled* for ``settle_seconds`` and lookups for it answer ``None`` (the caller then lets the
-apiserver validate, which is always exact). Without permission to watch CRDs the index is
-re-read every ``refresh_seconds`` and every custom-resource group stays unsettled for that long
-after a change is seen in the index.
+apiserver validate, which is always exact). While CRDs are not being watched (no permission,
+or reconnecting) custom resources are not validated locally at all.
 
 No aiohttp here beyond what ``ApiClient`` returns; the fetch function is injectable for tests.
 """
@@ -64,6 +63,8 @@ class SchemaCache:
         self._docs: dict[str, GroupVersionSchemas] = {}
         self._loading: dict[str, asyncio.Task[GroupVersionSchemas | None]] = {}
         self._unsettled: dict[str, float] = {}  # CRD group -> monotonic deadline
+        #: Custom resources are validated locally only while CRD changes are watched.
+        self.watching_crds = False
         self.document_loads = 0
         self.last_load_seconds = 0.0
 
@@ -81,13 +82,7 @@ class SchemaCache:
             if status != 200:
                 raise OSError(f"/openapi/v3 answered {status}")
             paths = orjson.loads(body).get("paths") or {}
-            index = {k: str(v.get("serverRelativeURL", "")) for k, v in paths.items() if isinstance(v, dict)}
-            for gv, url in index.items():
-                old = self._index.get(gv)
-                if old is not None and old != url and gv.startswith("apis/"):
-                    # A changed document: a CRD (or aggregated API) changed; let it settle.
-                    self.unsettle(gv.split("/")[1], self.refresh_seconds)
-            self._index = index
+            self._index = {k: str(v.get("serverRelativeURL", "")) for k, v in paths.items() if isinstance(v, dict)}
             self._index_etag = etag
 
     def unsettle(self, group: str, seconds: float | None = None) -> None:
@@ -151,6 +146,8 @@ class SchemaCache:
         gv = await self.group_version(group, version)
         if gv is None:
             return None
+        if gv.custom and not self.watching_crds:
+            return None
         endpoint = gv.endpoint(resource, subresource)
         if endpoint is None:
             return None
@@ -175,6 +172,7 @@ class SchemaCache:
                             self.unsettle((items.get(name) or known[name])[0])
                 known = items
                 async with watch_crds(rv) as lines:
+                    self.watching_crds = True
                     async for line in lines:
                         if not line.strip():
                             continue
@@ -192,6 +190,9 @@ class SchemaCache:
                 raise
             except Exception as err:  # the watch ended or failed: wait, then list and watch again
                 log.debug("validation: CRD watch ended: %s", err)
+            if self.watching_crds:
+                # Changes made while reconnecting are caught by comparing the next list.
+                self.watching_crds = False
             await asyncio.sleep(1.0)
 
 

@@ -1,0 +1,105 @@
+"""A CRD whose schema changes while kproxy runs: kproxy never answers with the old schema.
+
+The apiserver republishes a CRD's OpenAPI document asynchronously; kproxy watches CRDs and
+leaves a changed group to the apiserver for ``settle_seconds``, then validates with the new
+document."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+pytestmark = pytest.mark.e2e
+
+GROUP = f"sc{secrets.token_hex(3)}.kproxy.test"  # a fresh CRD per run: the test changes it
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def crd(props: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"gizmos.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+
+
+def gizmo(**spec: Any) -> bytes:
+    return json.dumps({"apiVersion": f"{GROUP}/v1", "kind": "Gizmo", "metadata": {"name": "g"}, "spec": spec}).encode()
+
+
+async def post(s: aiohttp.ClientSession, url: str, body: bytes, sslctx: Any) -> tuple[int, bytes, bool]:
+    async with s.post(url, data=body, headers={"Content-Type": "application/json"}, ssl=sslctx) as r:
+        return r.status, await r.read(), "Audit-Id" not in r.headers
+
+
+async def until(what: str, cond: Callable[[], Any], timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = await cond()
+        if got:
+            return got
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_a_changed_crd_is_never_validated_with_its_old_schema(
+    control_plane: ControlPlaneInfo, namespace: str, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    cp = control_plane
+    rp = proxy_factory(extra={"filters": [{"name": "validation", "settle_seconds": 3}]})
+    direct_ssl = cp.ssl_context()
+    path = f"/apis/{GROUP}/v1/namespaces/{namespace}/gizmos?dryRun=All&fieldValidation=Strict"
+    code, body = cp.request("POST", CRDS, body=json.dumps(crd({"a": {"type": "string"}})).encode())
+    assert code == 201, body
+    async with aiohttp.ClientSession() as s:
+        # Once the document is published and the group settled, kproxy answers locally.
+        async def local_400() -> Any:
+            got = await post(s, rp.url + path, gizmo(a="1", b="2"), None)
+            return got if got[0] == 400 and got[2] else None
+
+        status, text, _ = await until("a local Strict answer", local_400)
+        assert b'unknown field \\"spec.b\\"' in text
+        # Now spec.b is declared. As soon as the apiserver accepts it, so does kproxy: every answer
+        # from then on is a 201, never a 400 from the old schema.
+        current = json.loads(cp.request("GET", f"{CRDS}/gizmos.{GROUP}")[1])
+        current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["b"] = {
+            "type": "string"
+        }
+        code, body = cp.request("PUT", f"{CRDS}/gizmos.{GROUP}", body=json.dumps(current).encode())
+        assert code == 200, body
+
+        async def direct_accepts() -> bool:
+            return (await post(s, cp.server + path, gizmo(a="1", b="2"), direct_ssl))[0] == 201
+
+        await until("the apiserver to use the new schema", direct_accepts)
+        answers = []
+        for _ in range(40):  # through the settle window and beyond (3 s + index re-read)
+            answers.append((await post(s, rp.url + path, gizmo(a="1", b="2"), None))[0])
+            await asyncio.sleep(0.2)
+        assert set(answers) == {201}, answers
+        # And kproxy validates with the new document: only spec.c is unknown now.
+        status, text, local = await until("a local answer with the new schema", lambda: _local(s, rp.url + path))
+        assert status == 400 and local
+        assert b'strict decoding error: unknown field \\"spec.c\\""' in text
+
+
+async def _local(s: aiohttp.ClientSession, url: str) -> Any:
+    got = await post(s, url, gizmo(a="1", b="2", c="3"), None)
+    return got if got[2] else None
