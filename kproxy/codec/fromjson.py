@@ -73,12 +73,24 @@ class MessageBuilder:
         self.schema = schema
         self._tables: dict[str, Table] = {}
         self._completions: dict[str, list[tuple[int, str, Any]]] = {}
+        self._zeros: dict[str, bytes] = {}
 
     def build(self, full_name: str, obj: dict[str, Any], top_level: bool = False) -> Message:
         msg = self.schema.message_class(full_name)()
+        msg.MergeFromString(self.zero(full_name))
         self.fill(msg, obj, "")
-        self.complete(msg)
         return msg
+
+    def zero(self, full: str) -> bytes:
+        """The protobuf of the type's Go zero value as gogo writes it (every non-pointer field
+        present, recursively). Each message starts from it and JSON overrides what it sets, so
+        the bytes equal the apiserver's own."""
+        z = self._zeros.get(full)
+        if z is None:
+            m = self.schema.message_class(full)()
+            self.complete(m)
+            z = self._zeros[full] = m.SerializeToString(deterministic=True)
+        return z
 
     def complete(self, msg: Message) -> None:
         """Write what Go's generated (gogo) marshalling always writes: every non-pointer field,
@@ -187,6 +199,7 @@ class MessageBuilder:
     def _setter(self, fp: FieldPlan) -> Setter:
         fd, go = fp.proto, fp.go
         name = fd.name
+        is_ptr = go.kind == "ptr" or (go.kind == "slice" and not fd.is_repeated)
         if go.kind == "ptr" and go.elem is not None:
             go = go.elem
         if fd.is_repeated:
@@ -197,6 +210,7 @@ class MessageBuilder:
                 elem = elem.elem
             conv = self._converter(elem, fd)
             is_msg = fd.type == FieldDescriptor.TYPE_MESSAGE
+            zero = self.zero(fd.message_type.full_name) if is_msg else b""
 
             def set_list(m: Message, v: Any, path: str) -> None:
                 if not isinstance(v, list):
@@ -204,17 +218,26 @@ class MessageBuilder:
                 container = getattr(m, name)
                 if is_msg:
                     for i, x in enumerate(v):
-                        conv(container.add(), x, f"{path}[{i}]")
+                        sub = container.add()
+                        if zero:
+                            sub.MergeFromString(zero)
+                        if x is not None:
+                            conv(sub, x, f"{path}[{i}]")
                 else:
                     container.extend([conv(None, x, f"{path}[{i}]") for i, x in enumerate(v)])
 
             return set_list
         conv = self._converter(go, fd)
         if fd.type == FieldDescriptor.TYPE_MESSAGE:
+            # A pointer's message starts from its type's zero value; a non-pointer struct's is
+            # already there (its parent started from its own zero value).
+            zero = self.zero(fd.message_type.full_name) if is_ptr else b""
 
             def set_msg(m: Message, v: Any, path: str) -> None:
                 sub = getattr(m, name)
                 sub.SetInParent()
+                if zero:
+                    sub.MergeFromString(zero)
                 conv(sub, v, path)
 
             return set_msg
@@ -230,17 +253,22 @@ class MessageBuilder:
         elem = go.elem if go.kind == "map" and go.elem is not None else GoType("other")
         conv = self._converter(elem, val_fd)
         is_msg = val_fd.type == FieldDescriptor.TYPE_MESSAGE
+        zero = self.zero(val_fd.message_type.full_name) if is_msg else b""
 
         def set_map(m: Message, v: Any, path: str) -> None:
             if not isinstance(v, dict):
                 raise _bad(path, "object", v)
             container = getattr(m, name)
             for k, x in v.items():
+                if not isinstance(k, str):
+                    raise _bad(path, "string keys", k)
                 if is_msg:
-                    if x is None:
-                        container[k].SetInParent() if hasattr(container[k], "SetInParent") else None
-                        continue
-                    conv(container[k], x, f"{path}.{k}")
+                    sub = container[k]
+                    sub.SetInParent()
+                    if zero:
+                        sub.MergeFromString(zero)
+                    if x is not None:
+                        conv(sub, x, f"{path}.{k}")
                 else:
                     container[k] = conv(None, x, f"{path}.{k}")
 
@@ -347,8 +375,7 @@ class MessageBuilder:
                 except CodecError as e:
                     raise CodecError(f"{path}: {e}") from None
                 m.seconds = secs
-                if micro:
-                    m.nanos = nanos // 1000 * 1000
+                m.nanos = nanos // 1000 * 1000 if micro else 0  # metav1.Time drops nanos
 
             return conv_time
         if kind == "duration":
@@ -392,8 +419,14 @@ class MessageBuilder:
 
             return conv_raw
         schema_fd = fd.message_type.fields_by_name["schema"]
-        schema_go = GoType("struct")
-        schema_conv = self._converter(schema_go, schema_fd)
+        schema_conv = self._converter(GoType("struct"), schema_fd)
+        schema_zero = self.zero(schema_fd.message_type.full_name)
+
+        def fill_schema(m: Any, v: Any, path: str) -> None:
+            m.SetInParent()
+            m.MergeFromString(schema_zero)
+            schema_conv(m, v, path)
+
         if kind == "schemaorbool":
 
             def conv_sob(m: Any, v: Any, path: str) -> None:
@@ -401,8 +434,7 @@ class MessageBuilder:
                     m.allows = v
                 elif isinstance(v, dict):
                     m.allows = True
-                    m.schema.SetInParent()
-                    schema_conv(m.schema, v, path)
+                    fill_schema(m.schema, v, path)
                 else:
                     raise _bad(path, "bool or object", v)
 
@@ -411,11 +443,10 @@ class MessageBuilder:
 
             def conv_soa(m: Any, v: Any, path: str) -> None:
                 if isinstance(v, dict):
-                    m.schema.SetInParent()
-                    schema_conv(m.schema, v, path)
+                    fill_schema(m.schema, v, path)
                 elif isinstance(v, list):
                     for i, x in enumerate(v):
-                        schema_conv(m.jSONSchemas.add(), x, f"{path}[{i}]")
+                        fill_schema(m.jSONSchemas.add(), x, f"{path}[{i}]")
                 else:
                     raise _bad(path, "object or array", v)
 
@@ -423,8 +454,7 @@ class MessageBuilder:
 
         def conv_sosa(m: Any, v: Any, path: str) -> None:
             if isinstance(v, dict):
-                m.schema.SetInParent()
-                schema_conv(m.schema, v, path)
+                fill_schema(m.schema, v, path)
             elif isinstance(v, list) and all(isinstance(x, str) for x in v):
                 m.property.extend(v)
             else:

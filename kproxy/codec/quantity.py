@@ -8,6 +8,7 @@ nano precision, away from zero; BinarySI below 1 becomes DecimalSI) and Canonica
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -90,6 +91,8 @@ def format_quantity(value: Fraction, fmt: str) -> str:
     return f"{mantissa}{_DEC_OF_EXP.get(exponent, '')}"
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_quantity(text: str) -> str:
-    """The canonical form of a quantity string; CodecError if it does not parse."""
+    """The canonical form of a quantity string; CodecError if it does not parse (cached: a
+    cluster's quantities are few distinct strings)."""
     return format_quantity(*parse_quantity(text))
