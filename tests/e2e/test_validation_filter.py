@@ -144,7 +144,8 @@ async def test_strict_failure_of_a_caller_without_permission_is_the_apiservers_4
     """The apiserver authorizes before it decodes: kproxy must not reveal a 400 to a caller the
     apiserver would refuse (kproxy asks a SubjectAccessReview and lets the apiserver answer)."""
     cp = control_plane
-    rp = proxy_factory(credentials="forward", tls=True, extra={"filters": [{"name": "validation"}]})
+    # access_ttl 1: the "no" below is trusted for one second only (the default is 10).
+    rp = proxy_factory(credentials="forward", tls=True, extra={"filters": [{"name": "validation", "access_ttl": 1}]})
     assert rp.ca_file is not None
     url = f"/api/v1/namespaces/{namespace}/configmaps?dryRun=All&fieldValidation=Strict"
     async with aiohttp.ClientSession() as s:
@@ -156,13 +157,13 @@ async def test_strict_failure_of_a_caller_without_permission_is_the_apiservers_4
         # The same caller once allowed: now kproxy answers the Strict failure itself.
         grant(cp, namespace, USER, ["configmaps"], [""])
         direct = await post(s, cp.server + url, cm("x", bogus=1), cp.user_token, cp.ssl_context(client_cert=False))
-        for _ in range(3):  # the earlier "no" is cached for access_ttl (10 s) at most: wait it out
+        for _ in range(20):  # until the cached "no" (1 s) has expired
             via = await post(
                 s, rp.url + url, cm("x", bogus=1), cp.user_token, ssl.create_default_context(cafile=str(rp.ca_file))
             )
             if via[3]:
                 break
-            await asyncio.sleep(5)
+            await asyncio.sleep(0.25)
         assert direct[0] == 400 and via[:3] == direct[:3] and via[3]
 
 
