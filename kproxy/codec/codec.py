@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint
+from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event
 from .errors import CodecError
 from .fromjson import MessageBuilder
 from .gotypes import SPECIAL
@@ -38,6 +38,7 @@ class ProtobufCodec:
         )
         self._obj = JsonGenerator(self.schema, fragments=False, envelope_to_obj=self.to_obj)
         self._builder = MessageBuilder(self.schema)
+        self._kinds: dict[tuple[bool, str, str], tuple[Any, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {}
         self._list_plans: dict[tuple[str, str], ListPlan | None] = {}
 
     # -- kinds --------------------------------------------------------------------------------
@@ -53,15 +54,19 @@ class ProtobufCodec:
 
     # -- protobuf -> JSON -----------------------------------------------------------------------
     def _decode(self, gen: JsonGenerator, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
-        full = self._message_name(api_version, kind)
-        msg = decode_message(self.schema.message_class(full), raw, kind)
+        key = (gen.fragments, api_version, kind)
+        found = self._kinds.get(key)
+        if found is None:
+            full = self._message_name(api_version, kind)
+            found = self._kinds[key] = (self.schema.message_class(full), gen.filler(full))
+        cls, fill = found
+        msg = decode_message(cls, raw, kind)
         d: dict[str, Any] = {}
         if kind:
             d["kind"] = kind
         if api_version:
             d["apiVersion"] = api_version
-        d.update(gen.encoder(full)(msg))
-        return d
+        return fill(msg, d)
 
     def to_obj(self, data: bytes) -> dict[str, Any]:
         """A whole envelope -> the apiserver's JSON object as Python objects."""
@@ -131,10 +136,9 @@ class ProtobufCodec:
 
     # -- watch --------------------------------------------------------------------------------
     def _watch_frame_to_json(self, frame: bytes) -> bytes:
-        event = decode_message(self.schema.message_class(WATCH_EVENT), frame, "WatchEvent")
-        raw: bytes = event.object.raw
+        type_, raw = parse_watch_event(frame)
         obj: Any = self._envelope_to_frag(raw) if raw[:4] == b"k8s\x00" else (orjson.Fragment(raw) if raw else None)
-        return orjson.dumps({"type": event.type, "object": obj}) + b"\n"
+        return orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE)
 
     def watch_transcoder(self) -> WatchTranscoder:
         """Incremental protobuf watch stream -> JSON lines; see WatchTranscoder."""

@@ -138,6 +138,39 @@ def decode_envelope(data: bytes) -> Envelope:
     return env
 
 
+def parse_watch_event(frame: bytes) -> tuple[str, bytes]:
+    """metav1.WatchEvent {1 type, 2 object: RawExtension {1 raw}} -> (type, raw object bytes)."""
+    type_ = ""
+    raw = b""
+    pos, end = 0, len(frame)
+    while pos < end:
+        tag, pos = read_varint(frame, pos, end)
+        if tag & 7 != 2:
+            pos = skip_field(frame, tag & 7, pos, end)
+            continue
+        n, pos = read_varint(frame, pos, end)
+        stop = pos + n
+        if stop > end:
+            raise CodecError("truncated protobuf data: the watch event is cut short")
+        if tag == 0x0A:
+            type_ = _string(frame, pos, stop, "the event type")
+        elif tag == 0x12:
+            inner = pos
+            while inner < stop:
+                itag, inner = read_varint(frame, inner, stop)
+                if itag & 7 != 2:
+                    inner = skip_field(frame, itag & 7, inner, stop)
+                    continue
+                m, inner = read_varint(frame, inner, stop)
+                if inner + m > stop:
+                    raise CodecError("truncated protobuf data: the watch event's object is cut short")
+                if itag == 0x0A:
+                    raw = frame[inner : inner + m]
+                inner += m
+        pos = stop
+    return type_, raw
+
+
 def _ld(num: int, payload: bytes) -> bytes:
     return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 

@@ -150,6 +150,12 @@ class JsonGenerator:
             raise CodecError(f"embedded raw JSON is not valid JSON: {e}") from e
 
     # -- public -----------------------------------------------------------------------------
+    def filler(self, full_name: str) -> Callable[[Message, dict[str, Any]], dict[str, Any]]:
+        """fill_<n> for a message: writes its JSON fields into the given dict, returns it."""
+        idx = self._ensure(full_name)
+        fn: Callable[[Message, dict[str, Any]], dict[str, Any]] = self.ns[f"fill_{idx}"]
+        return fn
+
     def encoder(self, full_name: str) -> Encoder:
         """enc_<n> for a message: message -> dict (Kubernetes JSON, no kind/apiVersion)."""
         idx = self._ensure(full_name)
