@@ -118,6 +118,7 @@ class JsonGenerator:
             "_dur": format_duration,
             "_raw": self._raw_fragment if fragments else self._raw_obj,
             "_rawf": self._rawf_fragment if fragments else self._rawf_obj,
+            "_rawv": self._rawv_fragment if fragments else self._rawf_obj,
             "_sorted": sorted,
             "_fragment": orjson.Fragment,
             "_dumps": orjson.dumps,
@@ -131,11 +132,25 @@ class JsonGenerator:
         return orjson.Fragment(b)
 
     def _rawf_fragment(self, b: bytes) -> Any:
-        """Raw JSON bytes of a RawExtension/FieldsV1/JSON: null when empty."""
+        """Raw JSON bytes of a FieldsV1 (which the apiserver writes itself): null when empty,
+        else embedded unparsed."""
         if not b:
             return None
         if b[:4] == MAGIC:
             return self._envelope_to_obj(b)
+        return orjson.Fragment(b)
+
+    def _rawv_fragment(self, b: bytes) -> Any:
+        """Raw bytes of a RawExtension/JSON, which a protobuf client may have filled with
+        anything: checked to be JSON (Go's json.Marshal fails on invalid raw JSON too)."""
+        if not b:
+            return None
+        if b[:4] == MAGIC:
+            return self._envelope_to_obj(b)
+        try:
+            orjson.loads(b)
+        except orjson.JSONDecodeError as e:
+            raise CodecError(f"embedded raw JSON is not valid JSON: {e}") from e
         return orjson.Fragment(b)
 
     def _rawf_obj(self, b: bytes) -> Any:
@@ -282,7 +297,8 @@ class JsonGenerator:
         if kind == "intorstring":
             return f"_ios({v})"
         if kind in ("rawext", "rawjson"):
-            return f"_rawf({v}.Raw)" if "Raw" in fd.message_type.fields_by_name else f"_rawf({v}.raw)"
+            fn = "_rawf" if fd.message_type.name == "FieldsV1" else "_rawv"
+            return f"{fn}({v}.Raw)" if "Raw" in fd.message_type.fields_by_name else f"{fn}({v}.raw)"
         sch = self._ref(fd.message_type.fields_by_name["schema"].message_type.full_name)
         helper = f"_{kind}_{sch}"
         if helper not in self._helpers:

@@ -115,6 +115,18 @@ def test_list_transcoder_empty_body(codec: ProtobufCodec) -> None:
         t.finish()
 
 
+def test_raw_extension_that_is_not_json(codec: ProtobufCodec) -> None:
+    """A protobuf client can store any bytes in a RawExtension; Go's JSON encoder refuses them."""
+    revision = {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "r"}, "data": {"a": 1}}
+    good = codec.from_json(revision)
+    assert json.loads(codec.to_json(good))["data"] == {"a": 1}
+    bad = good.replace(b'{"a":1}', b'{"a":1,')
+    with pytest.raises(CodecError, match="not valid JSON"):
+        codec.to_json(bad)
+    with pytest.raises(CodecError, match="not valid JSON"):
+        codec.to_obj(bad)
+
+
 def test_watch_partial_frame_fails_at_finish(codec: ProtobufCodec) -> None:
     pb = _fixture("watch-configmaps")
     t = codec.watch_transcoder()
