@@ -217,7 +217,8 @@ class Validation(FilterBase):
             if found is not None and found[1].minimum > level:
                 level = found[1].minimum
         provide = not self.upstream_validates
-        if provide:
+        if provide and verb != "patch":
+            # kproxy provides the level for POST/PUT; PATCH keeps its own (an old server ignores it).
             _set_field_validation(ex, Level.IGNORE)
         elif level != requested:
             _set_field_validation(ex, level)
@@ -225,7 +226,10 @@ class Validation(FilterBase):
         check = verb != "patch" and (
             (level == Level.STRICT and self.settings.local_strict) or (provide and level == Level.WARN)
         )
-        outcome = await self._check(ex) if check and _options_valid(ex.query) else None
+        try:
+            outcome = await self._check(ex) if check and _options_valid(ex.query) else None
+        except StatusError as err:  # the body is over the size limit: the apiserver's own 413
+            return Reply.from_status(err)
         if outcome is None or outcome.fatal or not outcome.errors:
             self.metrics.requests.labels(level.wire, "raised" if level != requested else "passed").inc()
             return await call_next(ex)
@@ -267,10 +271,7 @@ class Validation(FilterBase):
             return None
         if resolved is None:
             return None
-        try:
-            data = await ex.body.read()  # type: ignore[union-attr]
-        except StatusError:
-            return None  # the body is over the limit: forwarding it fails the same way
+        data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
         t0 = time.perf_counter()
         outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
         self.metrics.seconds.observe(time.perf_counter() - t0)

@@ -237,3 +237,18 @@ def test_python_client_gets_the_same_exception(
     assert answers[0][0] == 400
     assert 'strict decoding error: unknown field \\"metadata.labelz\\", unknown field \\"dta\\"' in answers[0][1]
     assert 'kproxy_validation_requests_total{level="Strict",outcome="rejected"} 1.0' in rp.metrics()
+
+
+async def test_a_body_over_the_limit_gets_the_413_when_kproxy_reads_it(
+    namespace: str, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    """A Strict POST is read whole to be checked: over ``max_request_body_bytes`` that read ends in
+    the apiserver's own 413 Status, as forwarding would have."""
+    rp = proxy_factory(extra={"max_request_body_bytes": 1000, "filters": [{"name": "validation"}]})
+    big = cm("big", data={"k": "x" * 5000})
+    url = f"{rp.url}/api/v1/namespaces/{namespace}/configmaps?dryRun=All"
+    async with aiohttp.ClientSession() as s:
+        strict = await post(s, url + "&fieldValidation=Strict", big, None, None)
+        plain = await post(s, url, big, None, None)
+    assert strict[0] == plain[0] == 413 and strict[1] == plain[1]
+    assert b"Request entity too large: limit is 1000" in strict[1]
