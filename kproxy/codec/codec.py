@@ -10,6 +10,7 @@ import orjson
 from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event
 from .errors import CodecError
 from .fromjson import MessageBuilder
+from .gojson import go_escape
 from .gotypes import SPECIAL
 from .schema import Schema, load_schema
 from .streams import ListTranscoder, WatchTranscoder, decode_message
@@ -79,14 +80,14 @@ class ProtobufCodec:
 
     def to_json(self, data: bytes) -> bytes:
         """A whole envelope (object, list, Status) -> compact JSON bytes (no trailing newline)."""
-        return orjson.dumps(self._envelope_to_frag(data))
+        return go_escape(orjson.dumps(self._envelope_to_frag(data)))
 
     def envelope_to_json(self, env: Envelope) -> bytes:
         """Same as to_json for an already split envelope."""
-        return orjson.dumps(self._decode(self._frag, env.api_version, env.kind, env.raw))
+        return go_escape(orjson.dumps(self._decode(self._frag, env.api_version, env.kind, env.raw)))
 
     def _raw_to_json(self, api_version: str, kind: str, raw: bytes) -> bytes:
-        return orjson.dumps(self._decode(self._frag, api_version, kind, raw))
+        return go_escape(orjson.dumps(self._decode(self._frag, api_version, kind, raw)))
 
     def _list_plan(self, api_version: str, kind: str) -> ListPlan | None:
         """(span of item fields -> their JSON, ListMeta bytes -> dict) for a list kind that
@@ -121,7 +122,7 @@ class ProtobufCodec:
                 dumps = orjson.dumps
 
                 def items_json(span: bytes) -> list[bytes]:
-                    return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
+                    return [go_escape(dumps(item_enc(x))) for x in decode_message(list_cls, span, kind).items]
 
                 def list_meta(b: bytes) -> Any:
                     return meta_enc(decode_message(meta_cls, b, "ListMeta"))
@@ -138,7 +139,7 @@ class ProtobufCodec:
     def _watch_frame_to_json(self, frame: bytes) -> bytes:
         type_, raw = parse_watch_event(frame)
         obj: Any = self._envelope_to_frag(raw) if raw[:4] == b"k8s\x00" else (orjson.Fragment(raw) if raw else None)
-        return orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE)
+        return go_escape(orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE))
 
     def watch_transcoder(self) -> WatchTranscoder:
         """Incremental protobuf watch stream -> JSON lines; see WatchTranscoder."""

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError, Message
 
 from .envelope import MAGIC, check_magic, decode_envelope, parse_type_meta, read_varint, skip_field
 from .errors import CodecError
+from .gojson import go_escape
 
 if TYPE_CHECKING:
     from .codec import ProtobufCodec
@@ -238,7 +239,7 @@ class ListTranscoder:
 
     def _open_list(self) -> None:
         self._header.setdefault("metadata", {})
-        head = orjson.dumps(self._header)
+        head = go_escape(orjson.dumps(self._header))
         self._out.append(head[:-1] + b',"items":[')
         self._started = True
 

@@ -64,6 +64,11 @@ def _micro(t: Message) -> str | None:
     return format_micro_time(s, n)
 
 
+def _float(v: float) -> float | int:
+    """Go's encoding/json prints a whole float64 without ".0" (10, not 10.0)."""
+    return int(v) if v.is_integer() and abs(v) < 1e21 else v
+
+
 def _ios(m: Message) -> int | str:
     value: int | str = m.strVal if m.type == 1 else m.intVal
     return value
@@ -115,6 +120,7 @@ class JsonGenerator:
             "_time": _time,
             "_micro": _micro,
             "_ios": _ios,
+            "_float": _float,
             "_dur": format_duration,
             "_raw": self._raw_fragment if fragments else self._raw_obj,
             "_rawf": self._rawf_fragment if fragments else self._rawf_obj,
@@ -279,6 +285,8 @@ class JsonGenerator:
         if go.kind == "ptr":
             assert go.elem is not None
             return self._value(go.elem, fd, v)
+        if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+            return f"_float({v})"
         return v
 
     @staticmethod
@@ -373,9 +381,10 @@ class JsonGenerator:
                 return [f"v = {conv}", "if v is not None:", f"    d[{key!r}] = v"]
             return [f"d[{key!r}] = {conv}"]
         if go.kind == "scalar" or fd.type != FieldDescriptor.TYPE_MESSAGE:
+            conv = self._value(GoType("scalar"), fd, "v")
             if fp.omitempty or fp.omitzero:
-                return [f"v = {get}", "if v:", f"    d[{key!r}] = v"]
-            return [f"d[{key!r}] = {get}"]
+                return [f"v = {get}", "if v:", f"    d[{key!r}] = {conv}"]
+            return [f"v = {get}", f"d[{key!r}] = {conv}"] if conv != "v" else [f"d[{key!r}] = {get}"]
         # A non-pointer struct: always printed (omitempty has no effect on Go structs).
         conv = self._value(go, fd, get)
         if fp.omitzero:

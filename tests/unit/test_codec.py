@@ -127,6 +127,17 @@ def test_raw_extension_that_is_not_json(codec: ProtobufCodec) -> None:
         codec.to_obj(bad)
 
 
+def test_json_escapes_html_like_go(codec: ProtobufCodec) -> None:
+    """Go's encoding/json writes <, >, & and U+2028/9 as \\u escapes; the bytes must match."""
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a&b"}, "data": {"<k>": "x\u2028y\u2029"}}
+    out = codec.to_json(codec.from_json(cm))
+    assert out == (
+        b'{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a\\u0026b"},'
+        b'"data":{"\\u003ck\\u003e":"x\\u2028y\\u2029"}}'
+    )
+    assert json.loads(out) == codec.to_obj(codec.from_json(cm)) == cm
+
+
 def test_watch_partial_frame_fails_at_finish(codec: ProtobufCodec) -> None:
     pb = _fixture("watch-configmaps")
     t = codec.watch_transcoder()
