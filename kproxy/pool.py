@@ -31,6 +31,9 @@ _HIGH_WATER = 1024 * 1024
 # Idle connections older than this are not reused (the apiserver closes idle ones itself).
 _IDLE_TTL = 30.0
 
+#: How header bytes become text and back: aiohttp's server decodes and encodes them as UTF-8.
+HEADER_CHARSET = "utf-8"
+
 
 class UpstreamClosed(ConnectionResetError):
     """The upstream connection ended before the response did."""
@@ -102,10 +105,14 @@ class _Conn(asyncio.Protocol):
     # -------------------------------------------------------------- httptools callbacks
 
     def on_status(self, status: bytes) -> None:
-        self.reason += status.decode("latin-1")
+        self.reason += status.decode(HEADER_CHARSET, "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        # UTF-8 both ways, as aiohttp's server parses and writes headers, so that a header the
+        # apiserver writes in UTF-8 (a Warning quoting a field name) reaches the client unchanged.
+        self.headers.append(
+            (name.decode(HEADER_CHARSET, "surrogateescape"), value.decode(HEADER_CHARSET, "surrogateescape"))
+        )
 
     def on_headers_complete(self) -> None:
         self.keep_alive = bool(self.parser.should_keep_alive())
@@ -354,7 +361,7 @@ def request_head(method: str, target: str, host: str, headers: Iterable[tuple[st
     lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
     lines += [f"{k}: {v}\r\n" for k, v in headers]
     lines.append("\r\n")
-    return "".join(lines).encode("latin-1")
+    return "".join(lines).encode(HEADER_CHARSET, "surrogateescape")
 
 
 _SAFE = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))

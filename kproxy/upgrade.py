@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from kproxy.chain import BytesBody, Exchange, Reply, StreamBody, UpgradeBody
-from kproxy.pool import request_head
+from kproxy.pool import HEADER_CHARSET, request_head
 
 if TYPE_CHECKING:
     from kproxy.upstream import Upstream
@@ -68,7 +68,7 @@ async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
 
 
 def _parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
-    lines = head.decode("latin-1").split("\r\n")
+    lines = head.decode(HEADER_CHARSET, "surrogateescape").split("\r\n")
     parts = lines[0].split(" ", 2)
     status = int(parts[1])
     reason = parts[2] if len(parts) > 2 else ""

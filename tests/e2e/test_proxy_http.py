@@ -417,3 +417,43 @@ def test_expect_100_continue(proxy: RunningProxy, kubectl: Kubectl, namespace: s
         headers={"Content-Type": "application/json", "Expect": "something-else"},
     )
     assert code == 417
+
+
+def test_non_ascii_header_bytes_pass_unchanged(
+    control_plane: ControlPlaneInfo, proxy: RunningProxy, namespace: str
+) -> None:
+    """Header bytes beyond ASCII go through as they are, both ways: a User-Agent in UTF-8 names the
+    field manager, and the apiserver's Warning quoting a non-ASCII field name reaches the client
+    byte for byte (http.client reads header bytes as latin-1, so equal strings mean equal bytes)."""
+
+    def create(name: str, via_proxy: bool) -> tuple[int, str, str]:
+        body = json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name},
+                "data": {"k": "v"},
+                "dätä": {"ü": "x"},
+            }
+        )
+        headers: dict[str, Any] = {"Content-Type": "application/json", "User-Agent": "kübectl-tëst/1.0".encode()}
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+        if via_proxy:
+            host, port = proxy.url.removeprefix("http://").split(":")
+            conn: http.client.HTTPConnection = http.client.HTTPConnection(host, int(port), timeout=30)
+        else:
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", control_plane.apiserver_port, context=control_plane.ssl_context(), timeout=30
+            )
+        try:
+            conn.request("POST", path, body=body.encode(), headers=headers)
+            resp = conn.getresponse()
+            obj = json.loads(resp.read())
+            return resp.status, resp.headers.get("Warning", ""), obj["metadata"]["managedFields"][0]["manager"]
+        finally:
+            conn.close()
+
+    direct = create("direct", via_proxy=False)
+    via = create("via", via_proxy=True)
+    assert direct[0] == 201 and "d\xc3\xa4t\xc3\xa4" in direct[1]  # UTF-8 bytes, as read by http.client
+    assert via == direct
