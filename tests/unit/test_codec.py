@@ -393,8 +393,45 @@ def test_yaml_equals_the_apiservers_yaml(codec: ProtobufCodec) -> None:
     apiserver_yaml = (FIXTURES / "pod.yaml").read_bytes()
     ours = to_yaml(codec.to_obj(_fixture("pod")))
     assert from_yaml(ours) == from_yaml(apiserver_yaml)
-    # Byte for byte but for the quote character (go-yaml quotes "1", libyaml '1').
-    assert ours.replace(b"'", b'"') == apiserver_yaml
+    assert ours == apiserver_yaml  # byte for byte: go-yaml's key order, quoting, literal blocks
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("1", '"1"'),
+        ("", '""'),
+        ("y", '"y"'),
+        ("No", '"No"'),
+        ("null", '"null"'),
+        ("1.5", '"1.5"'),
+        ("0x1F", '"0x1F"'),
+        ("1:20", '"1:20"'),
+        ("2026-11-21T00:52:02Z", '"2026-11-21T00:52:02Z"'),
+        ("nginx", "nginx"),
+        ("a: b", "'a: b'"),
+        ("- x", "'- x'"),
+        ("two\nlines", "|-\n  two\n  lines"),
+    ],
+)
+def test_yaml_string_styles_are_go_yamls(value: str, text: str) -> None:
+    assert to_yaml({"k": value}) == f"k: {text}\n".encode()
+
+
+def test_yaml_key_order_is_go_yamls() -> None:
+    keys = ['k:{"port":80}', 'k:{"port":443}', "a10", "a9", "b", "A", "_x", "a09"]
+    dumped = to_yaml(dict.fromkeys(keys, 1)).decode().splitlines()
+    # Non-letters before letters, digit runs by value (a9 < a09 < a10), as sorter.go.
+    assert [line.rsplit(":", 1)[0].strip("'") for line in dumped] == [
+        "_x",
+        "A",
+        "a9",
+        "a09",
+        "a10",
+        "b",
+        'k:{"port":80}',
+        'k:{"port":443}',
+    ]
 
 
 def test_yaml_errors() -> None:

@@ -51,9 +51,12 @@ def test_fixtures_exist() -> None:
 @pytest.mark.parametrize("name", OBJECTS)
 def test_to_json_equals_apiserver_json(codec: ProtobufCodec, name: str) -> None:
     pb, expected = _pair(name)
-    got = json.loads(codec.to_json(pb))
+    out = codec.to_json(pb)
+    got = json.loads(out)
     assert got == expected
     assert _key_orders(got) == _key_orders(expected)
+    # Byte for byte: the apiserver's compact JSON ends with a newline.
+    assert out + b"\n" == (FIXTURES / f"{name}.json").read_bytes()
 
 
 @pytest.mark.parametrize("name", OBJECTS)
@@ -69,6 +72,7 @@ def test_list_transcoder_in_chunks(codec: ProtobufCodec, name: str, chunk: int) 
     t = codec.list_transcoder()
     parts = [t.feed(pb[i : i + chunk]) for i in range(0, len(pb), chunk)]
     parts.append(t.finish())
+    assert b"".join(parts) + b"\n" == (FIXTURES / f"{name}.json").read_bytes()
     assert json.loads(b"".join(parts)) == expected
 
 
@@ -118,6 +122,7 @@ def test_watch_transcoder_equals_apiserver_json_stream(codec: ProtobufCodec, nam
     assert out.endswith(b"\n")
     got = [json.loads(line) for line in out.splitlines()]
     assert got == expected
+    assert out == (FIXTURES / f"{name}.json").read_bytes()  # the apiserver's own JSON stream
     assert t.events == len(expected)
 
 
