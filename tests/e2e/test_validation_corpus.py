@@ -30,10 +30,6 @@ LEVELS: list[str | None] = [None, "Ignore", "Warn", "Strict"]
 
 #: Differences known and explained (README, "validation"); they count as mismatches in the rate.
 KNOWN: dict[tuple[str, str], str] = {
-    # The upstream pool decodes response header bytes as latin-1 and aiohttp re-encodes them as
-    # UTF-8: a non-ASCII Warning passed through from the apiserver arrives double-encoded. Core
-    # proxy issue (kproxy/pool.py), not the validation filter's.
-    ("cm-unicode-escape", "local"): "non-ASCII upstream Warning headers are re-encoded by the core proxy",
     # Provided validation: a body whose apiVersion names another version of a custom resource is
     # decoded by the apiserver with that version's name in its messages; kproxy does not emulate it.
     ("cr-wrong-version", "provided"): "provided validation skips bodies of another version",
