@@ -138,7 +138,7 @@ class ProtobufCodec:
     # -- watch --------------------------------------------------------------------------------
     def _watch_frame_to_json(self, frame: bytes) -> bytes:
         type_, raw = parse_watch_event(frame)
-        obj: Any = self._envelope_to_frag(raw) if raw[:4] == b"k8s\x00" else (orjson.Fragment(raw) if raw else None)
+        obj = self._envelope_to_frag(raw)  # a protobuf watch carries protobuf objects only
         return go_escape(orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE))
 
     def watch_transcoder(self) -> WatchTranscoder:

@@ -152,6 +152,12 @@ def test_watch_frame_over_limit(codec: ProtobufCodec) -> None:
         codec.watch_transcoder().feed(b"\xff\xff\xff\xff")
 
 
+def test_watch_frame_whose_object_is_not_protobuf(codec: ProtobufCodec) -> None:
+    frame = codec.encode_watch_event("ADDED", {"apiVersion": "v1", "kind": "ConfigMap"}).replace(b"k8s\x00", b"k9s\x00")
+    with pytest.raises(CodecError, match="expected prefix"):
+        codec.watch_transcoder().feed(frame)
+
+
 def test_watch_garbage_frame(codec: ProtobufCodec) -> None:
     with pytest.raises(CodecError):
         codec.watch_transcoder().feed(b"\x00\x00\x00\x03\xff\xff\xff")
