@@ -132,16 +132,25 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def nested_model(tp: Any) -> type[BaseModel] | None:
-    """The model of a field that holds one (``Model`` or ``Model | None``), for nested tables."""
-    candidates = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    for c in candidates:
-        if isinstance(c, type) and issubclass(c, BaseModel):
-            return c
-    return None
+def nested_models(tp: Any, key: str) -> list[tuple[str, type[BaseModel]]]:
+    """Models a field holds, with the key their options are shown under: ``key.`` for ``Model``
+    or ``Model | None``, ``key[].`` for a list of them, ``key.*.`` for a dict of them."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return nested_models(args[0], key)
+    if origin in (typing.Union, types.UnionType):
+        return [found for a in args for found in nested_models(a, key)]
+    if origin in (list, tuple, set, frozenset) and args:
+        return [found for a in args if a is not Ellipsis for found in nested_models(a, f"{key}[]")]
+    if origin is dict and len(args) == 2:
+        return nested_models(args[1], f"{key}.*")
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [(f"{key}.", tp)]
+    return []
 
 
-def options_rows(model: type[BaseModel], prefix: str = "") -> list[str]:
+def options_rows(model: type[BaseModel], prefix: str = "", seen: tuple[type[BaseModel], ...] = ()) -> list[str]:
     comments = field_comments(model)
     rows = []
     for name, field in model.model_fields.items():
@@ -152,9 +161,9 @@ def options_rows(model: type[BaseModel], prefix: str = "") -> list[str]:
             f"{constraints(field)} | {default_text(field)} "
             f"| {cell(doc)} |"
         )
-        sub = nested_model(field.annotation)
-        if sub is not None and sub is not model:
-            rows.extend(options_rows(sub, f"{prefix}{key}."))
+        for sub_prefix, sub in nested_models(field.annotation, f"{prefix}{key}"):
+            if sub is not model and sub not in seen:
+                rows.extend(options_rows(sub, sub_prefix, (*seen, model)))
     return rows
 
 

@@ -43,7 +43,7 @@ def test_every_option_of_every_builtin_filter_is_documented(name: str) -> None:
 
 def test_generator_renders_types_defaults_and_comments() -> None:
     """The generator itself, on a model shaped like a filter's (comment docs, Field docs,
-    nested settings, durations, literals, required keys)."""
+    nested settings and lists of them, durations, literals, required keys)."""
     from pydantic import Field
 
     from kproxy.config import Duration
@@ -63,6 +63,7 @@ def test_generator_renders_types_defaults_and_comments() -> None:
         period: Duration = 30.0
         kind: Inner = Inner()
         encoding: str | None = None
+        rules: list[Inner] = []
 
     rows = _generator().options_rows(Settings)
     assert rows == [
@@ -72,6 +73,8 @@ def test_generator_renders_types_defaults_and_comments() -> None:
         '| `kind` | object | `{"depth": 3}` |  |',
         "| `kind.depth` | int (>= 1) | `3` | How deep. |",
         "| `encoding` | str \\| null | `null` |  |",
+        "| `rules` | list[object] | `[]` |  |",
+        "| `rules[].depth` | int (>= 1) | `3` | How deep. |",
     ]
 
 
