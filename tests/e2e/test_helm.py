@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -231,7 +232,7 @@ def test_rendered_config_passes_kproxy_check_config(helm: Helm, case: str, tmp_p
     path = tmp_path / "kproxy.yaml"
     path.write_text(yaml.safe_dump(config_of(helm.template(CASES[case]))))
     out = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "kproxy"), "check-config", str(path)], capture_output=True, text=True
+        [sys.executable, "-m", "kproxy.cli", "check-config", str(path)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
 
