@@ -53,7 +53,7 @@ class FileToken(TokenSource):
     path: str
     recheck: float = 5.0
     _value: str | None = None
-    _mtime: float = -1.0
+    _stamp: tuple[int, int] = (-1, -1)
     _checked: float = 0.0
 
     async def token(self) -> str | None:
@@ -61,10 +61,13 @@ class FileToken(TokenSource):
         if self._value is None or now - self._checked >= self.recheck:
             self._checked = now
             try:
-                mtime = os.stat(self.path).st_mtime
-                if mtime != self._mtime or self._value is None:
+                # The kubelet rotates by swapping in a new file: the inode changes even where
+                # timestamps are coarse.
+                st = os.stat(self.path)
+                stamp = (st.st_ino, st.st_mtime_ns)
+                if stamp != self._stamp or self._value is None:
                     self._value = Path(self.path).read_text().strip()
-                    self._mtime = mtime
+                    self._stamp = stamp
             except OSError:
                 if self._value is None:
                     raise
