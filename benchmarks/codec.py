@@ -123,7 +123,7 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
             cpu(lambda: orjson.dumps(orjson.loads(js)), repeat),
             len(js),
             "JSON in",
-        ),  # noqa: E501
+        ),
         ("kproxy.codec from_json (JSON -> protobuf)", cpu(lambda: codec.from_json(js), repeat), len(js), "JSON in"),
         ("kproxy.codec watch transcoder (1 pod/frame)", cpu(watch, repeat), watch_json_len, "JSON out"),
         (
