@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.protobuf.message import DecodeError, Message
 
-from .envelope import MAGIC, check_magic, decode_envelope, parse_type_meta, read_varint, skip_field
+from .envelope import MAGIC, check_magic, parse_type_meta, read_varint, skip_field
 from .errors import CodecError
 from .gojson import go_escape
 
@@ -36,7 +36,7 @@ class ListTranscoder:
         self._codec = codec
         self._buf = bytearray()
         self._pos = 0
-        self._state = "magic"  # magic | outer | items | whole | done-raw
+        self._state = "magic"  # magic | outer | items | whole
         self._api_version = ""
         self._kind = ""
         self._raw_end = 0  # absolute buffer offset where raw ends (items state)
@@ -292,4 +292,4 @@ def decode_message(cls: type[Message], data: bytes, what: str) -> Message:
         raise CodecError(f"invalid protobuf data for {what}: {e}") from e
 
 
-__all__ = ["ListTranscoder", "WatchTranscoder", "decode_envelope", "decode_message"]
+__all__ = ["ListTranscoder", "WatchTranscoder", "decode_message"]
