@@ -207,13 +207,16 @@ def test_crd_and_custom_resource_round_trip(kubectl: Kubectl, proxy: RunningProx
         "spec": {"size": 3, "color": "blue"},
     }
     kubectl(["create", "-f", "-"], kubeconfig=pc, input=json.dumps(cr))
-    kubectl(["patch", "widget", "w1", "-n", namespace, "--type=merge", "-p", '{"spec":{"size":4}}'], kubeconfig=pc)
-    via = kubectl(["get", "widget", "w1", "-n", namespace, "-o", "json"], kubeconfig=pc).stdout
-    direct = kubectl(["get", "widget", "w1", "-n", namespace, "-o", "json"]).stdout
+    kubectl(
+        ["patch", "widgets.kproxy.test", "w1", "-n", namespace, "--type=merge", "-p", '{"spec":{"size":4}}'],
+        kubeconfig=pc,
+    )
+    via = kubectl(["get", "widgets.kproxy.test", "w1", "-n", namespace, "-o", "json"], kubeconfig=pc).stdout
+    direct = kubectl(["get", "widgets.kproxy.test", "w1", "-n", namespace, "-o", "json"]).stdout
     assert via == direct
     assert json.loads(via)["spec"] == {"size": 4, "color": "blue"}
-    kubectl(["delete", "widget", "w1", "-n", namespace], kubeconfig=pc)
-    gone = kubectl(["get", "widget", "w1", "-n", namespace], check=False)
+    kubectl(["delete", "widgets.kproxy.test", "w1", "-n", namespace], kubeconfig=pc)
+    gone = kubectl(["get", "widgets.kproxy.test", "w1", "-n", namespace], check=False)
     assert gone.returncode == 1 and 'widgets.kproxy.test "w1" not found' in gone.stderr
 
 
