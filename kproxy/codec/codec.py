@@ -122,7 +122,8 @@ class ProtobufCodec:
                 dumps = orjson.dumps
 
                 def items_json(span: bytes) -> list[bytes]:
-                    return [go_escape(dumps(item_enc(x))) for x in decode_message(list_cls, span, kind).items]
+                    # Not escaped here: the transcoder escapes each batch once (go_escape).
+                    return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
 
                 def list_meta(b: bytes) -> Any:
                     return meta_enc(decode_message(meta_cls, b, "ListMeta"))

@@ -114,9 +114,28 @@ class ListTranscoder:
         must end by `end`; other wire types are skipped (start == end == -1). _NeedMore if the
         buffer stops inside it."""
         buf = self._buf
+        pos = self._pos
         limit = min(end, len(buf))
+        # Fast path: a one-byte tag 0x12 (list items) and a length of at most three bytes.
+        if pos + 4 <= limit and buf[pos] == 0x12:
+            b1 = buf[pos + 1]
+            if b1 < 0x80:
+                n, p = b1, pos + 2
+            else:
+                b2 = buf[pos + 2]
+                if b2 < 0x80:
+                    n, p = (b1 & 0x7F) | b2 << 7, pos + 3
+                else:
+                    b3 = buf[pos + 3]
+                    n, p = ((b1 & 0x7F) | (b2 & 0x7F) << 7 | b3 << 14, pos + 4) if b3 < 0x80 else (-1, 0)
+            if n >= 0:
+                if p + n > end:
+                    raise CodecError("invalid protobuf data: field runs past its message")
+                if p + n > len(buf):
+                    raise _NeedMore
+                return 2, p, p + n
         try:
-            tag, p = read_varint(buf, self._pos, limit)
+            tag, p = read_varint(buf, pos, limit)
             wire = tag & 7
             if wire != 2:
                 self._pos = skip_field(buf, wire, p, limit)
@@ -233,8 +252,9 @@ class ListTranscoder:
         assert self._items is not None
         items = self._items(bytes(self._buf[start:end]))
         if items:
-            joined = b",".join(items)
-            self._out.append(b"," + joined if self._count else joined)
+            if self._count:
+                self._out.append(b",")
+            self._out.append(go_escape(b",".join(items)))  # one scan per batch
             self._count += len(items)
 
     def _open_list(self) -> None:

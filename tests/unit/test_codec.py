@@ -138,6 +138,17 @@ def test_json_escapes_html_like_go(codec: ProtobufCodec) -> None:
     assert json.loads(out) == codec.to_obj(codec.from_json(cm)) == cm
 
 
+def test_list_transcoder_escapes_like_to_json(codec: ProtobufCodec) -> None:
+    items = [{"metadata": {"name": f"cm{i}"}, "data": {"k": "<a>&b\u2028"}} for i in range(50)]
+    body = codec.from_json({"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": items})
+    whole = codec.to_json(body)
+    assert b"\\u003ca\\u003e\\u0026b\\u2028" in whole and b"<" not in whole
+    for chunk in (7, 100, len(body)):
+        t = codec.list_transcoder()
+        out = b"".join(t.feed(body[i : i + chunk]) for i in range(0, len(body), chunk)) + t.finish()
+        assert out == whole
+
+
 def test_watch_partial_frame_fails_at_finish(codec: ProtobufCodec) -> None:
     pb = _fixture("watch-configmaps")
     t = codec.watch_transcoder()
