@@ -107,11 +107,57 @@ def check_magic(data: bytes | bytearray) -> None:
         raise CodecError("empty body")
 
 
+def _fast_envelope(data: bytes) -> Envelope | None:
+    """The layout the apiserver always writes (short typeMeta first, then raw, then the two
+    empty strings), read with plain indexing; None for anything else (the general parser)."""
+    end = len(data)
+    if end < 8 or data[4] != 0x0A:
+        return None
+    tm_len = data[5]
+    tm_end = 6 + tm_len
+    if tm_len >= 0x80 or tm_end > end or data[6] != 0x0A:
+        return None
+    av_len = data[7]
+    av_end = 8 + av_len
+    if av_len >= 0x80 or av_end + 2 > tm_end or data[av_end] != 0x12:
+        return None
+    kind_len = data[av_end + 1]
+    if kind_len >= 0x80 or av_end + 2 + kind_len != tm_end or tm_end >= end or data[tm_end] != 0x12:
+        return None
+    pos = tm_end + 1
+    n = 0
+    shift = 0
+    while True:
+        if pos >= end or shift > 35:
+            return None
+        b = data[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    stop = pos + n
+    if stop > end or data[stop:] not in (b"\x1a\x00\x22\x00", b""):
+        return None
+    try:
+        return Envelope(data[8:av_end].decode(), data[av_end + 2 : tm_end].decode(), data[pos:stop])
+    except UnicodeDecodeError:
+        return None
+
+
 def decode_envelope(data: bytes) -> Envelope:
     """Split a whole `k8s\\x00` body into its type and raw object; CodecError on anything else."""
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
     check_magic(data)
+    fast = _fast_envelope(data)
+    if fast is not None and fast.kind:
+        return fast
+    return parse_envelope(data)
+
+
+def parse_envelope(data: bytes) -> Envelope:
+    """The general envelope parser (any field order, unknown fields skipped)."""
     env = Envelope("", "", b"")
     pos, end = 4, len(data)
     while pos < end:

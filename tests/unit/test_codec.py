@@ -23,6 +23,7 @@ from kproxy.codec import (
     from_yaml,
     to_yaml,
 )
+from kproxy.codec.envelope import Envelope, parse_envelope
 from kproxy.codec.quantity import parse_quantity
 from kproxy.codec.wellknown import format_duration, format_micro_time, format_time, parse_duration, parse_time
 
@@ -62,6 +63,27 @@ def test_envelope_round_trip_is_byte_identical_to_the_apiserver() -> None:
     env = decode_envelope(pb)
     assert (env.api_version, env.kind, env.content_type, env.content_encoding) == ("v1", "Pod", "", "")
     assert encode_envelope(env.api_version, env.kind, env.raw) == pb
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    api_version=st.text(max_size=200),
+    kind=st.text(min_size=1, max_size=30),
+    raw=st.binary(max_size=300),
+    cut=st.integers(0, 600),
+)
+def test_envelope_fast_path_agrees_with_the_general_parser(api_version: str, kind: str, raw: bytes, cut: int) -> None:
+    data = encode_envelope(api_version, kind, raw)
+    assert decode_envelope(data) == Envelope(api_version, kind, raw)
+    cut_data = data[: max(5, min(cut, len(data)))]
+    try:
+        general: Envelope | None = parse_envelope(cut_data)
+    except CodecError:
+        general = None
+    try:
+        assert decode_envelope(cut_data) == general
+    except CodecError:
+        assert general is None
 
 
 def test_envelope_truncated_raw() -> None:
