@@ -49,6 +49,8 @@ from pydantic import BaseModel, ConfigDict
 
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Reply, UpgradeBody
+from kproxy.codec.envelope import encode_varint, read_varint, skip_field
+from kproxy.codec.errors import CodecError
 from kproxy.context import FilterContext
 from kproxy.policy import Rule, first_match_lazy, match_verb
 from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, _unescape
@@ -235,62 +237,30 @@ def enforce_delete_body(data: bytes, content_type: str) -> tuple[bytes, str, lis
         raise BodyError(f"the DeleteOptions body cannot be represented as JSON: {err}") from None
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise BodyError("truncated or malformed protobuf varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def _fields(buf: bytes) -> list[tuple[int, int, bytes, bytes]]:
     """Protobuf wire fields as (number, wire type, whole field bytes, payload)."""
     out = []
-    pos = 0
-    while pos < len(buf):
-        start = pos
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, pos = _varint(buf, pos)
+    pos, end = 0, len(buf)
+    try:
+        while pos < end:
+            start = pos
+            key, pos = read_varint(buf, pos, end)
+            number, wire = key >> 3, key & 7
+            if number == 0:
+                raise BodyError("malformed protobuf message: field number 0")
             payload = b""
-        elif wire == 1:
-            pos += 8
-            payload = b""
-        elif wire == 5:
-            pos += 4
-            payload = b""
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            payload = buf[pos : pos + length]
-            pos += length
-        else:
-            raise BodyError(f"unsupported protobuf wire type {wire}")
-        if pos > len(buf) or number == 0:
-            raise BodyError("truncated or malformed protobuf message")
-        out.append((number, wire, buf[start:pos], payload))
+            if wire == 2:
+                length, at = read_varint(buf, pos, end)
+                payload = buf[at : at + length]
+            pos = skip_field(buf, wire, pos, end)
+            out.append((number, wire, buf[start:pos], payload))
+    except CodecError as err:
+        raise BodyError(str(err)) from None
     return out
 
 
 def _ld(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _protobuf_dry_run(data: bytes, enforce: bool = False) -> tuple[bytes, list[str]]:

@@ -54,6 +54,8 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict
 
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
+from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
+from kproxy.codec.errors import CodecError
 from kproxy.negotiation import (
     JSON,
     PROTOBUF,
@@ -78,43 +80,21 @@ _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 Shape = Literal["object", "list", "watch"]
 Retry = Callable[[], Awaitable[Reply]]
-_MAGIC = b"k8s\x00"
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("truncated varint")
 
 
 def envelope_type(data: bytes) -> tuple[str, str] | None:
     """apiVersion and kind from the first bytes of a ``k8s\\0`` envelope (its ``typeMeta``, field
     1, comes first), or None when they cannot be read. Only names a kind; decodes nothing else."""
-    if not data.startswith(_MAGIC) or data[4:5] != b"\x0a":
+    if not data.startswith(MAGIC) or data[4:5] != b"\x0a":
         return None
     try:
-        n, pos = _varint(data, 5)
-        end = pos + n
-        if end > len(data):
+        n, pos = read_varint(data, 5, len(data))
+        if pos + n > len(data):
             return None
-        found = {1: "", 2: ""}
-        while pos < end:
-            tag, pos = _varint(data, pos)
-            if tag & 7 != 2:
-                return None
-            size, pos = _varint(data, pos)
-            if tag >> 3 in found:
-                found[tag >> 3] = data[pos : pos + size].decode("utf-8")
-            pos += size
-    except (ValueError, UnicodeDecodeError):
+        api_version, kind = parse_type_meta(data, pos, pos + n)
+    except CodecError:
         return None
-    return (found[1], found[2]) if found[2] else None
+    return (api_version, kind) if kind else None
 
 
 class TranscodeSettings(BaseModel):
