@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from corpus.compare import Sides
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
@@ -45,3 +46,23 @@ def proxy_factory(tmp_path: Path, control_plane: ControlPlaneInfo) -> Iterator[C
     yield make
     for rp in started:
         rp.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def pb_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    """kproxy with the transcode filter asking the apiserver for protobuf (one per test module)."""
+    rp = start_proxy(
+        tmp_path_factory.mktemp("kproxy-transcode"),
+        control_plane.admin_kubeconfig,
+        extra={"filters": [{"name": "transcode", "upstream": "protobuf"}]},
+    )
+    yield rp
+    rp.stop()
+
+
+@pytest.fixture
+async def sides(control_plane: ControlPlaneInfo, pb_proxy: RunningProxy) -> AsyncIterator[Sides]:
+    """The same request sent directly and through ``pb_proxy``, side by side."""
+    s = Sides(control_plane, pb_proxy.url)
+    yield s
+    await s.close()

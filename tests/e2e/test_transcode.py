@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -22,7 +22,7 @@ from corpus.compare import JSON, PROTOBUF, YAML, Sides
 from kubernetes import client, watch
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -63,24 +63,6 @@ def loaded(control_plane: ControlPlaneInfo) -> Iterator[tuple[str, list[corpus.C
     yield ns, objects
     corpus.cleanup(control_plane, objects)
     control_plane.request("DELETE", f"/api/v1/namespaces/{ns}")
-
-
-@pytest.fixture(scope="module")
-def pb_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
-    rp = start_proxy(
-        tmp_path_factory.mktemp("kproxy-transcode-clients"),
-        control_plane.admin_kubeconfig,
-        extra={"filters": [{"name": "transcode", "upstream": "protobuf"}]},
-    )
-    yield rp
-    rp.stop()
-
-
-@pytest.fixture
-async def sides(control_plane: ControlPlaneInfo, pb_proxy: RunningProxy) -> AsyncIterator[Sides]:
-    s = Sides(control_plane, pb_proxy.url)
-    yield s
-    await s.close()
 
 
 def _counter(rp: RunningProxy, name: str, labels: str = "") -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import corpus
@@ -19,7 +19,7 @@ import pytest
 from corpus.compare import PROTOBUF, Sides, initial_events
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -46,24 +46,6 @@ def loaded(control_plane: ControlPlaneInfo) -> Iterator[tuple[str, list[corpus.C
     yield ns, objects
     corpus.cleanup(control_plane, objects)
     control_plane.request("DELETE", f"/api/v1/namespaces/{ns}")
-
-
-@pytest.fixture(scope="module")
-def pb_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
-    rp = start_proxy(
-        tmp_path_factory.mktemp("kproxy-transcode"),
-        control_plane.admin_kubeconfig,
-        extra={"filters": [{"name": "transcode", "upstream": "protobuf"}]},
-    )
-    yield rp
-    rp.stop()
-
-
-@pytest.fixture
-async def sides(control_plane: ControlPlaneInfo, pb_proxy: RunningProxy) -> AsyncIterator[Sides]:
-    s = Sides(control_plane, pb_proxy.url)
-    yield s
-    await s.close()
 
 
 def _real(obj: corpus.CorpusObject, ns: str) -> corpus.CorpusObject:
