@@ -51,7 +51,19 @@ class Node:
     ObjectMeta, ``apiVersion`` and ``kind`` are implied).
     """
 
-    __slots__ = ("check", "containers", "embedded", "item", "keyset", "kind", "meta", "preserve", "props", "types")
+    __slots__ = (
+        "check",
+        "containers",
+        "embedded",
+        "fast",
+        "item",
+        "keyset",
+        "kind",
+        "meta",
+        "preserve",
+        "props",
+        "types",
+    )
 
     def __init__(self) -> None:
         self.kind = ANY
@@ -65,6 +77,8 @@ class Node:
         self.keyset: frozenset[str] = frozenset()
         self.containers: dict[str, Node] = {}
         self.check: Callable[[Any], bool] | None = None  # the compiled clean check, for roots
+        # The msgspec clean check (``structs``), for roots: the body's (apiVersion, kind) when proven clean.
+        self.fast: Callable[[bytes], tuple[str | None, str | None] | None] | None = None
 
     def __repr__(self) -> str:
         names = ("ANY", "OBJECT", "MAP", "LIST", "SCALAR")

@@ -13,10 +13,14 @@ a re-marshalled map, so in sorted-key order), then every path pruned by the stru
 sorted, then unknown fields of embedded resources' ``metadata``. Wrong types are not decode
 errors for custom resources (schema validation reports them later, after strict decoding).
 
-Most bodies are clean, and ``validate_body`` answers those without either walk: orjson parses,
-a colon count proves there is no duplicate key (``decode``), and a key-set check generated per
-schema (``fastcheck``) proves there is no unknown field. Only a body that fails either proof is
-walked as above, which is also where types are looked at (a clean body is forwarded either way).
+Most bodies are clean, and ``validate_body`` answers those without either walk: the body is
+decoded straight into msgspec Structs generated per schema (``structs``), which reject unknown
+fields while parsing, and a length or colon comparison with their re-encoding proves there is no
+duplicate key. A body that is not proven clean that way (or whose schema has no Structs) is
+parsed by orjson, proven free of duplicates by a colon count (``decode``) and of unknown fields
+by a key-set check generated per schema (``fastcheck``); only a body that fails those proofs too
+is walked as above, which is also where types are looked at (a clean body is forwarded either
+way).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from kproxy.validation.decode import DecodeError, Pairs, decode_json, decode_yaml
 from kproxy.validation.fastcheck import compile_clean
 from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, Base64, Node
+from kproxy.validation.structs import compile_fast
 
 MAX_ERRORS = 100  # sigs.k8s.io/json saveStrictError
 
@@ -288,6 +293,12 @@ def validate_body(
         if media_type == "application/yaml":
             value, yaml_errors = decode_yaml(data)
         else:
+            fast = root.fast
+            if fast is None:
+                fast = root.fast = compile_fast(root, custom=custom) or _no_proof
+            type_meta = fast(data)
+            if type_meta is not None:
+                return Outcome(api_version=type_meta[0], kind=type_meta[1])
             value, maybe_duplicates = decode_json(data)
             yaml_errors = []
             check = root.check
@@ -301,6 +312,11 @@ def validate_body(
     outcome = check_custom(root, meta, value, yaml_errors) if custom else check_builtin(root, value, yaml_errors)
     outcome.api_version, outcome.kind = _type_meta(value)
     return outcome
+
+
+def _no_proof(_data: bytes) -> None:
+    """The fast path of a schema that msgspec types cannot express: never a proof."""
+    return None
 
 
 def _type_meta(value: Any) -> tuple[str | None, str | None]:

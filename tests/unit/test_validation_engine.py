@@ -19,7 +19,8 @@ from kproxy.validation.levels import Level, parse_level
 from kproxy.validation.messages import create_update_error, warning_value, warning_values
 from kproxy.validation.openapi import SchemaCache
 from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, load_group_version
-from kproxy.validation.validator import MAX_ERRORS, _clean, validate_body
+from kproxy.validation.structs import compile_fast
+from kproxy.validation.validator import MAX_ERRORS, _clean, _type_meta, check_builtin, check_custom, validate_body
 
 REF = "#/components/schemas/"
 
@@ -299,6 +300,127 @@ def test_clean_check_agrees_with_the_full_walk(
         assert compiled(body) is _clean(root, body), body
         seen[unknown] += 1
     assert seen[True] > 100 and seen[False] > 100
+
+
+def fast_thing(custom: bool) -> Any:
+    """The test document without what the msgspec path does not express (the recursive type,
+    checked properties below preserve-unknown-fields), so that every body gets a fast verdict."""
+    d = doc(custom)
+    spec = d["components"]["schemas"]["test.Thing"]["properties"]["spec"]["properties"]
+    del spec["schema"]
+    spec["free"]["properties"] = {"known": {"type": "string"}}
+    gv = load_group_version(d)
+    ep = gv.endpoint("things")
+    assert ep is not None
+    return gv, gv.node(ep.ref)
+
+
+def test_fast_path_is_refused_for_what_structs_cannot_express() -> None:
+    for custom in (False, True):
+        _gv, root = thing(custom)  # test.Props is recursive; "free" has checked properties
+        assert compile_fast(root, custom=custom) is None
+        out = check('{"spec":{"count":1,"schema":{"properties":{"a":{"type":"x"}}}}}', custom=custom)
+        assert out.clean  # ...and the orjson path still answers
+    _gv, root = fast_thing(False)
+    assert compile_fast(root) is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "proven"),
+    [
+        ('{"apiVersion":"test/v1","kind":"Thing","spec":{"count":1,"port":"http","cpu":0.5}}', True),
+        ('{ "spec" : { "count" : 1 } , "metadata" : { "labels" : { "a:b" : "c:d" } } }', True),  # colon count
+        ('{"metadata":{"name":"a","labels":{"x":"1","x":"1"}}}', False),  # duplicate map key
+        ('{"metadata":{"name":"a","name":"a"}}', False),  # duplicate field
+        ('{ "metadata" : { "name" : "a" , "name" : "a" } }', False),  # ...with white space
+        ('{"spec":{"raw":{"a":1,"a":1}}}', True),  # inside RawExtension-like: Go does not look
+        ('{"spec":{"items":[{"a":"x","b":"y"}]}}', False),  # unknown field in a list
+        ('{"spec":{"count":"1"}}', False),  # a wrong type: the apiserver's own decode error
+        ('{"spec":{"count":1.0}}', False),
+        ('{"metadata":{"name":"a\\/b","labels":{"k\\/":"\\"v\\""}}}', True),  # shorter escapes
+        ('{"metadata":{"name":"\\u0061","nam\\u0065":"b"}}', False),  # \\u: no proof
+        ('{"spec":{"data":"aGk=","names":["a",null],"embedded":{"kind":"X","spec":{"q":"n"}}}}', True),
+        ('{"spec":{"embedded":{"metadata":{"name":"n"}}}}', False),  # Go structs know no implied metadata
+        ('{"metadata":null,"spec":null}', True),
+        ('{"spec":{"free":{"known":"k"}}}', True),
+        ('{"spec":{"free":{"other":1}}}', False),  # kept by preserve-unknown-fields: left to the exact walk
+        ("[]", False),
+        ('{"spec":', False),
+    ],
+)
+def test_fast_path_verdicts(body: str, proven: bool) -> None:
+    _gv, root = fast_thing(False)
+    fast = compile_fast(root)
+    assert fast is not None
+    verdict = fast(body.encode())
+    assert (verdict is not None) is proven, body
+    if proven:
+        value, _ = decode_json(body.encode())
+        assert verdict == _type_meta(value)
+        assert check_builtin(root, value).errors == []
+
+
+def _random_body(rng: random.Random, names: list[str], depth: int = 0) -> str:
+    """JSON text over the schema's own names: duplicates, white space, escapes, every scalar."""
+    ws = lambda: rng.choice(["", "", "", "", " ", "\n  "])  # noqa: E731
+    if depth > 4 or rng.random() < 0.3:
+        return rng.choice(
+            ['"s"', '"a:b"', '"x\\/y"', '"q\\"t"', '"\\u00e9"', "1", "-0", "0.5", "1e2", "true", "null", '"aGk="']
+        )
+    if rng.random() < 0.2:
+        return "[" + ",".join(_random_body(rng, names, depth + 1) for _ in range(rng.randint(0, 2))) + "]"
+    count = rng.randint(0, 4)
+    keys = [rng.choice(names) for _ in range(count)]  # with replacement: duplicates happen
+    if rng.random() < 0.7:  # mostly distinct, like real bodies
+        keys = list(dict.fromkeys(keys))
+    members = [f'{ws()}"{k}"{ws()}:{ws()}{_random_body(rng, names, depth + 1)}' for k in keys]
+    return "{" + ",".join(members) + "}"
+
+
+@pytest.mark.parametrize("custom", [False, True])
+def test_fast_path_never_calls_clean_what_the_exact_path_flags(custom: bool) -> None:
+    """The msgspec verdict against the exact walk on random bodies: a body it proves clean has
+    no error there (a wrong type, which only the apiserver words, may remain for built-in
+    types: both are forwarded), and ``validate_body`` answers what the exact walk answers."""
+    gv, root = fast_thing(custom)
+    meta = gv.object_meta()
+    fast = compile_fast(root, custom=custom)
+    assert fast is not None
+    rng = random.Random(11 + custom)
+    names = ["apiVersion", "kind", "metadata", "spec", "count", "items", "a", "b", "free", "known", "name",
+             "labels", "raw", "embedded", "names", "port", "cpu", "data", "managedFields", "fieldsV1", "manager", "zz"]  # fmt: skip
+    seen = {"proven": 0, "flagged": 0, "clean but not proven": 0}
+    for _ in range(4000):
+        if rng.random() < 0.8:
+            text = (
+                "{"
+                + ",".join(
+                    f'"{k}":{_random_body(rng, names, 1)}'
+                    for k in rng.sample(["apiVersion", "metadata", "spec"], rng.randint(1, 3))
+                )
+                + "}"
+            )
+        else:
+            text = _random_body(rng, names)
+        data = text.encode()
+        try:
+            value, _ = decode_json(data)
+        except ValueError:
+            assert fast(data) is None or not custom  # a syntax error is never proven clean
+            continue
+        exact = check_custom(root, meta, value) if custom else check_builtin(root, value)
+        verdict = fast(data)
+        if verdict is not None:
+            seen["proven"] += 1
+            assert exact.errors == [], text
+            assert not custom or not exact.fatal, text
+            assert verdict == _type_meta(value), text
+        elif exact.clean:
+            seen["clean but not proven"] += 1
+        if exact.errors:
+            seen["flagged"] += 1
+            assert validate_body(data, "application/json", root, custom=custom, meta=meta).errors == exact.errors
+    assert seen["proven"] > 200 and seen["flagged"] > 300, seen
 
 
 # ---------------------------------------------------------------- messages

@@ -1,0 +1,181 @@
+"""The clean check as msgspec types: parse and prove "no unknown field" in one C pass.
+
+Most bodies are clean, and for them parsing is the cost: building Python dicts with orjson alone
+takes about as long as the per-request goal. Here each schema root is turned, once, into
+``msgspec.Struct`` types (``forbid_unknown_fields``, fields renamed to their JSON names, every
+field defaulting to ``UNSET``), and the body is decoded straight into them, so the unknown-field
+check happens inside the parser. Go accepts ``null`` anywhere, so every type also takes ``None``.
+
+Built-in types follow Go's struct decode: an OBJECT is a Struct, a MAP ``dict[str, T]`` (Go
+reports duplicate map keys too), a LIST ``list[T]``, a scalar its strict type (``str``, ``int``,
+``bool``, ``int | str``), and what the exact walk never looks inside (ANY, floats, unknown
+scalar types) ``msgspec.Raw``, kept verbatim. Custom resources follow the generated key-set check
+(``fastcheck``): Structs for checked objects, ``dict``/``list`` only where they hold some, ``Any``
+elsewhere (their wrong types are no decode error, and duplicates are looked for everywhere).
+
+Schemas this cannot express exactly (a preserving object with checked properties below it, a
+recursive type such as JSONSchemaProps) get no fast path: ``compile_fast`` answers ``None`` and
+the body takes the orjson path. A decode that fails for any reason (unknown field, another type,
+a syntax error) only means "not proven clean": the caller falls back to the exact path, which
+words the apiserver's answer.
+
+Duplicate keys: msgspec keeps the last value of a repeated key, in Structs and dicts alike
+(msgspec issue 648), so the body is re-encoded from what was decoded, where nothing is ignored
+(unknown fields raise, ``Any`` and ``Raw`` keep everything). With no ``\\u`` escape in the body:
+
+* built-in types: every re-encoded piece is at most as long as the body's text of it (keys and
+  strings escape only ``"``, ``\\`` and control characters, with the same or shorter escapes; ints
+  are canonical; floats and the rest are ``Raw``), and a dropped duplicate removes at least four
+  bytes, so equal lengths prove there is none (kubectl and most clients send compact JSON);
+* otherwise (whitespace, custom resources): outside strings every ``:`` follows a key and inside
+  strings a ``:`` is a literal ``:`` both ways, so equal colon counts prove it (``decode``).
+
+Anything short of equality falls back to the exact path. (The proof also covers fields a Struct
+skipped instead of rejecting, those of a built-in preserve-unknown-fields object: they are not
+re-encoded either.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from kproxy.validation.schema import LIST, MAP, OBJECT, SCALAR, Base64, Node
+
+# The type of one decoded body's apiVersion and kind, or None when the fast path cannot tell.
+TypeMeta = tuple[str | None, str | None]
+FastCheck = Callable[[bytes], TypeMeta | None]
+
+_local = threading.local()
+_ERRORS = (msgspec.MsgspecError, ValueError)  # invalid UTF-8 is a UnicodeDecodeError
+
+
+# Scalars whose re-encoding is never longer than the body's text (floats are: ``1`` becomes
+# ``1.0``), so they stay ``Raw``, copied verbatim.
+_SCALARS: dict[frozenset[type], Any] = {
+    frozenset({str}): str,
+    frozenset({Base64}): str,
+    frozenset({int}): int,
+    frozenset({bool}): bool,
+    frozenset({int, str}): int | str,
+}
+
+
+class _Unsupported(Exception):
+    """The schema holds something the Struct types cannot express exactly."""
+
+
+class _Builder:
+    """Struct types for one root: Go's typing when ``raw`` (built-in types), the key-set check's
+    shape otherwise (custom resources)."""
+
+    def __init__(self, raw: bool) -> None:
+        self.raw = raw
+        self.done: dict[int, Any] = {}
+        self.building: set[int] = set()
+
+    def type_of(self, node: Node) -> Any:
+        """The msgspec type a value of ``node`` decodes into (``None`` is added by the caller)."""
+        kind = node.kind
+        if kind == OBJECT:
+            if node.preserve and not self.raw:
+                if node.containers:
+                    raise _Unsupported("properties checked below x-kubernetes-preserve-unknown-fields")
+                return Any
+            return self.struct(node)
+        if self.raw:
+            # Go's struct decode, typed as strictly: a value of another type is not proven clean.
+            if kind in (MAP, LIST) and node.item is not None:
+                item = self.nullable(node.item)
+                return dict[str, item] if kind == MAP else list[item]  # type: ignore[valid-type]
+            if kind == SCALAR:
+                return _SCALARS.get(node.types, msgspec.Raw)
+            return msgspec.Raw
+        if kind in (MAP, LIST) and node.item is not None and _holds_checked(node.item):
+            item = self.nullable(node.item)
+            return dict[str, item] if kind == MAP else list[item]  # type: ignore[valid-type]
+        return Any
+
+    def nullable(self, node: Node) -> Any:
+        typ = self.type_of(node)
+        return typ if typ is Any or typ is msgspec.Raw else typ | None
+
+    def struct(self, node: Node, root: bool = False) -> Any:
+        key = id(node)
+        found = self.done.get(key)
+        if found is not None:
+            return found
+        if key in self.building:
+            raise _Unsupported("recursive schema")
+        self.building.add(key)
+        fields: list[tuple[str, Any, Any]] = []
+        # Go's decode of a built-in type knows only the declared properties (an embedded
+        # resource's implied metadata is a custom-resource notion).
+        for i, name in enumerate(sorted(node.props if self.raw else node.keyset)):
+            child = node.meta if node.embedded and name == "metadata" and node.meta is not None else node.props[name]
+            if root and name in ("apiVersion", "kind"):
+                typ: Any = str | None  # read on the clean path; a wrong type is not proven clean
+            else:
+                typ = self.nullable(child)
+            fields.append((f"f{i}", typ, msgspec.field(default=msgspec.UNSET, name=name)))
+        self.building.discard(key)
+        # Unknown fields of a preserving object are skipped, so never re-encoded: the length or colon
+        # proof then fails, and the exact walk (which looks at declared fields only) decides.
+        forbid = not node.preserve
+        cls = msgspec.defstruct(f"S{len(self.done)}", fields, forbid_unknown_fields=forbid, gc=False)
+        self.done[key] = cls
+        return cls
+
+
+def _holds_checked(node: Node) -> bool:
+    """Whether a value of ``node`` can contain an object whose keys are checked."""
+    seen: set[int] = set()
+    while node.kind in (MAP, LIST) and node.item is not None and id(node) not in seen:
+        seen.add(id(node))
+        node = node.item
+    return node.kind == OBJECT or id(node) in seen
+
+
+def compile_fast(root: Node, *, custom: bool = False) -> FastCheck | None:
+    """A function decoding a JSON body against ``root``: the body's (apiVersion, kind) when it
+    certainly has no unknown and no duplicate field, ``None`` when that is not proven (or no
+    such function when the schema cannot be expressed as Structs)."""
+    if root.kind != OBJECT or root.preserve:
+        return None
+    try:
+        cls = _Builder(raw=not custom).struct(root, root=True)
+    except _Unsupported:
+        return None
+    decode = msgspec.json.Decoder(cls).decode
+    encode_into = msgspec.json.Encoder().encode_into
+    names = {f.encode_name: f.name for f in msgspec.structs.fields(cls)}
+    api_attr, kind_attr = names.get("apiVersion"), names.get("kind")
+    same_length_proves = not custom
+
+    def check(data: bytes) -> TypeMeta | None:
+        # A ``\u`` escape could spell a ``:`` (or a shorter key) inside a string: no proof then.
+        if b"\\" in data and b"\\u" in data:
+            return None
+        try:
+            obj = decode(data)
+        except _ERRORS:
+            return None
+        # Into a reused buffer (one per thread): a new bytes object per body costs more.
+        try:
+            out = _local.buffer
+        except AttributeError:
+            out = _local.buffer = bytearray()
+        encode_into(obj, out)
+        if not (same_length_proves and len(out) == len(data)) and data.count(b":") != out.count(b":"):
+            return None
+        api_version = getattr(obj, api_attr) if api_attr else None
+        kind = getattr(obj, kind_attr) if kind_attr else None
+        return (
+            api_version if type(api_version) is str else None,
+            kind if type(kind) is str else None,
+        )
+
+    return check
