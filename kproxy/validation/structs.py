@@ -21,14 +21,16 @@ words the apiserver's answer.
 
 Duplicate keys: msgspec keeps the last value of a repeated key, in Structs and dicts alike
 (msgspec issue 648), so the body is re-encoded from what was decoded, where nothing is ignored
-(unknown fields raise, ``Any`` and ``Raw`` keep everything). With no ``\\u`` escape in the body:
+(unknown fields raise, ``Any`` and ``Raw`` keep everything):
 
 * built-in types: every re-encoded piece is at most as long as the body's text of it (keys and
-  strings escape only ``"``, ``\\`` and control characters, with the same or shorter escapes; ints
-  are canonical; floats and the rest are ``Raw``), and a dropped duplicate removes at least four
-  bytes, so equal lengths prove there is none (kubectl and most clients send compact JSON);
-* otherwise (whitespace, custom resources): outside strings every ``:`` follows a key and inside
-  strings a ``:`` is a literal ``:`` both ways, so equal colon counts prove it (``decode``).
+  strings: msgspec escapes only ``"``, ``\\`` and control characters, never longer than the
+  body's own escape: a ``\\uXXXX`` becomes at most 6 bytes; ints are canonical; floats and
+  the rest are ``Raw``), and a dropped duplicate removes at least four bytes, so equal lengths
+  prove there is none (kubectl and most clients send compact JSON);
+* otherwise (white space, custom resources), with no ``\\u`` escape in the body: outside
+  strings every ``:`` follows a key and inside strings a ``:`` is a literal ``:`` both ways, so
+  equal colon counts prove it (``decode``).
 
 Anything short of equality falls back to the exact path. (The proof also covers fields a Struct
 skipped instead of rejecting, those of a built-in preserve-unknown-fields object: they are not
@@ -156,20 +158,22 @@ def compile_fast(root: Node, *, custom: bool = False) -> FastCheck | None:
     same_length_proves = not custom
 
     def check(data: bytes) -> TypeMeta | None:
-        # A ``\u`` escape could spell a ``:`` (or a shorter key) inside a string: no proof then.
-        if b"\\" in data and b"\\u" in data:
-            return None
-        try:
-            obj = decode(data)
-        except _ERRORS:
-            return None
-        # Into a reused buffer (one per thread): a new bytes object per body costs more.
+        # The re-encoding goes into a reused buffer (one per thread): a new bytes object per body
+        # costs more.
         try:
             out = _local.buffer
         except AttributeError:
             out = _local.buffer = bytearray()
-        encode_into(obj, out)
-        if not (same_length_proves and len(out) == len(data)) and data.count(b":") != out.count(b":"):
+        try:
+            obj = decode(data)
+            encode_into(obj, out)
+        except _ERRORS:
+            return None
+        # Otherwise the colon count; a ``\\u`` escape could spell a ``:`` inside a string, so
+        # there is no proof with one (the single-byte search first: memchr is cheaper).
+        if not (same_length_proves and len(out) == len(data)) and (
+            (b"\\" in data and b"\\u" in data) or data.count(b":") != out.count(b":")
+        ):
             return None
         api_version = getattr(obj, api_attr) if api_attr else None
         kind = getattr(obj, kind_attr) if kind_attr else None
