@@ -52,7 +52,9 @@ TypeMeta = tuple[str | None, str | None]
 FastCheck = Callable[[bytes], TypeMeta | None]
 
 _local = threading.local()
-_ERRORS = (msgspec.MsgspecError, ValueError)  # invalid UTF-8 is a UnicodeDecodeError
+# Invalid UTF-8 is a UnicodeDecodeError; deep nesting a RecursionError (decoding) or a
+# TypeError (encoding).
+_ERRORS = (msgspec.MsgspecError, ValueError, RecursionError, TypeError)
 
 
 # Scalars whose re-encoding is never longer than the body's text (floats are: ``1`` becomes
@@ -149,9 +151,9 @@ def compile_fast(root: Node, *, custom: bool = False) -> FastCheck | None:
         return None
     try:
         cls = _Builder(raw=not custom).struct(root, root=True)
-    except _Unsupported:
+        decode = msgspec.json.Decoder(cls).decode
+    except (_Unsupported, TypeError, ValueError):  # (msgspec refusing a type: no fast path either)
         return None
-    decode = msgspec.json.Decoder(cls).decode
     encode_into = msgspec.json.Encoder().encode_into
     names = {f.encode_name: f.name for f in msgspec.structs.fields(cls)}
     api_attr, kind_attr = names.get("apiVersion"), names.get("kind")

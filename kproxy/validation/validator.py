@@ -309,9 +309,19 @@ def validate_body(
                 return Outcome(api_version=api_version, kind=kind)
     except DecodeError as err:
         return Outcome(fatal=str(err))
-    outcome = check_custom(root, meta, value, yaml_errors) if custom else check_builtin(root, value, yaml_errors)
+    except RecursionError:  # the fast checks and the walks recurse per level of nesting
+        return Outcome(fatal=_TOO_DEEP)
+    try:
+        outcome = check_custom(root, meta, value, yaml_errors) if custom else check_builtin(root, value, yaml_errors)
+    except RecursionError:
+        return Outcome(fatal=_TOO_DEEP)
     outcome.api_version, outcome.kind = _type_meta(value)
     return outcome
+
+
+# A body nested deeper than Python's recursion allows is left to the apiserver (Go's decoder has
+# its own depth limit, 10000, whose error kproxy does not reproduce).
+_TOO_DEEP = "nested too deep to check locally"
 
 
 def _no_proof(_data: bytes) -> None:

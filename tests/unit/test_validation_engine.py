@@ -362,6 +362,21 @@ def test_fast_path_verdicts(body: str, proven: bool) -> None:
         assert check_builtin(root, value).errors == []
 
 
+@pytest.mark.parametrize("custom", [False, True])
+@pytest.mark.parametrize("depth", [300, 600, 1000, 5000])
+def test_deep_nesting_is_left_to_the_apiserver_never_a_traceback(custom: bool, depth: int) -> None:
+    """orjson.dumps nests less deep than orjson.loads, msgspec and the walks recurse: a deep body
+    is a ``fatal`` outcome (forwarded), never an exception, on every path."""
+    gv, root = fast_thing(custom)
+    for body in (
+        b'{"spec":{"raw":' + b"[" * depth + b"]" * depth + b"}}",  # where Go does not look (RawExtension)
+        b'{"metadata":{"labels":' + b"[" * depth + b"]" * depth + b"}}",  # a wrong type
+        b'{"spec":{"free":' + b'{"a":' * depth + b"1" + b"}" * depth + b"}}",  # below preserve-unknown-fields
+    ):
+        out = validate_body(body, "application/json", root, custom=custom, meta=gv.object_meta())
+        assert out.fatal or out.clean or out.errors
+
+
 def _random_body(rng: random.Random, names: list[str], depth: int = 0) -> str:
     """JSON text over the schema's own names: duplicates, white space, escapes, every scalar."""
     ws = lambda: rng.choice(["", "", "", "", " ", "\n  "])  # noqa: E731
