@@ -129,9 +129,27 @@ async def test_watch_compressed_when_enabled() -> None:
     assert reply.headers["Content-Encoding"] == "gzip"
     dec = zlib.decompressobj(31)
     decoded = [dec.decompress(p) async for p in reply.body.chunks()]  # type: ignore[union-attr]
-    # Each piece ends at an event boundary (flushed when a chunk ends an event).
-    assert all(d.endswith(b"\n") for d in decoded if d)
+    # A piece is written when a chunk ends an event (flushed), never for a mere piece of one.
+    assert all(b"\n" in d for d in decoded if d)
     assert b"".join(decoded) == b"".join(events)
+
+
+@pytest.mark.parametrize("level", [None, 3])
+async def test_watch_zstd_level(level: int | None) -> None:
+    """zstd watches use their own level (default -1, the faster one); lists keep zstd_level."""
+    events = b"".join(b'{"type":"ADDED","object":{"i":%d,"pad":"%s"}}\n' % (i, b"p" * 200) for i in range(50))
+
+    def make() -> Reply:
+        return Reply(200, CIMultiDict({"Content-Type": "application/json"}), StreamBody(parts(events, 700)))
+
+    settings = {"watch": True} if level is None else {"watch": True, "watch_zstd_level": level}
+    flt = build_filters(parse_config({"filters": [{"name": "compression", **settings}]}))[0]
+    assert flt.watch_codecs["zstd"].level == (-1 if level is None else level)  # type: ignore[attr-defined]
+    assert flt.codecs["zstd"].level == 1  # type: ignore[attr-defined]
+    reply = await Chain([flt], Upstream(make)).handle(exchange("/api/v1/configmaps?watch=1", "zstd"))
+    assert reply.headers["Content-Encoding"] == "zstd"
+    dec = zstd.ZstdDecompressor()
+    assert b"".join([dec.decompress(p) async for p in reply.body.chunks()]) == events  # type: ignore[union-attr]
 
 
 async def test_upstream_gzip_passed_through_or_decoded() -> None:
@@ -156,6 +174,7 @@ def test_config_errors() -> None:
         ({"encodings": ["br"]}, "filters[0].encodings[0]"),
         ({"encodings": ["gzip", "gzip"]}, "filters[0].encodings"),
         ({"gzip_level": 9}, "filters[0]: gzip level 9"),
+        ({"watch_zstd_level": 23}, "filters[0]: zstd level 23"),
         ({"min_size": -1}, "filters[0].min_size"),
         ({"level": 1}, "filters[0].level"),
     ):

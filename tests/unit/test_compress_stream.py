@@ -63,6 +63,96 @@ async def test_watch_stream_every_event_decodes_after_its_flush(coding: str) -> 
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
+@pytest.mark.parametrize("cut", [700, 4096])
+async def test_watch_event_is_flushed_in_the_chunk_that_completes_it(coding: str, cut: int) -> None:
+    """Reads cut across events (the apiserver's pod events arrive in ~4 KiB reads, each ending
+    one event and starting the next): whenever a piece is written, every event completed by the
+    reads so far decodes from it, although the read ended in the middle of the next one."""
+    events = [b'{"type":"MODIFIED","object":{"n":%d,"pad":"%s"}}\n' % (i, b"y" * (300 + i * 37)) for i in range(60)]
+    plain = b"".join(events)
+    parts = [plain[i : i + cut] for i in range(0, len(plain), cut)]
+    taken = 0
+
+    async def source() -> AsyncIterator[bytes]:
+        nonlocal taken
+        for p in parts:
+            taken += 1
+            yield p
+
+    accounted: list[tuple[int, int, float]] = []
+    enc = codec(coding, None, 16 if coding == "zstd" else None).new_encoder()
+    dec = _decoder(coding)
+    decoded = b""
+    pieces = 0
+    gen = stream.encode(source(), enc, lambda *a: accounted.append(a), flush_each=True, newline_framed=True)
+    async for piece in gen:
+        decoded += dec.decompress(piece)  # type: ignore[attr-defined]
+        read = b"".join(parts[:taken])
+        complete = read[: read.rfind(b"\n") + 1]
+        assert read.startswith(decoded)
+        assert len(decoded) >= len(complete), f"an event completed by read {taken} was held back"
+        pieces += 1
+    assert decoded == plain
+    assert pieces >= sum(1 for p in parts if b"\n" in p)
+    assert sum(a[0] for a in accounted) == len(plain)
+    assert sum(a[2] for a in accounted) > 0  # CPU time estimated from the timed calls
+
+
+class _Recording:
+    """An encoder that records the size of each call and whether it flushed."""
+
+    def __init__(self) -> None:
+        self.inner = codec("zstd").new_encoder()
+        self.calls: list[tuple[int, bool]] = []
+
+    def compress(self, data: bytes | memoryview) -> bytes:
+        self.calls.append((len(data), False))
+        return self.inner.compress(data)
+
+    def compress_flush(self, data: bytes | memoryview) -> bytes:
+        self.calls.append((len(data), True))
+        return self.inner.compress_flush(data)
+
+    def flush(self) -> bytes:
+        return self.inner.flush()
+
+    def finish(self) -> bytes:
+        return self.inner.finish()
+
+
+async def test_watch_reads_are_one_codec_call_per_completed_event_and_large_events_are_bounded() -> None:
+    small = [b'{"type":"MODIFIED","object":{"n":%d,"pad":"%s"}}\n' % (i, b"z" * 4500) for i in range(8)]
+    big = b'{"type":"ADDED","object":{"data":"' + b"q" * (3 * stream.COALESCE) + b'"}}\n'
+    plain = b"".join(small) + big + small[0]
+    parts = [plain[i : i + 4096] for i in range(0, len(plain), 4096)]
+    enc = _Recording()
+    gen = stream.encode(_aiter(parts), enc, lambda *a: None, flush_each=True, newline_framed=True)
+    out = b"".join([p async for p in gen])
+    assert zstd.decompress(out) == plain
+    # No codec call for a read that ends no event, one flush per read that does: ten events,
+    # each completed in a read of its own, ten flushes.
+    assert sum(flushed for _, flushed in enc.calls) == 10
+    assert all(flushed for _, flushed in enc.calls[:8])
+    # The large event: compressed (not flushed) whenever a quarter MiB is held.
+    held = [size for size, flushed in enc.calls if not flushed]
+    assert len(held) >= 2
+    assert all(stream.COALESCE <= size < stream.COALESCE + 4096 for size in held)
+    assert sum(size for size, _ in enc.calls) == len(plain)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
+async def test_watch_stream_ending_inside_an_event_keeps_its_bytes(coding: str) -> None:
+    parts = [b'{"type":"ADDED"}\n{"type":"MOD', b"IFIED", b'","object":{}']
+    counted: list[int] = []
+    enc = codec(coding).new_encoder()
+    gen = stream.encode(_aiter(parts), enc, lambda *a: counted.append(a[0]), flush_each=True, newline_framed=True)
+    out = b"".join([p async for p in gen])
+    plain = zlib.decompress(out, 31) if coding == "gzip" else zstd.decompress(out)
+    assert plain == b"".join(parts)
+    assert sum(counted) == len(plain)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "zstd"])
 async def test_list_stream_is_coalesced_and_round_trips(coding: str) -> None:
     parts = [DATA[i : i + 16384] for i in range(0, len(DATA), 16384)]
     account: list[tuple[int, int, float]] = []
