@@ -7,8 +7,9 @@ from typing import Any
 
 import orjson
 
-from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event
-from .errors import CodecError
+from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event, short_ld
+from .envelope import _ld as encode_ld
+from .errors import NOT_UTF8, CodecError, not_utf8
 from .fromjson import MessageBuilder
 from .gojson import go_escape
 from .gotypes import SPECIAL
@@ -41,6 +42,10 @@ class ProtobufCodec:
         self._builder = MessageBuilder(self.schema)
         self._kinds: dict[tuple[bool, str, str], tuple[Any, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {}
         self._list_plans: dict[tuple[str, str], ListPlan | None] = {}
+        # Watch fast path: event type bytes -> the line's head; typeMeta bytes -> the type.
+        self._event_heads: dict[bytes, bytes] = {}
+        self._event_learned: set[tuple[str, str]] = set()
+        self._event_kinds: dict[bytes, tuple[Any, Callable[[Any, dict[str, Any]], dict[str, Any]], str, str]] = {}
 
     # -- kinds --------------------------------------------------------------------------------
     def knows(self, api_version: str, kind: str) -> bool:
@@ -80,11 +85,17 @@ class ProtobufCodec:
 
     def to_json(self, data: bytes) -> bytes:
         """A whole envelope (object, list, Status) -> compact JSON bytes (no trailing newline)."""
-        return go_escape(orjson.dumps(self._envelope_to_frag(data)))
+        try:
+            return go_escape(orjson.dumps(self._envelope_to_frag(data)))
+        except NOT_UTF8 as e:
+            raise not_utf8(e) from e
 
     def envelope_to_json(self, env: Envelope) -> bytes:
         """Same as to_json for an already split envelope."""
-        return go_escape(orjson.dumps(self._decode(self._frag, env.api_version, env.kind, env.raw)))
+        try:
+            return go_escape(orjson.dumps(self._decode(self._frag, env.api_version, env.kind, env.raw)))
+        except NOT_UTF8 as e:
+            raise not_utf8(e) from e
 
     def _raw_to_json(self, api_version: str, kind: str, raw: bytes) -> bytes:
         return go_escape(orjson.dumps(self._decode(self._frag, api_version, kind, raw)))
@@ -139,8 +150,54 @@ class ProtobufCodec:
     # -- watch --------------------------------------------------------------------------------
     def _watch_frame_to_json(self, frame: bytes) -> bytes:
         type_, raw = parse_watch_event(frame)
-        obj = self._envelope_to_frag(raw)  # a protobuf watch carries protobuf objects only
+        env = decode_envelope(raw)  # a protobuf watch carries protobuf objects only
+        obj = self._decode(self._frag, env.api_version, env.kind, env.raw)
+        self._learn_event(type_, env)
         return go_escape(orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE))
+
+    def _watch_event_json(self, data: bytes, start: int, stop: int) -> bytes:
+        """One watch frame data[start:stop] -> its JSON line. The layout the apiserver always
+        writes (short type, one RawExtension holding a whole envelope with a short typeMeta)
+        is read here by plain indexing straight out of the stream's bytes, with the line's
+        head cached per event type and the object's type per typeMeta; anything else goes
+        through the general parsers (_watch_frame_to_json), which decide the same way."""
+        fast = None
+        if stop - start > 12 and data[start] == 0x0A and data[start + 1] < 0x80:
+            t_end = start + 2 + data[start + 1]
+            p, n = short_ld(data, t_end, 0x12, stop)
+            if p >= 0 and p + n == stop:
+                p, n = short_ld(data, p, 0x0A, stop)
+                if p >= 0 and p + n == stop and data[p : p + 5] == b"k8s\x00\x0a" and data[p + 5] < 0x80:
+                    tm_end = p + 6 + data[p + 5]
+                    q, n = short_ld(data, tm_end, 0x12, stop)
+                    if q >= 0 and (q + n == stop or (q + n + 4 == stop and data[q + n : stop] == b"\x1a\x00\x22\x00")):
+                        head = self._event_heads.get(data[start + 2 : t_end])
+                        kind = self._event_kinds.get(data[p + 6 : tm_end])
+                        if head is not None and kind is not None:
+                            fast = head, kind, data[q : q + n]
+        if fast is None:
+            return self._watch_frame_to_json(data[start:stop])
+        head, (cls, fill, api_version, kind_name), raw = fast
+        d: dict[str, Any] = {}
+        if kind_name:
+            d["kind"] = kind_name
+        if api_version:
+            d["apiVersion"] = api_version
+        obj = fill(decode_message(cls, raw, kind_name), d)
+        return head + go_escape(orjson.dumps(obj)) + b"}\n"
+
+    def _learn_event(self, type_: str, env: Envelope) -> None:
+        """Fill the fast path's caches from an event the general parsers accepted."""
+        tb = type_.encode()
+        if tb not in self._event_heads and len(self._event_heads) < 64:
+            head = go_escape(orjson.dumps({"type": type_, "object": None}))
+            self._event_heads[tb] = head[: -len(b"null}")]
+        key = (env.api_version, env.kind)
+        if env.kind and key not in self._event_learned and len(self._event_learned) < 1024:
+            self._event_learned.add(key)
+            full = self._message_name(env.api_version, env.kind)
+            tm = encode_ld(1, env.api_version.encode()) + encode_ld(2, env.kind.encode())
+            self._event_kinds[tm] = (self.schema.message_class(full), self._frag.filler(full), *key)
 
     def watch_transcoder(self) -> WatchTranscoder:
         """Incremental protobuf watch stream -> JSON lines; see WatchTranscoder."""

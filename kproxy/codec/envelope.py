@@ -107,6 +107,26 @@ def check_magic(data: bytes | bytearray) -> None:
         raise CodecError("empty body")
 
 
+def short_ld(data: bytes, pos: int, tag: int, end: int) -> tuple[int, int]:
+    """(payload start, length) of a length-delimited field with this one-byte tag at data[pos]
+    whose length is a varint of at most three bytes and whose payload ends by `end`; (-1, 0)
+    for anything else (the caller then takes the general parser)."""
+    if pos + 2 > end or data[pos] != tag:
+        return -1, 0
+    b1 = data[pos + 1]
+    if b1 < 0x80:
+        n, p = b1, pos + 2
+    elif pos + 3 <= end and data[pos + 2] < 0x80:
+        n, p = (b1 & 0x7F) | data[pos + 2] << 7, pos + 3
+    elif pos + 4 <= end and data[pos + 2] >= 0x80 and data[pos + 3] < 0x80:
+        n, p = (b1 & 0x7F) | (data[pos + 2] & 0x7F) << 7 | data[pos + 3] << 14, pos + 4
+    else:
+        return -1, 0
+    if p + n > end:
+        return -1, 0
+    return p, n
+
+
 def _fast_envelope(data: bytes) -> Envelope | None:
     """The layout the apiserver always writes (short typeMeta first, then raw, then the two
     empty strings), read with plain indexing; None for anything else (the general parser)."""

@@ -16,7 +16,7 @@ import orjson
 from google.protobuf.message import DecodeError, Message
 
 from .envelope import MAGIC, check_magic, parse_type_meta, read_varint, skip_field
-from .errors import CodecError
+from .errors import NOT_UTF8, CodecError, not_utf8
 from .gojson import go_escape
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ class ListTranscoder:
         """JSON produced by this chunk (possibly b""): items are emitted as soon as complete."""
         if chunk:
             self._buf += chunk
-        self._run()
+        try:
+            self._run()
+        except NOT_UTF8 as e:
+            raise not_utf8(e) from e
         out = b"".join(self._out)
         self._out.clear()
         # Drop consumed bytes now and then (cheap amortised compaction).
@@ -70,7 +73,10 @@ class ListTranscoder:
 
     def finish(self) -> bytes:
         """The rest of the JSON; CodecError if the body was cut short."""
-        self._run()
+        try:
+            self._run()
+        except NOT_UTF8 as e:
+            raise not_utf8(e) from e
         if self._state == "magic":
             check_magic(bytes(self._buf))
         if self._state in ("outer",) and not self._kind:
@@ -279,22 +285,40 @@ class WatchTranscoder:
         self.events = 0
 
     def feed(self, chunk: bytes) -> bytes:
-        """One JSON line per frame completed by this chunk; nothing held back."""
+        """One JSON line per frame completed by this chunk; nothing held back.
+
+        Frames are read in place from one bytes object: the chunk itself when nothing is
+        pending (no copy at all), else the pending bytes and the chunk joined once a frame
+        is complete. Only an incomplete last frame is kept."""
         buf = self._buf
-        buf += chunk
+        if buf:
+            buf += chunk
+            if len(buf) >= 4:
+                n = int.from_bytes(buf[:4], "big")
+                if n <= self._max and len(buf) - 4 < n:
+                    return b""  # the pending frame is still incomplete
+            data = bytes(buf)
+            buf.clear()
+        else:
+            data = bytes(chunk)
         out: list[bytes] = []
+        frame_json = self._codec._watch_event_json
+        size = len(data)
         pos = 0
-        while len(buf) - pos >= 4:
-            n = int.from_bytes(buf[pos : pos + 4], "big")
-            if n > self._max:
-                raise CodecError(f"watch event frame of {n} bytes exceeds the limit of {self._max}")
-            if len(buf) - pos - 4 < n:
-                break
-            out.append(self._codec._watch_frame_to_json(bytes(buf[pos + 4 : pos + 4 + n])))
-            self.events += 1
-            pos += 4 + n
-        if pos:
-            del buf[:pos]
+        try:
+            while size - pos >= 4:
+                n = int.from_bytes(data[pos : pos + 4], "big")
+                if n > self._max:
+                    raise CodecError(f"watch event frame of {n} bytes exceeds the limit of {self._max}")
+                if size - pos - 4 < n:
+                    break
+                out.append(frame_json(data, pos + 4, pos + 4 + n))
+                self.events += 1
+                pos += 4 + n
+        except NOT_UTF8 as e:
+            raise not_utf8(e) from e
+        if pos < size:
+            buf += memoryview(data)[pos:]
         return b"".join(out)
 
     def finish(self) -> bytes:
