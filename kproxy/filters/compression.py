@@ -44,9 +44,10 @@ THREAD_ABOVE = 1 << 20
 WATCH_WINDOW_LOG = 16
 WATCH_HASH_LOG = 11
 #: zstd level for watch streams. Measured on the apiserver's 4.6 KB pod events, ten encoders in
-#: turn: level 1 (hash 2^12) 5.1 us and 137 bytes per event, level -1 (hash 2^11) 4.5 us and
-#: 160 bytes (29x fewer than plain, 2.4x fewer than gzip): the issue's bound is CPU per event
-#: (10 us) with bytes far past its 3x, so the faster level.
+#: turn (benchmarks/compression.py): level -1 with a 2^11 hash is 160 bytes per event against
+#: level 1's 137 (both far past the issue's 3x), and 15-20% less CPU with the caches cold (in
+#: every run: 16.5 vs 21.1, 19.2 vs 22.9, 36.3 vs 46.9 us), which is how a proxy serving many
+#: watches finds them; warm, the two are within noise. The bound that binds is CPU per event.
 WATCH_ZSTD_LEVEL = -1
 
 
