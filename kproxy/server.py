@@ -100,6 +100,7 @@ class ProxyServer:
         self._idle.set()
         self._streams: set[_OpenStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._draining: set[Chain] = set()  # replaced by a reload, requests still running on them
         self.callers: CallerAuthenticator | None = None
         self._stopping = False
         self._ready = _ReadyCache()
@@ -192,14 +193,17 @@ class ProxyServer:
         self._limit = cfg.max_request_body_bytes
         logging.getLogger().setLevel(cfg.log.level.upper())
         old.retired = True
+        self._draining.add(old)
         if old.active == 0:
             await self._retire(old)
         return ignored
 
     async def _retire(self, old: Chain) -> None:
-        """Stop the filters of a replaced chain that the current chain no longer uses."""
-        current = {id(f) for f in self.chain.filters}
-        await _stop_filters([f for f in old.filters if id(f) not in current])
+        """Stop the filters of a drained chain that no chain still in use holds (the current
+        one, or another replaced chain whose requests have not all finished)."""
+        self._draining.discard(old)
+        in_use = {id(f) for chain in (self.chain, *self._draining) for f in chain.filters}
+        await _stop_filters([f for f in old.filters if id(f) not in in_use])
 
     async def shutdown(self, deadline: float | None = None) -> None:
         """Stop accepting, end open watches cleanly, let in-flight requests finish (bounded)."""

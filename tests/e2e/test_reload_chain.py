@@ -124,3 +124,39 @@ async def test_reload_reuses_unchanged_filters_and_drains_replaced_ones(
     finally:
         await server.shutdown(1.0)
     assert EVENTS[-2:] == ["stop swap=s2", "stop keep=k1"]
+
+
+async def test_a_filter_shared_with_a_draining_chain_outlives_a_second_reload(
+    control_plane: ControlPlaneInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reload twice while a request holds the first chain: the filter it shares with the second
+    chain is stopped only when that request ends, not when the second chain is replaced."""
+    classes: dict[str, Any] = {"keep": Keep, "swap": Swap}
+    monkeypatch.setattr(kproxy.filters, "lookup", classes.__getitem__)
+    EVENTS.clear()
+    RELEASE.clear()
+    cfg = _config("k1", "s1")
+    target = from_kubeconfig(str(control_plane.admin_kubeconfig), None)
+    server = ProxyServer(cfg, target, kproxy.filters.build_filters(cfg))
+    await server.start()
+    assert server.bound is not None
+    base = f"http://{server.bound[0]}:{server.bound[1]}/version"
+    try:
+        async with aiohttp.ClientSession() as http:
+            held = asyncio.create_task(http.get(base + "?hold"))
+            while server.chain.active == 0:
+                await asyncio.sleep(0.01)
+            await server.apply_config(_config("k1", "s2"))  # keep=k1 shared with the held chain
+            await server.apply_config(_config("k2", "s2"))  # the second chain drains at once
+            assert "stop keep=k1" not in EVENTS  # still used by the held request's chain
+            RELEASE.set()
+            async with await held as resp:
+                assert resp.headers["X-Tag-keep"] == "k1"
+            for _ in range(100):
+                if "stop keep=k1" in EVENTS:
+                    break
+                await asyncio.sleep(0.01)
+            assert {"stop keep=k1", "stop swap=s1"} <= set(EVENTS)
+            assert "stop swap=s2" not in EVENTS  # s2 is in the current chain
+    finally:
+        await server.shutdown(1.0)
