@@ -43,7 +43,7 @@ class Watch:
         try:
             for line in self.resp:
                 self.events.put(json.loads(line))
-        except (OSError, ValueError):
+        except Exception:  # the test shut the socket down; http.client reports that in several ways
             pass
         self.events.put(None)  # the stream ended
 
