@@ -276,9 +276,17 @@ class Validation(FilterBase):
         outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
         self.metrics.seconds.observe(time.perf_counter() - t0)
         endpoint = resolved.endpoint
-        if outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
+        version = endpoint.version
+        group, _, named = (outcome.api_version or "").rpartition("/")
+        if resolved.custom and outcome.kind == endpoint.kind and group == info.api_group and named:
+            # A custom resource naming another version of its group: the apiserver still decodes
+            # it with the endpoint's schema (warning as usual), names the body's version in a
+            # Strict error, and refuses the version mismatch itself afterwards.
+            version = named
+        elif outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
             outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
         ex.state["validation.endpoint"] = endpoint
+        ex.state["validation.version"] = version
         return outcome
 
     async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
@@ -295,7 +303,7 @@ class Validation(FilterBase):
         if self.upstream_validates and (not as_json or not await self._authorized(ex)):
             return None
         endpoint = ex.state["validation.endpoint"]
-        err = create_update_error(endpoint.kind, endpoint.version, outcome)
+        err = create_update_error(endpoint.kind, ex.state["validation.version"], outcome)
         pretty = (negotiated is not None and negotiated.pretty) or is_pretty(
             ex.query.get("pretty"), ex.headers.get("User-Agent")
         )

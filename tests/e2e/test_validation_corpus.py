@@ -29,11 +29,7 @@ pytestmark = pytest.mark.e2e
 LEVELS: list[str | None] = [None, "Ignore", "Warn", "Strict"]
 
 #: Differences known and explained (README, "validation"); they count as mismatches in the rate.
-KNOWN: dict[tuple[str, str], str] = {
-    # Provided validation: a body whose apiVersion names another version of a custom resource is
-    # decoded by the apiserver with that version's name in its messages; kproxy does not emulate it.
-    ("cr-wrong-version", "provided"): "provided validation skips bodies of another version",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 @dataclass
