@@ -33,9 +33,9 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks.run import BenchError, Process, control_plane, http_status, kproxy_argv, log, work_dir
+from benchmarks.run import BenchError, Process, control_plane, log, start_kproxy, work_dir
 from kproxy.testing import envtest
-from kproxy.testing.processes import free_ports
+from kproxy.testing.processes import process_cpu_seconds
 
 NAMESPACE = "bench-compress"
 IMAGES = ["registry.k8s.io/pause:3.10", "nginx:1.27.3", "quay.io/prometheus/node-exporter:v1.8.2", "redis:7.4.1"]
@@ -137,31 +137,13 @@ async def seed_pods(info: envtest.ControlPlaneInfo, count: int, concurrency: int
 
 def start_kproxy_compression(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, str]:
     """``kproxy run`` with the compression filter (watch compression on), plain HTTP."""
-    port, admin = free_ports(2)
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "admin_listen": f"127.0.0.1:{admin}",
-        "credentials": "proxy",
-        "upstream": {"kubeconfig": str(info.admin_kubeconfig)},
-        "log": {"level": "warning", "access_log": False},
-        "filters": [{"name": "compression", "watch": True}],
-    }
-    cfg = work / "kproxy.yaml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    proc = Process.start("kproxy", [*kproxy_argv(), "run", "--config", str(cfg)], work / "kproxy.log")
-    proc.wait_ready(lambda: http_status(admin, "/readyz") == 200, "GET /readyz on its admin listener said 200")
-    return proc, f"http://127.0.0.1:{port}"
+    proc, peer = start_kproxy(work, info, [{"name": "compression", "watch": True}])
+    return proc, peer.base_url
 
 
 def proc_cpu(pid: int | None) -> float:
-    if pid is None:
-        return float("nan")
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[-1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-CLK_TCK = float(__import__("os").sysconf("SC_CLK_TCK"))
+    cpu = process_cpu_seconds(pid) if pid is not None else None
+    return float("nan") if cpu is None else cpu
 
 
 def decode_body(body: bytes, coding: str) -> bytes:

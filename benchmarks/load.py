@@ -39,6 +39,8 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from kproxy.testing.processes import process_cpu_seconds
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REQUEST_TIMEOUT = 60.0
 _ERROR_BACKOFF = 0.01  # after an exception, so a dead peer cannot turn a worker into a busy loop
@@ -119,18 +121,6 @@ def _ssl_context(tls: TLSFiles | None) -> ssl.SSLContext | None:
     return ctx
 
 
-def _proc_cpu(pid: int) -> float | None:
-    """utime + stime of ``pid`` (all its threads) in seconds, or None when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
 def _machine_busy() -> float | None:
     """CPU seconds all CPUs of the machine spent busy (anything but idle and iowait) since boot."""
     try:
@@ -149,7 +139,7 @@ def _self_cpu() -> float:
 
 
 def _cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
-    snap: dict[str, float | None] = {name: _proc_cpu(pid) for name, pid in pids.items()}
+    snap: dict[str, float | None] = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     snap["loadgen"] = _self_cpu()
     snap[MACHINE] = _machine_busy()
     return snap

@@ -308,7 +308,10 @@ def kproxy_argv() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "kproxy.cli"]
 
 
-def start_kproxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
+def start_kproxy(
+    work: Path, info: envtest.ControlPlaneInfo, filters: Sequence[dict[str, Any]] = ()
+) -> tuple[Process, Peer]:
+    """``kproxy run`` (proxy credentials, plain HTTP) with ``filters``; an empty chain by default."""
     port, admin = free_ports(2)
     config = {
         "listen": f"127.0.0.1:{port}",
@@ -316,7 +319,7 @@ def start_kproxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, P
         "credentials": "proxy",
         "upstream": {"kubeconfig": str(info.admin_kubeconfig)},
         "log": {"level": "warning", "access_log": False},
-        "filters": [],
+        "filters": list(filters),
     }
     cfg = work / "kproxy.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))

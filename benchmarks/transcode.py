@@ -52,19 +52,19 @@ from benchmarks.compression import NAMESPACE, seed_pods
 from benchmarks.run import control_plane, log
 from kproxy.codec import ProtobufCodec
 from kproxy.testing import envtest
+from kproxy.testing.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 LIST_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/<pid>/stat (fields 14 and 15)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """utime + stime of a process (it must be running)."""
+    cpu = process_cpu_seconds(pid)
+    assert cpu is not None, f"process {pid} is gone"
+    return cpu
 
 
 def metric(rp: RunningProxy, name: str) -> float:

@@ -35,6 +35,16 @@ def _proc_stat_fields(pid: int) -> list[str]:
     return stat.rsplit(")", 1)[-1].split()
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of ``pid`` (all its threads) in seconds, or None when it is gone."""
+    fields = _proc_stat_fields(pid)
+    # fields[11] and fields[12] are fields 14 and 15 of /proc/PID/stat.
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK if fields else None
+
+
 def _proc_start_time(pid: int) -> str | None:
     """Kernel start time of ``pid`` (from /proc); with the pid it identifies a process across pid reuse."""
     fields = _proc_stat_fields(pid)
