@@ -39,6 +39,7 @@ from kproxy.status import StatusError, internal_error, unauthorized
 
 __all__ = [
     "ANONYMOUS",
+    "SERVICE_KEY",
     "Authenticator",
     "TokenReviewError",
     "authenticator",
@@ -52,7 +53,7 @@ ANONYMOUS = Identity(user="system:anonymous", groups=("system:unauthenticated",)
 _TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 _SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
-_SERVICE_KEY = "kproxy.auth.Authenticator"
+SERVICE_KEY = "kproxy.auth.Authenticator"
 _METRICS_KEY = "kproxy.auth.metrics"
 
 # Go's strings.TrimSpace trims Unicode white space; Python's str.strip() agrees for these.
@@ -254,8 +255,8 @@ class Authenticator:
 
 def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
     """The authenticator metrics, registered once per registry (several Authenticators may share one)."""
-    found = ctx.services.get(_METRICS_KEY)
-    if found is None:
+
+    def make() -> tuple[Counter, Counter]:
         reviews = Counter(
             "kproxy_token_reviews",
             "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
@@ -267,8 +268,9 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
             "Caller identities answered from the TokenReview cache.",
             registry=ctx.registry,
         )
-        found = ctx.services[_METRICS_KEY] = (reviews, hits)
-    return found
+        return reviews, hits
+
+    return ctx.shared(_METRICS_KEY, make)
 
 
 def _message(answer: Any) -> str:
@@ -282,9 +284,6 @@ def _review_failed(err: TokenReviewError) -> StatusError:
 
 
 def authenticator(ctx: FilterContext) -> Authenticator:
-    """The one ``Authenticator`` of this kproxy (created on first use, kept in ``ctx.services``)."""
-    found = ctx.services.get(_SERVICE_KEY)
-    if found is None:
-        found = ctx.services[_SERVICE_KEY] = Authenticator(ctx)
-    assert isinstance(found, Authenticator)
-    return found
+    """The one ``Authenticator`` of this kproxy (created on first use, kept in ``ctx.services``;
+    ``credentials: impersonate`` puts its own there first, with its configured lifetimes)."""
+    return ctx.shared(SERVICE_KEY, lambda: Authenticator(ctx))

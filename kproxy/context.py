@@ -10,10 +10,10 @@ calls ``call_next`` as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import aiohttp
 import orjson
@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry
 
 if TYPE_CHECKING:
     from kproxy.upstream import Upstream
+
+T = TypeVar("T")
 
 CredentialsMode = Literal["proxy", "forward", "impersonate"]
 
@@ -101,12 +103,19 @@ class ApiClient:
 class FilterContext:
     """Handed to every filter's ``start(ctx)``.
 
-    ``services`` holds what several filters share (one authenticator, one schema cache), created
-    by the first filter that needs it: ``ctx.services.setdefault(key, factory())`` style helpers
-    live beside each service (e.g. ``kproxy.auth.authenticator(ctx)``).
+    ``services`` holds what several filters share (one authenticator, one schema cache, each
+    filter's metrics): a config reload starts a filter's new instance next to the old one with
+    the same context, so anything registered once per process (prometheus series) or meant to
+    outlive an instance lives here, made by :meth:`shared`.
     """
 
     api: ApiClient
     credentials: CredentialsMode
     registry: CollectorRegistry
     services: dict[str, Any] = field(default_factory=dict)
+
+    def shared(self, key: str, factory: Callable[[], T]) -> T:
+        """The service under ``key``, made by ``factory()`` the first time it is asked for."""
+        if key not in self.services:
+            self.services[key] = factory()
+        return cast(T, self.services[key])

@@ -26,7 +26,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from kproxy.auth import ANONYMOUS, Authenticator, TokenReviewError, bearer_token
+from kproxy.auth import ANONYMOUS, SERVICE_KEY, Authenticator, TokenReviewError, bearer_token
 from kproxy.chain import Exchange, Identity
 from kproxy.context import FilterContext
 from kproxy.status import internal_error, unauthorized
@@ -93,7 +93,7 @@ class CallerAuthenticator:
     def __init__(self, ctx: FilterContext, token_ttl: float, rejected_ttl: float) -> None:
         # Shared with the policy filters, which then see the same identity without another review.
         self.tokens = Authenticator(ctx, success_ttl=token_ttl, failure_ttl=rejected_ttl)
-        ctx.services[_service_key()] = self.tokens
+        ctx.services[SERVICE_KEY] = self.tokens
 
     async def identify(self, ex: Exchange, peercert: Any) -> Identity:
         """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, 500 if the
@@ -113,9 +113,3 @@ class CallerAuthenticator:
                 identity = found
         ex.identity = identity
         return identity
-
-
-def _service_key() -> str:
-    from kproxy import auth
-
-    return auth._SERVICE_KEY

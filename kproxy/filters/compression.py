@@ -166,10 +166,7 @@ class Compression(FilterBase):
         await super().start(ctx)
         # One set of series per registry: a reload that replaces this filter (or a second
         # compression entry) starts another instance with the same registry.
-        metrics = ctx.services.get(_METRICS_KEY)
-        if not isinstance(metrics, _Metrics):
-            metrics = ctx.services[_METRICS_KEY] = _Metrics(ctx.registry)
-        self.metrics = metrics
+        self.metrics = ctx.shared(_METRICS_KEY, lambda: _Metrics(ctx.registry))
 
     def _skip(self, reason: str) -> None:
         self.metrics.skipped.labels(reason).inc()

@@ -465,8 +465,8 @@ _METRICS_KEY = "kproxy.filters.dryrun.metrics"
 def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
     """The filter's counters, registered once per registry: a config reload or a second
     ``dryrun`` entry in the chain shares them (labelled by rule name)."""
-    found = ctx.services.get(_METRICS_KEY)
-    if found is None:
+
+    def make() -> tuple[Counter, Counter]:
         enforced = Counter(
             "kproxy_dryrun_enforced",
             "Mutating requests the dryrun filter sent upstream as dry runs, by rule.",
@@ -479,8 +479,9 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
             ["rule"],
             registry=ctx.registry,
         )
-        found = ctx.services[_METRICS_KEY] = (enforced, rejected)
-    return found
+        return enforced, rejected
+
+    return ctx.shared(_METRICS_KEY, make)
 
 
 def _resource(info: RequestInfo) -> str:

@@ -165,13 +165,15 @@ class Transcode(FilterBase):
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self._m = _Metrics(ctx)
+        # Shared with the instance a config reload replaces (series are registered once).
+        self._m = ctx.shared("kproxy.transcode.metrics", lambda: _Metrics(ctx))
         if self.mode == "json":
             return
         from kproxy.codec import ProtobufCodec, load_schema
 
-        # Building the schema takes a few hundred ms: once, at start, not on the first request.
-        self.codec = ProtobufCodec()
+        # Building the schema takes a few hundred ms: once, at start, not on the first request
+        # (and once per process: a reloaded instance keeps the codec and its memo).
+        self.codec = ctx.shared("kproxy.codec.ProtobufCodec", ProtobufCodec)
         schema = load_schema()
         self._known = frozenset((g, v) for (g, v, _k) in schema.kinds if g != "meta.k8s.io")
 

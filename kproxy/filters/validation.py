@@ -49,7 +49,7 @@ from kproxy.validation.validator import Outcome, validate_body
 
 log = logging.getLogger("kproxy.validation")
 
-_SCHEMA_SERVICE = "kproxy.validation.SchemaCache"
+_METRICS_SERVICE = "kproxy.validation.metrics"
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Answers the apiserver gives before it decodes a body: no field warnings on them.
 _BEFORE_DECODE = frozenset({401, 403, 404, 405, 406, 413, 415, 429})
@@ -103,6 +103,17 @@ class _Metrics:
         )
 
 
+class _Schemas:
+    """The schema cache shared by the validation filter's instances with the same cache settings
+    (a reload that changes other settings keeps it), and its CRD watch, which runs while any
+    instance using it is started."""
+
+    def __init__(self, cache: SchemaCache) -> None:
+        self.cache = cache
+        self.users = 0
+        self.watch: asyncio.Task[Any] | None = None
+
+
 class Validation(FilterBase):
     """Server-side field validation (see the module docstring)."""
 
@@ -114,13 +125,14 @@ class Validation(FilterBase):
         self.rules = settings.rules
         self.upstream_validates = settings.upstream_validates != "no"
         self.cache: SchemaCache | None = None
+        self._schemas: _Schemas | None = None
         self.access: AccessCache | None = None
         self.metrics: _Metrics | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self.metrics = _Metrics(ctx.registry)
+        self.metrics = ctx.shared(_METRICS_SERVICE, lambda: _Metrics(ctx.registry))
         api = ctx.api
 
         async def fetch(path: str, etag: str | None) -> tuple[int, bytes, str | None]:
@@ -130,15 +142,15 @@ class Validation(FilterBase):
             async with api.request("GET", path, headers=headers) as resp:
                 return resp.status, await resp.read(), resp.headers.get("ETag")
 
-        cache = ctx.services.get(_SCHEMA_SERVICE)
-        if not isinstance(cache, SchemaCache):
-            cache = SchemaCache(
-                fetch, settle_seconds=self.settings.settle_seconds, refresh_seconds=self.settings.refresh_seconds
-            )
-            ctx.services[_SCHEMA_SERVICE] = cache
-            if self.settings.watch_crds:
-                self._tasks.append(asyncio.ensure_future(cache.watch_crds(self._list_crds, self._watch_crds)))
-        self.cache = cache
+        s = self.settings
+        schemas = self._schemas = ctx.shared(
+            f"kproxy.validation.schemas:{s.settle_seconds}:{s.refresh_seconds}:{s.watch_crds}",
+            lambda: _Schemas(SchemaCache(fetch, settle_seconds=s.settle_seconds, refresh_seconds=s.refresh_seconds)),
+        )
+        schemas.users += 1
+        if s.watch_crds and schemas.watch is None:
+            schemas.watch = asyncio.ensure_future(schemas.cache.watch_crds(self._list_crds, self._watch_crds))
+        self.cache = schemas.cache
 
         async def review(body: dict[str, Any]) -> tuple[int, Any]:
             return await api.json("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
@@ -151,6 +163,12 @@ class Validation(FilterBase):
         for task in self._tasks:
             await cancel(task)
         self._tasks.clear()
+        schemas, self._schemas = self._schemas, None
+        if schemas is not None:
+            schemas.users -= 1
+            if schemas.users == 0:
+                watch, schemas.watch = schemas.watch, None
+                await cancel(watch)
 
     async def _detect_upstream(self) -> None:
         assert self.ctx is not None

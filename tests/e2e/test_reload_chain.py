@@ -160,3 +160,45 @@ async def test_a_filter_shared_with_a_draining_chain_outlives_a_second_reload(
             assert "stop swap=s2" not in EVENTS  # s2 is in the current chain
     finally:
         await server.shutdown(1.0)
+
+
+async def test_reload_that_changes_a_builtin_filters_settings(control_plane: ControlPlaneInfo) -> None:
+    """Changing a built-in filter's settings replaces its instance: the new one must start next to
+    the old (metrics registered once per registry), and what they share (the validation filter's
+    schema cache and its CRD watch) must outlive the old instance."""
+    filters_a = [
+        {"name": "compression"},
+        {"name": "dryrun", "rules": [{"match": {"namespaces": ["a"]}, "action": "enforce"}]},
+        {"name": "validation", "access_ttl": 10},
+        {"name": "transcode"},
+    ]
+    filters_b = [
+        {"name": "compression", "min_size": 2048},
+        {"name": "dryrun", "rules": [{"match": {"namespaces": ["b"]}, "action": "enforce"}]},
+        {"name": "validation", "access_ttl": 20},
+        {"name": "transcode", "upstream": "auto"},
+    ]
+
+    def cfg(filters: list[dict[str, Any]]) -> Config:
+        return parse_config({"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "filters": filters})
+
+    first = cfg(filters_a)
+    target = from_kubeconfig(str(control_plane.admin_kubeconfig), None)
+    server = ProxyServer(first, target, kproxy.filters.build_filters(first))
+    await server.start()
+    try:
+        old = {f.name: f for f in server.chain.filters}
+        assert await server.apply_config(cfg(filters_b)) == []
+        new = {f.name: f for f in server.chain.filters}
+        assert all(new[name] is not old[name] for name in new)  # every entry changed: new instances
+        old_v, new_v = old["validation"], new["validation"]
+        assert new_v.cache is old_v.cache  # type: ignore[attr-defined]
+        # The old instance is stopped (no request held it); the shared CRD watch still runs, and
+        # ends with the last instance using it.
+        schemas = new_v._schemas  # type: ignore[attr-defined]
+        assert old_v._schemas is None and schemas.users == 1  # type: ignore[attr-defined]
+        watch = schemas.watch
+        assert watch is not None and not watch.done()
+    finally:
+        await server.shutdown(1.0)
+    assert watch.done()
