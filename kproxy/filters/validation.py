@@ -34,6 +34,7 @@ from multidict import MultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
+from kproxy.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.context import FilterContext
@@ -41,7 +42,6 @@ from kproxy.negotiation import JSON, YAML, is_pretty, media_type_of, negotiate
 from kproxy.policy import Rule, first_match_lazy
 from kproxy.requestinfo import RequestInfo
 from kproxy.status import StatusError
-from kproxy.validation.access import AccessCache
 from kproxy.validation.levels import Level, parse_level
 from kproxy.validation.messages import create_update_error, warning_values
 from kproxy.validation.openapi import SchemaCache, cancel
@@ -126,7 +126,7 @@ class Validation(FilterBase):
         self.upstream_validates = settings.upstream_validates != "no"
         self.cache: SchemaCache | None = None
         self._schemas: _Schemas | None = None
-        self.access: AccessCache | None = None
+        self.access: AccessReviewer | None = None
         self.metrics: _Metrics | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -152,10 +152,8 @@ class Validation(FilterBase):
             schemas.watch = asyncio.ensure_future(schemas.cache.watch_crds(self._list_crds, self._watch_crds))
         self.cache = schemas.cache
 
-        async def review(body: dict[str, Any]) -> tuple[int, Any]:
-            return await api.json("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
-
-        self.access = AccessCache(review, ttl=self.settings.access_ttl)
+        ttl = self.settings.access_ttl
+        self.access = AccessReviewer(api_review(ctx), allow_ttl=ttl, deny_ttl=ttl, max_entries=4096)
         if self.settings.upstream_validates == "auto":
             self._tasks.append(asyncio.ensure_future(self._detect_upstream()))
 
@@ -336,7 +334,10 @@ class Validation(FilterBase):
             identity = await authenticator(self.ctx).identify(ex)
         except StatusError:
             return False
-        return await self.access.allowed(identity, ex.info)
+        try:
+            return (await self.access.check(identity, ex.info)).allowed
+        except AccessReviewError:
+            return False
 
 
 def _set_field_validation(ex: Exchange, level: Level) -> None:
