@@ -1,0 +1,210 @@
+"""WatchCache: the current state of one resource, its history, and its resource version.
+
+Fed by a Reflector (``replace`` after a list, ``apply`` per watch event, ``progress`` per
+bookmark), read by the filter through ``snapshot`` and ``wait_until``. Single-threaded (one
+asyncio loop): no locks, and a snapshot taken is never changed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .history import ADDED, DELETED, MODIFIED, CacheEvent, EventHistory
+from .objects import CachedObject, Kind
+
+Listener = Callable[[list[CacheEvent]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The objects at one resource version, in key order (the apiserver's etcd key order)."""
+
+    rv: int
+    objects: tuple[CachedObject, ...]
+    keys: tuple[str, ...]
+
+    def namespace_range(self, namespace: str) -> tuple[int, int]:
+        """Index range of the objects in ``namespace`` ("" = all)."""
+        if not namespace:
+            return 0, len(self.keys)
+        prefix = namespace + "/"
+        lo = bisect.bisect_left(self.keys, prefix)
+        hi = bisect.bisect_left(self.keys, namespace + "0")  # "0" is the byte after "/"
+        return lo, hi
+
+    def get(self, key: str) -> CachedObject | None:
+        i = bisect.bisect_left(self.keys, key)
+        if i < len(self.keys) and self.keys[i] == key:
+            return self.objects[i]
+        return None
+
+
+class WatchCache:
+    def __init__(
+        self,
+        kind: Kind,
+        *,
+        window: float = 75.0,
+        max_events: int = 102400,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kind = kind
+        self._clock = clock
+        self.store: dict[str, CachedObject] = {}
+        self.history = EventHistory(window=window, max_events=max_events, clock=clock)
+        self.rv = 0
+        self.ready = False
+        self.relists = 0
+        self._snapshot: Snapshot | None = None
+        self._sorted_keys: list[str] | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._listeners: list[Listener] = []
+        # Encoded whole-list bodies of the current state, dropped on any change.
+        self.bodies: dict[tuple[object, ...], bytes] = {}
+
+    # -- feeding ----------------------------------------------------------------------------------
+    def replace(self, objects: Iterable[CachedObject], rv: int) -> list[CacheEvent]:
+        """A (re)list at ``rv``: the new state replaces the old one. Returns the differences as
+        events (nothing on the first list), so watchers can be brought to the new state."""
+        now = self._clock()
+        new = {o.key: o for o in objects}
+        events: list[CacheEvent] = []
+        if self.ready or self.store:
+            for key, old in self.store.items():
+                cur = new.get(key)
+                if cur is None:
+                    events.append(CacheEvent(DELETED, old, old, rv, now))
+                elif cur.rv != old.rv:
+                    events.append(CacheEvent(MODIFIED, cur, old, cur.rv, now))
+            for key, cur in new.items():
+                if key not in self.store:
+                    events.append(CacheEvent(ADDED, cur, None, cur.rv, now))
+            self.relists += 1
+        self.store = new
+        self.history.reset(rv)
+        self._changed(sort=True)
+        self.rv = max(rv, self.rv) if self.ready else rv
+        self.ready = True
+        self._wake()
+        if events:
+            self._notify(events)
+        return events
+
+    def apply(self, type_: str, obj: CachedObject) -> CacheEvent | None:
+        """One watch event from the upstream. Events at or below the cache's resource version
+        (a resumed watch repeating itself) are ignored."""
+        if obj.rv <= self.rv:
+            return None
+        prev = self.store.get(obj.key)
+        if type_ == DELETED:
+            if prev is None:
+                self._advance(obj.rv)
+                return None
+            del self.store[obj.key]
+            self._changed(sort=True)
+        else:
+            if prev is None:
+                type_ = ADDED
+            elif type_ == ADDED:
+                type_ = MODIFIED
+            self.store[obj.key] = obj
+            self._changed(sort=prev is None)
+        event = CacheEvent(type_, obj, prev, obj.rv, self._clock())
+        self.history.add(event)
+        self._advance(obj.rv)
+        self._notify([event])
+        return event
+
+    def progress(self, rv: int) -> None:
+        """A bookmark: nothing changed up to ``rv``."""
+        if rv > self.rv:
+            self.bodies.clear()
+            self._snapshot = None
+            self._advance(rv)
+
+    def unready(self) -> None:
+        self.ready = False
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, events: list[CacheEvent]) -> None:
+        for listener in self._listeners:
+            listener(events)
+
+    def _changed(self, *, sort: bool) -> None:
+        self._snapshot = None
+        self.bodies.clear()
+        if sort:
+            self._sorted_keys = None
+
+    def _advance(self, rv: int) -> None:
+        if rv > self.rv:
+            self.rv = rv
+            self._wake()
+
+    # -- waiting ----------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        keep = []
+        for want, fut in self._waiters:
+            if self.ready and self.rv >= want:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((want, fut))
+        self._waiters = keep
+
+    async def wait_until(self, rv: int, timeout: float) -> bool:
+        """Wait until the cache is ready and has reached ``rv``; False after ``timeout`` seconds."""
+        if self.ready and self.rv >= rv:
+            return True
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (rv, fut)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            if entry in self._waiters:
+                self._waiters.remove(entry)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def snapshot(self, rv: int | None = None) -> Snapshot | None:
+        """The state at ``rv`` (the current one when None or equal); None when the history no
+        longer reaches back that far, or ``rv`` is in the future."""
+        if rv is None or rv == self.rv:
+            return self._current()
+        if rv > self.rv or not self.history.covers(rv):
+            return None
+        state = dict(self.store)
+        for event in reversed(list(self.history.since(rv))):
+            if event.prev is None:
+                state.pop(event.obj.key, None)
+            else:
+                state[event.prev.key] = event.prev
+        keys = sorted(state)
+        return Snapshot(rv, tuple(state[k] for k in keys), tuple(keys))
+
+    def _current(self) -> Snapshot:
+        snap = self._snapshot
+        if snap is None:
+            if self._sorted_keys is None:
+                self._sorted_keys = sorted(self.store)
+            keys = self._sorted_keys
+            store = self.store
+            snap = self._snapshot = Snapshot(self.rv, tuple(store[k] for k in keys), tuple(keys))
+        return snap
+
+    def get(self, key: str) -> CachedObject | None:
+        return self.store.get(key)
+
+    def __len__(self) -> int:
+        return len(self.store)
