@@ -2,7 +2,8 @@
 
 kproxy's tokens have the apiserver's own format (``storage/continue.go``): base64 URL alphabet
 without padding of ``{"v":"meta.k8s.io/v1","rv":<int>,"start":"<key after the last item>"}``,
-where ``start`` is the last returned key relative to the list's prefix plus ``\\0``. One more
+where ``start`` is the last returned key relative to the list's etcd prefix (which has no
+trailing slash, so ``/name`` or ``/namespace/name``) plus ``\\0``. One more
 member, ``"kp":1``, says kproxy issued it. Go's JSON decoder ignores unknown members, so a
 kproxy token is also a token the apiserver accepts: when the cache can no longer rebuild the
 snapshot (its history moved past ``rv``), the request goes to the apiserver unchanged and the

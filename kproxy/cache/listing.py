@@ -40,7 +40,8 @@ def select(
     lo, hi = snap.namespace_range(namespace)
     prefix = namespace + "/" if namespace else ""
     if start:
-        lo = max(lo, bisect.bisect_left(snap.keys, prefix + start, lo, hi))
+        # Relative to the list's etcd prefix, which has no trailing slash: "/name\0" or "/ns/name\0".
+        lo = max(lo, bisect.bisect_left(snap.keys, prefix + start.removeprefix("/"), lo, hi))
     objects = snap.objects
     if limit <= 0:
         if predicate is None:
@@ -62,6 +63,6 @@ def select(
         # The cacher issues a token whenever it stopped before the end, matching or not.
         return Page(items, snap.rv)
     last = items[-1].key
-    rel = last[len(prefix) :] if prefix else last
+    rel = "/" + (last[len(prefix) :] if prefix else last)
     remaining = hi - i if predicate is None else None
     return Page(items, snap.rv, encode_continue(snap.rv, rel), remaining)

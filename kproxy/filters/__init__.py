@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "dryrun": "kproxy.filters.dryrun:DryRun",
     "transcode": "kproxy.filters.transcode:Transcode",
     "validation": "kproxy.filters.validation:Validation",
+    "watchcache": "kproxy.filters.watchcache:WatchCacheFilter",
 }
 
 

@@ -1,0 +1,287 @@
+"""watchcache: LIST and GET answered from a local cache fed by one upstream list+watch per resource.
+
+The cache answers a read only when it can answer exactly as the apiserver would (``plan.py``);
+anything else goes to the apiserver untouched, counted with its reason. Before anything leaves
+the cache the caller is checked as the apiserver would check them (``kproxy.access``), except in
+``credentials: proxy`` where kproxy itself is the only identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, ClassVar
+
+from multidict import CIMultiDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kproxy.access import AccessReviewer, access_reviewer, authorize
+from kproxy.cache import object_key, select
+from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.codec import ProtobufCodec
+from kproxy.context import FilterContext
+from kproxy.status import StatusCause, StatusError, not_found, timeout
+from kproxy.watchcache.encode import CONTENT_TYPES, list_body, object_body
+from kproxy.watchcache.metrics import CacheMetrics, cache_metrics
+from kproxy.watchcache.plan import Pass, Read, plan
+from kproxy.watchcache.resource_cache import ResourceCache
+from kproxy.watchcache.resources import ConfigError, ResourceSpec, discover, parse_name, resolve
+
+log = logging.getLogger("kproxy.watchcache")
+
+
+class AuthorizationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow_ttl: float = Field(10.0, ge=0, description="Seconds an allowed decision is reused.")
+    deny_ttl: float = Field(5.0, ge=0, description="Seconds a denied decision is reused.")
+    max_entries: int = Field(10000, ge=1, description="Decisions kept (least recently used dropped first).")
+
+
+def _default_authorization() -> AuthorizationSettings:
+    return AuthorizationSettings.model_validate({})
+
+
+class WatchCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resources: list[str] = Field(
+        min_length=1,
+        description="Resources to cache: RESOURCE, RESOURCE.GROUP, GROUP/VERSION/RESOURCE, v1/RESOURCE, or * "
+        "(every list+watch resource in discovery, custom resources followed as they come and go).",
+    )
+    history_window: float = Field(75.0, gt=0, description="Seconds of events kept (the apiserver's 75 s).")
+    history_max_events: int = Field(102400, ge=100, description="At most this many events kept per resource.")
+    wait_timeout: float = Field(
+        3.0, gt=0, description="Seconds a read waits for the cache to reach a resource version (the apiserver's 3 s)."
+    )
+    page_size: int = Field(500, ge=1, description="Page size of upstream lists when streaming lists are unavailable.")
+    rediscovery_interval: float = Field(30.0, gt=0, description="Seconds between discovery refreshes with `*`.")
+    authorization: AuthorizationSettings = Field(default_factory=_default_authorization)
+
+    @field_validator("resources")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            try:
+                parse_name(name)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return value
+
+
+def too_large_rv(want: int, current: int) -> StatusError:
+    """``storage.NewTooLargeResourceVersionError`` as the cacher returns it (retry after 1 s)."""
+    return timeout(
+        f"Too large resource version: {want}, current: {current}",
+        retry_after_seconds=1,
+        causes=[StatusCause("ResourceVersionTooLarge", "Too large resource version")],
+    )
+
+
+class WatchCacheFilter(FilterBase):
+    name: ClassVar[str] = "watchcache"
+    config_model: ClassVar[type[BaseModel]] = WatchCacheSettings
+
+    def __init__(self, settings: WatchCacheSettings) -> None:
+        self.settings = settings
+        self.caches: dict[tuple[str, str, str], ResourceCache] = {}
+        self._by_path: dict[tuple[str, str, str], ResourceCache] = {}
+        self._metrics: CacheMetrics | None = None
+        self._reviewer: AccessReviewer | None = None
+        self._codec: ProtobufCodec | None = None
+        self._sync: asyncio.Task[None] | None = None
+        self._discovered = asyncio.Event()
+        self._kicked: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self, ctx: FilterContext) -> None:
+        await super().start(ctx)
+        self._metrics = cache_metrics(ctx)
+        self._codec = ctx.shared("kproxy.codec", ProtobufCodec)
+        a = self.settings.authorization
+        if ctx.credentials != "proxy":
+            self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
+        self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
+
+    async def stop(self) -> None:
+        if self._sync is not None:
+            self._sync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sync
+        for rc in list(self.caches.values()):
+            await rc.stop()
+        self.caches.clear()
+        self._by_path.clear()
+
+    def ready(self) -> bool:
+        return self._discovered.is_set()
+
+    async def _fetch(self, path: str) -> Any:
+        assert self.ctx is not None
+        status, doc = await self.ctx.api.json("GET", path)
+        if status == 404:
+            return None
+        if status != 200:
+            raise ConnectionError(f"discovery {path}: upstream answered {status}")
+        return doc
+
+    async def _sync_loop(self) -> None:
+        wildcard = "*" in self.settings.resources
+        delay = 0.5
+        while True:
+            try:
+                await self._sync_once()
+                delay = self.settings.rediscovery_interval if wildcard else 0
+            except asyncio.CancelledError:
+                raise
+            except ConfigError as err:
+                log.error("watchcache: %s; retrying", err)
+                delay = min(max(delay * 2, 1.0), 30.0)
+            except Exception as err:
+                log.warning("watchcache: discovery failed (%s); retrying", err)
+                delay = min(max(delay * 2, 1.0), 30.0)
+            if delay == 0:
+                return
+            await asyncio.sleep(delay)
+
+    def rediscover_soon(self) -> None:
+        """CRDs changed: look at discovery again now (and once more shortly, as a new CRD's
+        group version appears in discovery a moment after it is established)."""
+        asyncio.get_running_loop().call_later(1.0, self._kick)
+        asyncio.get_running_loop().call_later(5.0, self._kick)
+
+    def _kick(self) -> None:
+        if self._sync is not None and not self._sync.done():
+            self._kicked = asyncio.create_task(self._sync_guarded())
+
+    async def _sync_guarded(self) -> None:
+        try:
+            await self._sync_once()
+        except Exception as err:
+            log.warning("watchcache: discovery failed (%s)", err)
+
+    async def _sync_once(self) -> None:
+        assert self.ctx is not None and self._codec is not None and self._metrics is not None
+        codec = self._codec
+        served = await discover(self._fetch, codec.knows)
+        specs = resolve(self.settings.resources, served, codec.knows)
+        wanted = {s.key: s for s in specs}
+        for key in [k for k in self.caches if k not in wanted]:
+            rc = self.caches.pop(key)
+            self._by_path.pop(_path_key(rc.spec), None)
+            log.info("watchcache: %s no longer served; dropping its cache", rc.spec.label)
+            self._metrics.objects.labels(rc.spec.label).set(0)
+            await rc.stop()
+        s = self.settings
+        for key, spec in wanted.items():
+            if key in self.caches:
+                continue
+            rc = ResourceCache(
+                spec,
+                self.ctx.api,
+                codec,
+                self._metrics,
+                window=s.history_window,
+                max_events=s.history_max_events,
+                page_size=s.page_size,
+            )
+            if spec.group == "apiextensions.k8s.io" and spec.resource == "customresourcedefinitions":
+                rc.cache.add_listener(lambda _events: self.rediscover_soon())
+            self.caches[key] = rc
+            self._by_path[_path_key(spec)] = rc
+            rc.start()
+        self._discovered.set()
+
+    # -- requests ---------------------------------------------------------------------------------
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        info = ex.info
+        if not info.is_resource_request or info.subresource or info.verb not in ("list", "get"):
+            return await call_next(ex)
+        rc = self._by_path.get((info.api_group, info.api_version, info.resource))
+        if rc is None:
+            return await call_next(ex)
+        reads = self._metrics.reads if self._metrics is not None else None
+        label = rc.spec.label
+        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields)
+        if isinstance(decided, Read) and not rc.cache.ready:
+            decided = Pass("not ready")
+        if isinstance(decided, Pass):
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", decided.reason).inc()
+            return await call_next(ex)
+        try:
+            if self._reviewer is not None and self.ctx is not None:
+                await authorize(self.ctx, self._reviewer, ex)
+            reply = await self._serve(rc, decided)
+        except StatusError as err:
+            if reads is not None:
+                reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
+            return Reply.from_status(err)
+        if reply is None:
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", "stale").inc()
+            return await call_next(ex)
+        if reads is not None:
+            reads.labels(label, info.verb, "cache", decided.mode).inc()
+        return reply
+
+    async def _serve(self, rc: ResourceCache, read: Read) -> Reply | None:
+        """The cache's answer, or None: it cannot answer in time, let the upstream."""
+        cache = rc.cache
+        kind = rc.spec.kind
+        wait = self.settings.wait_timeout
+        if read.verb == "get":
+            obj = cache.get(object_key(read.namespace, read.name))
+            if obj is None:
+                raise not_found(rc.spec.group, rc.spec.resource, read.name)
+            return _reply(object_body(kind, obj, read.media_type, read.pretty), read.media_type)
+        if read.mode == "consistent":
+            try:
+                want = await rc.reflector.current_rv()
+            except Exception as err:
+                log.debug("watchcache: %s: consistent read probe failed: %s", rc.spec.label, err)
+                return None
+            if not await rc.fresh(want, wait):
+                return None
+        elif read.mode == "min" and not await rc.fresh(read.min_rv, wait):
+            raise too_large_rv(read.min_rv, cache.rv)
+        if read.mode == "continue":
+            assert read.cont is not None
+            snap = cache.snapshot(read.cont.rv)
+            if snap is None:
+                return None  # the apiserver continues the same token from etcd (or says 410)
+            start = read.cont.start
+        else:
+            snap = cache.snapshot()
+            start = ""
+        assert snap is not None
+        whole = read.limit == 0 and not start
+        body_key = (read.media_type, read.pretty, read.namespace, read.label_text, read.field_text)
+        if whole and snap.rv == cache.rv:
+            body = cache.bodies.get(body_key)
+            if body is not None:
+                return _reply(body, read.media_type)
+        labels, fields = read.labels, read.fields
+        predicate = None
+        if labels is not None or fields is not None:
+
+            def predicate(o: Any) -> bool:
+                return (labels is None or labels.matches(o.labels)) and (fields is None or fields.matches(o.fields))
+
+        page = select(snap, namespace=read.namespace, predicate=predicate, limit=read.limit, start=start)
+        remaining = page.remaining if not read.filtered else None
+        body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
+        if whole and snap.rv == cache.rv:
+            cache.bodies[body_key] = body
+        return _reply(body, read.media_type)
+
+
+def _path_key(spec: ResourceSpec) -> tuple[str, str, str]:
+    return (spec.group, spec.version, spec.resource)
+
+
+def _reply(body: bytes, media_type: str) -> Reply:
+    headers = CIMultiDict({"Content-Type": CONTENT_TYPES[media_type], "Cache-Control": "no-cache, private"})
+    return Reply(200, headers, BytesBody(body, media_type))

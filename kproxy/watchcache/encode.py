@@ -1,0 +1,83 @@
+"""Bodies of what the cache serves, byte for byte as the apiserver writes them.
+
+JSON: ``encoding/json``'s Encoder output (compact, trailing newline) with ListMeta's fields in Go
+order; built-in list items without kind/apiVersion. Protobuf: the ``k8s\\0`` envelope around the
+list message, ListMeta written as gogo-protobuf writes it (every string field, even empty, then
+``remainingItemCount`` only when set), items as the upstream's own message bytes. YAML and pretty
+JSON are made from the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+
+from kproxy.cache import CachedObject, Kind
+from kproxy.codec import encode_envelope, to_yaml
+from kproxy.codec.envelope import encode_varint
+from kproxy.negotiation import JSON, PROTOBUF, YAML
+from kproxy.status import go_json_dumps
+
+
+def _ld(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + encode_varint(len(payload)) + payload
+
+
+def list_meta_json(rv: int, cont: str, remaining: int | None) -> bytes:
+    out = b'{"resourceVersion":"' + str(rv).encode() + b'"'
+    if cont:
+        out += b',"continue":"' + cont.encode() + b'"'  # base64url: nothing to escape
+    if remaining is not None:
+        out += b',"remainingItemCount":' + str(remaining).encode()
+    return out + b"}"
+
+
+def list_meta_proto(rv: int, cont: str, remaining: int | None) -> bytes:
+    out = b"\x0a\x00" + _ld(0x12, str(rv).encode()) + _ld(0x1A, cont.encode())
+    if remaining is not None:
+        out += b"\x20" + encode_varint(remaining & 0xFFFFFFFFFFFFFFFF)
+    return out
+
+
+def list_body(
+    kind: Kind, items: Sequence[CachedObject], rv: int, cont: str, remaining: int | None, media_type: str, pretty: bool
+) -> bytes:
+    if media_type == PROTOBUF:
+        parts = [_ld(0x0A, list_meta_proto(rv, cont, remaining))]
+        for o in items:
+            assert o.proto is not None
+            parts.append(_ld(0x12, o.proto))
+        return encode_envelope(kind.api_version, kind.list_kind, b"".join(parts))
+    data = b"".join(
+        (
+            b'{"kind":"',
+            kind.list_kind.encode(),
+            b'","apiVersion":"',
+            kind.api_version.encode(),
+            b'","metadata":',
+            list_meta_json(rv, cont, remaining),
+            b',"items":[',
+            b",".join([o.item_json for o in items]),
+            b"]}\n",
+        )
+    )
+    return _reshape(data, media_type, pretty)
+
+
+def object_body(kind: Kind, obj: CachedObject, media_type: str, pretty: bool) -> bytes:
+    if media_type == PROTOBUF:
+        assert obj.proto is not None
+        return encode_envelope(kind.api_version, kind.kind, obj.proto)
+    return _reshape(obj.object_json(kind) + b"\n", media_type, pretty)
+
+
+def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
+    if media_type == YAML:
+        return to_yaml(orjson.loads(data))
+    if pretty:
+        return go_json_dumps(orjson.loads(data), pretty=True)
+    return data
+
+
+CONTENT_TYPES = {JSON: "application/json", YAML: "application/yaml", PROTOBUF: PROTOBUF}

@@ -1,0 +1,145 @@
+"""Which reads the cache answers, decided from the request alone.
+
+The cache answers only what it can answer exactly as the apiserver would; everything else goes to
+the apiserver untouched (``Pass(reason)``), which is also how the apiserver's own error for an
+invalid request reaches the client word for word. See the table in the README's watch cache section.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kproxy.cache import ContinueToken, decode_continue
+from kproxy.cache.fields import FieldSelector, SelectableFields, parse_field_selector
+from kproxy.cache.labels import LabelSelector, SelectorError, parse_label_selector
+from kproxy.chain import Exchange
+from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, negotiate, parse_bool, router_accepts
+
+_RV = re.compile(r"0|[1-9][0-9]{0,18}")
+_INT = re.compile(r"[+-]?[0-9]{1,19}")
+# Parameters a list may carry that the cache understands (or that do not change a list's answer).
+_LIST_PARAMS = frozenset(
+    {
+        "resourceVersion",
+        "resourceVersionMatch",
+        "limit",
+        "continue",
+        "labelSelector",
+        "fieldSelector",
+        "pretty",
+        "timeout",
+        "timeoutSeconds",
+        "allowWatchBookmarks",
+        "watch",
+    }
+)
+_GET_PARAMS = frozenset({"resourceVersion", "pretty", "timeout"})
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    reason: str
+
+
+@dataclass(slots=True)
+class Read:
+    """A read the cache serves."""
+
+    verb: str  # list | get
+    namespace: str
+    name: str
+    mode: str  # any (RV "0") | consistent (RV unset) | min (RV N) | continue
+    min_rv: int
+    limit: int
+    cont: ContinueToken | None
+    labels: LabelSelector | None
+    fields: FieldSelector | None
+    label_text: str
+    field_text: str
+    media_type: str
+    pretty: bool
+
+    @property
+    def filtered(self) -> bool:
+        return self.labels is not None or self.fields is not None
+
+
+def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
+    accept = ex.headers.get("Accept")
+    if not router_accepts(accept):
+        return Pass("media type")
+    served = (JSON, YAML, PROTOBUF) if protobuf else (JSON, YAML)
+    chosen = negotiate(accept, served)
+    if chosen is None or chosen.convert is not None:
+        return Pass("media type")
+    pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
+    return chosen.media_type, pretty
+
+
+def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields) -> Read | Pass:
+    info = ex.info
+    q = ex.query
+    if ex.method != "GET":
+        return Pass("method")
+    if any(len(q.getall(k)) > 1 for k in q):
+        return Pass("parameters")
+    if info.verb == "get":
+        if set(q) - _GET_PARAMS or q.get("resourceVersion") != "0":
+            return Pass("get")
+        media = _media(ex, protobuf)
+        if isinstance(media, Pass):
+            return media
+        return Read("get", info.namespace, info.name, "any", 0, 0, None, None, None, "", "", *media)
+    if info.verb != "list":
+        return Pass(info.verb)
+    if set(q) - _LIST_PARAMS:
+        return Pass("parameters")
+    if "watch" in q and parse_bool(q["watch"]) is not False:
+        return Pass("watch")
+    rv = q.get("resourceVersion", "")
+    match = q.get("resourceVersionMatch", "")
+    cont_text = q.get("continue", "")
+    limit_text = q.get("limit", "")
+    if rv and not _RV.fullmatch(rv):
+        return Pass("invalid")
+    if match == "Exact":
+        return Pass("exact")
+    if match not in ("", "NotOlderThan") or (match and (not rv or cont_text)):
+        return Pass("invalid")
+    limit = 0
+    if limit_text:
+        if not _INT.fullmatch(limit_text):
+            return Pass("invalid")
+        limit = max(int(limit_text), 0)
+    cont: ContinueToken | None = None
+    if cont_text:
+        if rv:
+            return Pass("invalid")
+        cont = decode_continue(cont_text)
+        if cont is None:
+            return Pass("continue")
+        mode, min_rv = "continue", cont.rv
+    elif rv == "":
+        mode, min_rv = "consistent", 0
+    elif rv == "0":
+        mode, min_rv, limit = "any", 0, 0
+    else:
+        if limit and not match:
+            return Pass("exact")  # RV=N with a limit is the legacy exact match
+        mode, min_rv = "min", int(rv)
+    label_text = q.get("labelSelector", "")
+    field_text = q.get("fieldSelector", "")
+    try:
+        labels = parse_label_selector(label_text) if label_text else None
+        fields = parse_field_selector(field_text, selectable) if field_text else None
+    except SelectorError:
+        return Pass("selector")
+    if labels is not None and labels.empty:
+        labels = None
+    if fields is not None and fields.empty:
+        fields = None
+    media = _media(ex, protobuf)
+    if isinstance(media, Pass):
+        return media
+    return Read("list", info.namespace, "", mode, min_rv, limit, cont, labels, fields, label_text, field_text, *media)

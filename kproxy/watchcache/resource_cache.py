@@ -1,0 +1,102 @@
+"""One cached resource: its spec, WatchCache, Reflector, and freshness for consistent reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from kproxy.cache import Reflector, WatchCache
+from kproxy.cache.fields import SelectableFields, builtin_fields, crd_fields
+from kproxy.codec import ProtobufCodec
+from kproxy.context import ApiClient
+
+from .metrics import CacheMetrics
+from .objects import ObjectFactory
+from .resources import ResourceSpec
+from .upstream import HttpListerWatcher
+
+
+def selectable_fields(spec: ResourceSpec, builtin: bool) -> SelectableFields:
+    """Built-in kinds: the apiserver's field table. Custom resources: metadata.name/namespace
+    (a CRD's own selectableFields are not read yet, so field selectors on them pass through)."""
+    return builtin_fields(spec.group, spec.resource) if builtin else crd_fields(())
+
+
+class ResourceCache:
+    def __init__(
+        self,
+        spec: ResourceSpec,
+        api: ApiClient,
+        codec: ProtobufCodec,
+        metrics: CacheMetrics,
+        *,
+        window: float,
+        max_events: int,
+        page_size: int,
+    ) -> None:
+        self.spec = spec
+        self.fields = selectable_fields(spec, spec.kind.protobuf)
+        self.factory = ObjectFactory(spec.kind, self.fields, codec)
+        self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
+        label = spec.label
+        self._objects = metrics.objects.labels(label)
+        self._lag = metrics.lag.labels(label)
+        relists = metrics.relists
+        self.reflector = Reflector(
+            label,
+            HttpListerWatcher(api, spec, self.factory),
+            self.cache,
+            page_size=page_size,
+            on_relist=lambda reason: relists.labels(label, reason).inc(),
+            on_upstream_rv=self._upstream_rv,
+        )
+        self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
+        self._expire: asyncio.Task[None] | None = None
+
+    def _upstream_rv(self, rv: int) -> None:
+        self._objects.set(len(self.cache))
+        self._lag.set(max(rv - self.cache.rv, 0))
+
+    def start(self) -> None:
+        self.reflector.start()
+        self._expire = asyncio.create_task(self._expire_loop())
+
+    async def stop(self) -> None:
+        await self.reflector.stop()
+        if self._expire is not None:
+            self._expire.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expire
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            self.cache.history.expire()
+            self._objects.set(len(self.cache))
+            self._lag.set(max(self.reflector.upstream_rv - self.cache.rv, 0))
+
+    async def fresh(self, rv: int, timeout: float) -> bool:
+        """Wait until the cache has reached ``rv``, asking the upstream to confirm its progress
+        when events alone do not get it there soon; False after ``timeout``."""
+        cache = self.cache
+        if cache.ready and cache.rv >= rv:
+            return True
+        if await cache.wait_until(rv, min(0.05, timeout)):
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            probe = asyncio.ensure_future(self.reflector.request_progress())
+            reached = asyncio.ensure_future(cache.wait_until(rv, remaining))
+            done, _ = await asyncio.wait({probe, reached}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if reached in done and reached.result():
+                probe.cancel()
+                return True
+            reached.cancel()
+            if probe in done and probe.exception() is not None:
+                return await cache.wait_until(rv, max(deadline - loop.time(), 0))
+            if cache.ready and cache.rv >= rv:
+                return True
