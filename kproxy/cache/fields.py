@@ -306,9 +306,11 @@ def _kind(
     extra_accepted: Mapping[str, str] | None = None,
     namespace: bool = True,
     reject: Callable[[str], str] = _not_supported,
+    only_accepted: Mapping[str, str] | None = None,
 ) -> SelectableFields:
     """A kind with its own conversion function: metadata.name (always), metadata.namespace when the
-    function accepts it, the listed fields, and renames in ``extra_accepted``."""
+    function accepts it, the listed fields, and renames in ``extra_accepted`` -- or exactly
+    ``only_accepted`` when the API version names its fields differently from the storage's field set."""
     getters: list[tuple[str, tuple[DictGetter, MessageGetter] | None]] = list(_META)
     accepted = {NAME: NAME}
     if namespace:
@@ -321,6 +323,8 @@ def _kind(
             getters.append(f)
             accepted[f[0]] = f[0]
     accepted.update(extra_accepted or {})
+    if only_accepted is not None:
+        accepted = dict(only_accepted)
     return SelectableFields(accepted, getters, reject)
 
 
@@ -373,16 +377,21 @@ def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
             _core_event_fields("involvedObject", "reportingComponent", ("source", "component"))
         ),
         # events.k8s.io/v1 Event (same storage as core events): the conversion accepts regarding.*,
-        # reportingController, reason, type, metadata.* and maps them onto the core names (checked against
-        # v1.37.1 by the e2e test); source and the core names are rejected.
+        # reportingController, reason, type, metadata.* and maps them onto the core names (measured on
+        # v1.37.1 by the e2e test); source and the core names (involvedObject.*, reportingComponent) are
+        # rejected.
         ("events.k8s.io", "events"): lambda: _kind(
             _core_event_fields("regarding", "reportingController", ("deprecatedSource", "component")),
-            extra_accepted={
+            only_accepted={
+                NAME: NAME,
+                NAMESPACE: NAMESPACE,
                 **{
                     f"regarding.{k}": f"involvedObject.{k}"
                     for k in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
                 },
                 "reportingController": "reportingComponent",
+                "reason": "reason",
+                "type": "type",
             },
         ),
         # pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForNamespace (status.phase, metadata.name).
