@@ -138,7 +138,8 @@ class Authenticator:
     """The caller's identity for one kproxy (one per ``FilterContext``; see :func:`authenticator`).
 
     ``success_ttl``/``failure_ttl`` bound how long a token review is trusted: a revoked token
-    keeps working through kproxy's policy decisions for at most ``success_ttl`` (the apiserver
+    keeps working through kproxy's policy decisions, and for reads the watch cache serves, for at
+    most ``success_ttl`` (the apiserver
     itself still authenticates every forwarded request, so this only affects which rule applies).
     """
 
@@ -146,8 +147,8 @@ class Authenticator:
         self,
         ctx: FilterContext,
         *,
-        success_ttl: float = 60.0,
-        failure_ttl: float = 10.0,
+        success_ttl: float = 10.0,
+        failure_ttl: float = 5.0,
         max_entries: int = 4096,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

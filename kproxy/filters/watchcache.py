@@ -16,11 +16,12 @@ from typing import Any, ClassVar
 from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kproxy.access import AccessReviewer, access_reviewer, authorize
+from kproxy.access import AccessReviewer, UndecidedError, access_reviewer, authorize
 from kproxy.cache import object_key, select
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
-from kproxy.codec import ProtobufCodec
+from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.context import FilterContext
+from kproxy.negotiation import PROTOBUF, YAML
 from kproxy.status import StatusCause, StatusError, not_found, timeout
 from kproxy.watchcache.encode import CONTENT_TYPES, list_body, object_body
 from kproxy.watchcache.metrics import CacheMetrics, cache_metrics
@@ -215,10 +216,15 @@ class WatchCacheFilter(FilterBase):
             if self._reviewer is not None and self.ctx is not None:
                 await authorize(self.ctx, self._reviewer, ex)
             reply = await self._serve(rc, decided)
+        except UndecidedError:
+            # The authorizer gave no reusable answer: the apiserver decides for itself.
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", "undecided").inc()
+            return await call_next(ex)
         except StatusError as err:
             if reads is not None:
                 reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
-            return Reply.from_status(err)
+            return self._status_reply(err, decided)
         if reply is None:
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", "stale").inc()
@@ -226,6 +232,19 @@ class WatchCacheFilter(FilterBase):
         if reads is not None:
             reads.labels(label, info.verb, "cache", decided.mode).inc()
         return reply
+
+    def _status_reply(self, err: StatusError, read: Read) -> Reply:
+        """A Status in the media type the client negotiated, as the apiserver writes errors."""
+        media = read.media_type
+        if media == PROTOBUF and self._codec is not None:
+            data = self._codec.from_json(err.to_dict())
+        elif media == YAML:
+            data = to_yaml(err.to_dict())
+        else:
+            data = err.body(pretty=read.pretty)
+        headers = CIMultiDict(err.headers())
+        headers["Content-Type"] = CONTENT_TYPES[media]
+        return Reply(err.http_status, headers, BytesBody(data, media))
 
     async def _serve(self, rc: ResourceCache, read: Read) -> Reply | None:
         """The cache's answer, or None: it cannot answer in time, let the upstream."""

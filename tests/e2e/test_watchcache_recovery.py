@@ -1,0 +1,172 @@
+"""The watch cache recovers from an upstream outage: the apiserver killed, etcd compacted while it is
+down, the apiserver started again. kproxy's watch resumes from a resource version the new apiserver
+no longer has (410 Expired), lists again, reconciles, and converges to exactly the upstream's state.
+
+Also: with ``resources: ["*"]`` a custom resource definition created at run time is cached once
+discovery shows it, and dropped when the definition is deleted."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _etcd(cp: ControlPlaneInfo, call: str, body: dict[str, object]) -> dict[str, object]:
+    req = urllib.request.Request(
+        f"{cp.etcd_url}/v3/{call}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        out: dict[str, object] = json.loads(r.read())
+        return out
+
+
+def _compact(cp: ControlPlaneInfo) -> int:
+    """Compact etcd at its current revision (through etcd's own JSON gateway)."""
+    head = _etcd(cp, "kv/range", {"key": base64.b64encode(b"/registry/").decode()})
+    revision = int(head["header"]["revision"])  # type: ignore[index]
+    _etcd(cp, "kv/compaction", {"revision": str(revision), "physical": True})
+    return revision
+
+
+def _state(items: list[dict[str, object]]) -> dict[str, str]:
+    return {
+        f"{i['metadata']['namespace']}/{i['metadata']['name']}": str(i["metadata"]["resourceVersion"])  # type: ignore[index]
+        for i in items
+    }
+
+
+def _via(rp: RunningProxy, path: str) -> dict[str, str] | None:
+    status, body = rp.get(path)
+    if status != 200:
+        return None
+    return _state(json.loads(body)["items"])
+
+
+def _direct(cp: ControlPlaneInfo, path: str) -> dict[str, str]:
+    status, body = cp.request("GET", path)
+    assert status == 200, body
+    return _state(json.loads(body)["items"])
+
+
+def _metric(rp: RunningProxy, pattern: str) -> float:
+    m = re.search(pattern + r" ([0-9.e+]+)", rp.metrics())
+    return float(m.group(1)) if m else 0.0
+
+
+def _cm(name: str, value: str) -> bytes:
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}}
+    ).encode()
+
+
+def test_outage_and_compaction_relist_and_converge(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    for i in range(5):
+        assert cp.request("POST", base, body=_cm(f"cm{i}", "a"))[0] == 201
+    rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "secrets"]}]})
+    listing = f"{base}?resourceVersion=0"
+    wait_for(lambda: _via(rp, listing) == _direct(cp, base), 30, "the cache to hold the configmaps")
+
+    # The etcd head moves on (other resources) while the configmaps cache stays where it was.
+    secrets = f"/api/v1/namespaces/{namespace}/secrets"
+    for i in range(3):
+        body = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"s{i}"}}).encode()
+        assert cp.request("POST", secrets, body=body)[0] == 201
+    cp.stop_apiserver(kill=True)
+    try:
+        _compact(cp)
+    finally:
+        cp.start_apiserver()
+    # Changes the cache has to catch up on: one modified, one deleted, one created.
+    assert cp.request("PUT", f"{base}/cm1", body=_cm("cm1", "b"))[0] == 200
+    assert cp.request("DELETE", f"{base}/cm2")[0] == 200
+    assert cp.request("POST", base, body=_cm("cm9", "c"))[0] == 201
+
+    def converged() -> bool:
+        return _via(rp, listing) == _direct(cp, base)
+
+    wait_for(converged, 60, "the cache to converge to the apiserver's state after the outage")
+    relists = [line for line in rp.metrics().splitlines() if "relists_total{" in line]
+    assert _metric(rp, r'kproxy_watchcache_relists_total\{reason="expired",resource="configmaps"\}') >= 1, relists
+    # Consistent reads through the cache see later writes at once.
+    assert cp.request("DELETE", f"{base}/cm3")[0] == 200
+    assert _via(rp, base) == _direct(cp, base)
+    assert "cm3" not in str(_via(rp, base))
+
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gizmos.wc.kproxy.test"},
+    "spec": {
+        "group": "wc.kproxy.test",
+        "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+            }
+        ],
+    },
+}
+
+
+def test_wildcard_follows_custom_resource_definitions(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    cp = control_plane
+    rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["*"]}]})
+    wait_for(lambda: 'resource="configmaps"' in rp.metrics(), 30, "discovery to fill the cache")
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    assert cp.request("POST", crds, body=json.dumps(CRD).encode())[0] == 201
+    try:
+        base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos"
+
+        def created() -> bool:
+            body = {"apiVersion": "wc.kproxy.test/v1", "kind": "Gizmo", "metadata": {"name": "g1"}, "spec": {"n": 1}}
+            return cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409)
+
+        wait_for(created, 30, "the CRD to be served")
+        wait_for(
+            lambda: _metric(rp, r'kproxy_watchcache_objects\{resource="gizmos.wc.kproxy.test"\}') >= 1,
+            30,
+            "kproxy to cache the new custom resource",
+        )
+        status, via = rp.get(f"{base}?resourceVersion=0")
+        direct = cp.request("GET", f"{base}?resourceVersion=0")
+        assert status == 200 and (status, via) == direct
+        assert (
+            _metric(
+                rp,
+                r'kproxy_watchcache_reads_total\{reason="any",resource="gizmos.wc.kproxy.test",served="cache",verb="list"\}',
+            )
+            == 1
+        )
+    finally:
+        cp.request("DELETE", f"{crds}/gizmos.wc.kproxy.test")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and rp.get(f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos")[0] != 404:
+        time.sleep(0.2)
+    wait_for(
+        lambda: _metric(rp, r'kproxy_watchcache_objects\{resource="gizmos.wc.kproxy.test"\}') == 0,
+        30,
+        "kproxy to drop the deleted custom resource's cache",
+    )
+    assert rp.get(f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos?resourceVersion=0")[0] == 404
