@@ -254,15 +254,17 @@ class SelectableFields:
     as in the apiserver, where ``fields.Set.Get`` of a missing key is ``""``.
     """
 
-    __slots__ = ("_dict_getters", "_msg_getters", "_reject", "accepted", "names")
+    __slots__ = ("_dict_getters", "_msg_getters", "_reject", "accepted", "names", "protobuf")
 
     def __init__(
         self,
         accepted: Mapping[str, str],
         getters: Sequence[tuple[str, tuple[DictGetter, MessageGetter] | None]],
         reject: Callable[[str], str],
+        protobuf: bool = True,
     ) -> None:
         self.accepted: dict[str, str] = dict(accepted)
+        self.protobuf = protobuf  # False for custom resources: they have no protobuf form
         self._reject = reject
         filled = [(n, g) for n, g in getters if g is not None]
         self.names: frozenset[str] = frozenset(n for n, _ in filled)
@@ -282,6 +284,8 @@ class SelectableFields:
 
     def from_message(self, msg: Any) -> dict[str, str]:
         """The field set of a decoded protobuf message of the kind (unset fields read as Go's zero)."""
+        if not self.protobuf:
+            raise TypeError("custom resources have no protobuf form")
         return {n: g(msg) for n, g in self._msg_getters}
 
 
@@ -511,7 +515,7 @@ def _cr_getter(path: tuple[str, ...]) -> tuple[DictGetter, MessageGetter]:
     def from_dict(obj: Mapping[str, Any]) -> str:
         return _go_sprint(get(obj))
 
-    def from_message(msg: Any) -> str:
+    def from_message(msg: Any) -> str:  # never called: SelectableFields(protobuf=False) refuses first
         raise TypeError("custom resources have no protobuf form")
 
     return from_dict, from_message
@@ -529,4 +533,4 @@ def crd_fields(json_paths: Sequence[str], namespaced: bool = True) -> Selectable
         name, path = _json_path_parts(jp)
         accepted[name] = name
         getters.append((name, _cr_getter(path)))
-    return SelectableFields(accepted, getters, _not_supported)
+    return SelectableFields(accepted, getters, _not_supported, protobuf=False)
