@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 
 import orjson
 
 _VERSION = "meta.k8s.io/v1"
+# Go's base64.RawURLEncoding: the URL alphabet, no padding (it skips only CR and LF). Python's
+# decoder would also take "+", "/", "=" and drop any other character, so a token the apiserver
+# rejects as garbage could otherwise be served from the cache.
+_RAW_URL_B64 = re.compile(r"[A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +41,9 @@ def encode_continue(rv: int, last_key: str) -> str:
 def decode_continue(token: str) -> ContinueToken | None:
     """A token kproxy issued, or None (the apiserver's own, or anything unreadable: the
     apiserver then answers it, with its own error if it is garbage)."""
+    token = token.replace("\r", "").replace("\n", "")
+    if not _RAW_URL_B64.fullmatch(token):
+        return None
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         data = orjson.loads(raw)
@@ -46,4 +54,14 @@ def decode_continue(token: str) -> ContinueToken | None:
     rv, start = data.get("rv"), data.get("start")
     if not isinstance(rv, int) or isinstance(rv, bool) or rv <= 0 or not isinstance(start, str) or not start:
         return None
+    if not _clean(start if start.startswith("/") else "/" + start):
+        return None  # the apiserver answers "continue key is not valid"
     return ContinueToken(rv, start)
+
+
+def _clean(key: str) -> bool:
+    """Whether Go's ``path.Clean`` leaves ``key`` (which starts with "/") unchanged, as
+    ``storage.DecodeContinue`` requires: no empty, "." or ".." element, no trailing slash."""
+    if key == "/":
+        return True
+    return all(part not in ("", ".", "..") for part in key[1:].split("/"))

@@ -57,6 +57,11 @@ class WatchCache:
         self.store: dict[str, CachedObject] = {}
         self.history = EventHistory(window=window, max_events=max_events, clock=clock)
         self.rv = 0
+        # How far the upstream's own stream (the list, its events, its bookmarks) has brought the
+        # cache. ``rv`` can be ahead of it after an out-of-band progress confirmation; events
+        # above ``applied_rv`` that arrive after such a confirmation are still applied (not
+        # taken for repeats), and a resumed watch starts from here so none is skipped.
+        self.applied_rv = 0
         self.ready = False
         self.relists = 0
         self._snapshot: Snapshot | None = None
@@ -88,6 +93,7 @@ class WatchCache:
         self.history.reset(rv)
         self._changed(sort=True)
         self.rv = max(rv, self.rv) if self.ready else rv
+        self.applied_rv = rv
         self.ready = True
         self._wake()
         if events:
@@ -95,10 +101,11 @@ class WatchCache:
         return events
 
     def apply(self, type_: str, obj: CachedObject) -> CacheEvent | None:
-        """One watch event from the upstream. Events at or below the cache's resource version
-        (a resumed watch repeating itself) are ignored."""
-        if obj.rv <= self.rv:
+        """One watch event from the upstream. Events at or below the resource version the stream
+        has already brought the cache to (a resumed watch repeating itself) are ignored."""
+        if obj.rv <= self.applied_rv:
             return None
+        self.applied_rv = obj.rv
         prev = self.store.get(obj.key)
         if type_ == DELETED:
             if prev is None:
@@ -119,8 +126,12 @@ class WatchCache:
         self._notify([event])
         return event
 
-    def progress(self, rv: int) -> None:
-        """A bookmark: nothing changed up to ``rv``."""
+    def progress(self, rv: int, *, in_order: bool = True) -> None:
+        """A bookmark: nothing changed up to ``rv``. ``in_order`` False: the confirmation came
+        from another stream than the one events arrive on (the reflector's progress probe), so
+        events up to ``rv`` still in flight on the main watch must still be applied."""
+        if in_order and rv > self.applied_rv:
+            self.applied_rv = rv
         if rv > self.rv:
             self.bodies.clear()
             self._snapshot = None
