@@ -1,0 +1,572 @@
+"""The watch cache's LIST and GET against the apiserver's own answers (issue 4, "Tests").
+
+Every request is sent straight to the apiserver first, then through kproxy with the watchcache
+filter on pods, configmaps and secrets, and the two answers are compared by
+:mod:`watchcache_diff` (what must be equal and what may differ is written there). Each test sends
+its whole batch of combinations, then reports every disagreement at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from corpus.compare import Answer, Sides
+from watchcache_diff import (
+    JSON,
+    PROTOBUF,
+    YAML,
+    Mismatches,
+    compare_answers,
+    diff,
+    gather_limited,
+    item_names,
+    list_view,
+    query_path,
+    reads_total,
+)
+from watchcache_population import Population, cache_proxy, population, wc_sides
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+pytestmark = pytest.mark.e2e
+__all__ = ["cache_proxy", "population", "wc_sides"]  # module-scoped fixtures used here
+
+FUTURE = 10**9  # far beyond anything the test cluster reaches: always "too large"
+CONCURRENCY = 24
+
+
+def _rv_value(pop: Population, rv: str | None) -> str | None:
+    return {"old": str(pop.old_rv), "recent": str(pop.recent_rv), "future": str(FUTURE)}.get(rv or "", rv)
+
+
+def _params(pop: Population, rv: str | None, rvm: str | None, limit: str | None) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    value = _rv_value(pop, rv)
+    if value is not None:
+        out.append(("resourceVersion", value))
+    if rvm is not None:
+        out.append(("resourceVersionMatch", rvm))
+    if limit is not None:
+        out.append(("limit", limit))
+    return out
+
+
+def _paths(pop: Population) -> dict[str, str]:
+    a, b, c = pop.namespaces
+    return {
+        "pods-cluster": "/api/v1/pods",
+        "pods-ns": f"/api/v1/namespaces/{a}/pods",
+        "configmaps-cluster": "/api/v1/configmaps",
+        "configmaps-ns": f"/api/v1/namespaces/{b}/configmaps",
+        "secrets-cluster": "/api/v1/secrets",
+        "secrets-ns": f"/api/v1/namespaces/{c}/secrets",
+    }
+
+
+RVS: list[str | None] = [None, "0", "old", "recent", "future", "not-a-number"]
+RVMS_FULL: list[str | None] = [None, "NotOlderThan", "Exact", "Bogus"]
+LIMITS_FULL: list[str | None] = [None, "1", "7", "1000"]
+RVMS_SHORT: list[str | None] = [None, "NotOlderThan", "Exact"]
+LIMITS_SHORT: list[str | None] = [None, "7"]
+
+
+# --------------------------------------------------------------------------- resourceVersion x match x limit
+
+
+async def test_list_resource_version_matrix(wc_sides: Sides, population: Population) -> None:
+    """Every resourceVersion x resourceVersionMatch x limit of the seeds' table, in JSON, cluster-wide
+    and in one namespace (the full matrix for pods, most of it for configmaps and secrets): same
+    status, same Status bytes, same items (parsed and as encoded), same continue presence and
+    remainingItemCount, and a list resourceVersion the request allows."""
+    work = []
+    for where, path in _paths(population).items():
+        full = where.startswith("pods")
+        rvms, limits = (RVMS_FULL, LIMITS_FULL) if full else (RVMS_SHORT, LIMITS_SHORT)
+        combos = [_params(population, rv, rvm, lim) for rv, rvm, lim in itertools.product(RVS, rvms, limits)]
+        work += [diff(wc_sides, path, p) for p in combos]
+    found = await gather_limited(work, CONCURRENCY)
+    assert not found, found.report()
+
+
+async def test_list_encodings(wc_sides: Sides, population: Population) -> None:
+    """YAML and protobuf lists: byte-equal items (protobuf item messages, the YAML document up to the
+    list's own metadata), and Status errors in the negotiated encoding."""
+    paths = _paths(population)
+    combos = [
+        _params(population, rv, rvm, lim)
+        for rv, rvm, lim in itertools.product(
+            [None, "0", "recent", "future", "not-a-number"], [None, "Exact"], [None, "7"]
+        )
+    ]
+    work = [
+        diff(wc_sides, paths[where], p, accept=accept)
+        for accept in (YAML, PROTOBUF)
+        for where in ("pods-cluster", "configmaps-ns", "secrets-cluster")
+        for p in combos
+    ]
+    found = await gather_limited(work, CONCURRENCY)
+    assert not found, found.report()
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        f"{PROTOBUF}, {JSON}",
+        f"{JSON}, */*",
+        "*/*",
+        "application/json;q=0.5, application/yaml",
+        "text/html",
+    ],
+)
+async def test_list_accept_negotiation(wc_sides: Sides, population: Population, accept: str) -> None:
+    """Accept headers that real clients send (client-go's protobuf-then-JSON, q-values, */*), and one
+    no encoding satisfies (406 from the apiserver's router)."""
+    combos = [_params(population, rv, None, lim) for rv, lim in itertools.product([None, "0"], [None, "7"])]
+    found = await gather_limited((diff(wc_sides, "/api/v1/pods", p, accept=accept) for p in combos), CONCURRENCY)
+    assert not found, found.report()
+
+
+async def test_list_pretty(wc_sides: Sides, population: Population) -> None:
+    """``?pretty=true`` indents the apiserver's JSON; the cached list must be indented the same way."""
+    ns = population.namespaces[1]
+    found = await gather_limited(
+        (
+            diff(wc_sides, path, [*p, ("pretty", "true")])
+            for path in (f"/api/v1/namespaces/{ns}/configmaps", f"/api/v1/namespaces/{ns}/pods")
+            for p in ([], [("resourceVersion", "0")], [("limit", "3")])
+        ),
+        CONCURRENCY,
+    )
+    assert not found, found.report()
+
+
+async def test_list_conversions_pass_through(wc_sides: Sides, population: Population) -> None:
+    """``as=PartialObjectMetadataList`` is answered as the apiserver answers it (JSON and protobuf);
+    ``as=Table`` gives the same columns and rows (the Age cell aside, it moves with the clock)."""
+    ns = population.namespaces[0]
+    path = f"/api/v1/namespaces/{ns}/pods"
+    meta = "application/{};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    found = await gather_limited(
+        (
+            diff(wc_sides, path, p, accept=meta.format(enc))
+            for enc in ("json", "vnd.kubernetes.protobuf")
+            for p in ([], [("resourceVersion", "0")], [("limit", "7")])
+        ),
+        CONCURRENCY,
+    )
+    table = "application/json;as=Table;g=meta.k8s.io;v=v1"
+    for p in ([], [("resourceVersion", "0")], [("limit", "7")]):
+        full = query_path(path, p)
+        direct, proxied = await wc_sides.both("GET", full, accept=table)
+        label = f"GET {full} [Accept: {table}]"
+        if (direct.status, direct.content_type) != (proxied.status, proxied.content_type):
+            found.add(
+                label,
+                "status, Content-Type",
+                (direct.status, direct.content_type),
+                (proxied.status, proxied.content_type),
+            )
+            continue
+        dt, pt = _table_without_age(direct.json()), _table_without_age(proxied.json())
+        if dt != pt:
+            found.add(label, "Table (Age cells and list resourceVersion aside)", dt, pt)
+    assert not found, found.report()
+
+
+def _table_without_age(table: dict[str, Any]) -> dict[str, Any]:
+    cols = [c["name"] for c in table.get("columnDefinitions") or []]
+    age = cols.index("Age") if "Age" in cols else -1
+    rows = [
+        ([c for i, c in enumerate(r.get("cells", [])) if i != age], r.get("object")) for r in table.get("rows") or []
+    ]
+    meta = {k: v for k, v in (table.get("metadata") or {}).items() if k not in ("resourceVersion", "continue")}
+    return {"kind": table.get("kind"), "columns": table.get("columnDefinitions"), "rows": rows, "metadata": meta}
+
+
+# --------------------------------------------------------------------------- paging
+
+
+async def _page_all(
+    sides: Sides, path: str, params: Sequence[tuple[str, str]], *, via_proxy: bool, accept: str = JSON
+) -> list[Answer]:
+    """Follow continue tokens to the end (bounded), on one side."""
+    pages: list[Answer] = []
+    token: str | None = None
+    while len(pages) < 500:
+        p = [*params, *([("continue", token)] if token else [])]
+        answer = await sides.request("GET", query_path(path, p), via_proxy=via_proxy, accept=accept)
+        pages.append(answer)
+        if answer.status != 200:
+            break
+        token = list_view(answer).continue_token
+        if not token:
+            break
+    return pages
+
+
+async def _compare_paging(sides: Sides, path: str, params: list[tuple[str, str]], accept: str = JSON) -> Mismatches:
+    found = Mismatches()
+    label = f"paging GET {query_path(path, params)} [Accept: {accept}]"
+    direct = await _page_all(sides, path, params, via_proxy=False, accept=accept)
+    proxied = await _page_all(sides, path, params, via_proxy=True, accept=accept)
+    if len(direct) != len(proxied):
+        found.add(label, "number of pages", len(direct), len(proxied))
+    for n, (d, p) in enumerate(zip(direct, proxied, strict=False)):
+        found.extend(compare_answers(f"{label} page {n + 1}", d, p, {**dict(params), "continue": "x"}))
+    unpaged = [(k, v) for k, v in params if k != "limit"]
+    for side, pages in (("apiserver", direct), ("kproxy", proxied)):
+        if any(a.status != 200 for a in pages):
+            continue
+        views = [list_view(a) for a in pages]
+        rvs = {v.resource_version for v in views}
+        if len(rvs) != 1:
+            found.add(label, f"{side}: pages of one list at different resourceVersions", "", sorted(map(str, rvs)))
+        union = [item for v in views for item in v.items]
+        whole = await sides.request("GET", query_path(path, unpaged), via_proxy=side == "kproxy", accept=accept)
+        if whole.status != 200:
+            found.add(label, f"{side}: the unpaged list failed", whole.status, whole.body[:300])
+            continue
+        expect = list_view(whole).items
+        if union != expect:
+            found.add(
+                label,
+                f"{side}: the pages' union is not the unpaged list",
+                [i["metadata"]["name"] for i in expect],
+                [i["metadata"]["name"] for i in union],
+            )
+    return found
+
+
+@pytest.mark.parametrize(
+    "where,limit",
+    [
+        ("pods-cluster", "7"),
+        ("pods-ns", "1"),
+        ("configmaps-cluster", "7"),
+        ("secrets-ns", "1"),
+        ("pods-cluster", "1000"),
+    ],
+)
+async def test_paging_to_the_end(wc_sides: Sides, population: Population, where: str, limit: str) -> None:
+    """limit/continue to the end on both sides: page by page the same items, remainingItemCount and
+    continue presence; one resourceVersion for all pages; the union is the unpaged list."""
+    path = _paths(population)[where]
+    found = await _compare_paging(wc_sides, path, [("limit", limit)])
+    assert not found, found.report()
+
+
+@pytest.mark.parametrize("accept", [YAML, PROTOBUF])
+async def test_paging_encodings(wc_sides: Sides, population: Population, accept: str) -> None:
+    found = await _compare_paging(wc_sides, "/api/v1/configmaps", [("limit", "9")], accept=accept)
+    assert not found, found.report()
+
+
+LABEL_SELECTORS = [
+    "app=web",
+    "app==web",
+    "app!=web",
+    "app in (web,db)",
+    "app notin (web,db)",
+    "app",
+    "!app",
+    "tier=front,app=web",
+    "env in (prod),tier",
+    "app=",
+    "app>1",
+    "team=red",
+    "kind=tls",
+    # invalid: the apiserver's own 400 must come back word for word
+    "app=(",
+    "app in (web",
+    "a b",
+    "=web",
+    "app=web,",
+    "x/y/z=1",
+    "app=" + "v" * 64,
+]
+
+POD_FIELDS = [
+    "spec.nodeName=node-a",
+    "spec.nodeName=",
+    "spec.nodeName!=node-a",
+    "status.phase=Running",
+    "status.phase!=Pending,spec.restartPolicy=Never",
+    "spec.schedulerName=batch-scheduler",
+    "spec.serviceAccountName=builder",
+    "spec.hostNetwork=true",
+    "spec.hostNetwork=false",
+    "spec.restartPolicy==Always",
+    "metadata.name=pod-07",
+    "metadata.name!=pod-07",
+    "status.podIP=10.1.0.2",
+    "status.podIPs=10.1.0.2",
+    "status.nominatedNodeName=",
+    # unsupported and invalid
+    "spec.foo=x",
+    "metadata.labels.app=web",
+    "spec.nodeName",
+    "metadata.name in (pod-07)",
+]
+
+
+def _selector_combos(pop: Population, key: str, values: Sequence[str]) -> list[list[tuple[str, str]]]:
+    return [
+        [(key, v), *_params(pop, rv, None, lim)]
+        for v in values
+        for rv, lim in itertools.product([None, "0", "recent"], [None, "7"])
+    ]
+
+
+@pytest.mark.parametrize("where", ["pods-cluster", "pods-ns", "configmaps-cluster", "secrets-ns"])
+async def test_label_selectors(wc_sides: Sides, population: Population, where: str) -> None:
+    """labelSelector (equality, set-based, existence, invalid syntax) with resourceVersion and limit."""
+    path = _paths(population)[where]
+    combos = _selector_combos(population, "labelSelector", LABEL_SELECTORS)
+    found = await gather_limited((diff(wc_sides, path, p) for p in combos), CONCURRENCY)
+    assert not found, found.report()
+
+
+async def test_field_selectors(wc_sides: Sides, population: Population) -> None:
+    """fieldSelector: every field the apiserver supports for pods, configmaps and secrets, plus
+    unsupported fields and invalid syntax (the apiserver's 400 word for word)."""
+    a, b, _ = population.namespaces
+    pod_fields = [*POD_FIELDS, f"metadata.namespace={a}", f"metadata.namespace!={a}"]
+    cm_fields = ["metadata.name=cm-03", f"metadata.namespace={b}", "data.key0=x", "metadata.name="]
+    secret_fields = [
+        "type=kubernetes.io/tls",
+        "type!=Opaque",
+        "metadata.name=basic",
+        "type=kubernetes.io/tls,metadata.name=tls-1",
+        "data.token=x",
+    ]
+    work = [
+        diff(wc_sides, path, p)
+        for path, fields in (
+            ("/api/v1/pods", pod_fields),
+            (f"/api/v1/namespaces/{a}/pods", POD_FIELDS[:6]),
+            ("/api/v1/configmaps", cm_fields),
+            ("/api/v1/secrets", secret_fields),
+        )
+        for p in _selector_combos(population, "fieldSelector", fields)
+    ]
+    both = [("labelSelector", "app in (web,db)"), ("fieldSelector", "spec.nodeName!=node-b")]
+    work += [
+        diff(wc_sides, "/api/v1/pods", [*both, *extra]) for extra in ([], [("limit", "3")], [("resourceVersion", "0")])
+    ]
+    found = await gather_limited(work, CONCURRENCY)
+    assert not found, found.report()
+
+
+async def test_paging_with_selectors(wc_sides: Sides, population: Population) -> None:
+    """Pages of a filtered list: remainingItemCount is never set with a selector (the apiserver's
+    rule), and the pages still add up to the unpaged filtered list."""
+    found = Mismatches()
+    for params in (
+        [("labelSelector", "app in (web,db)"), ("limit", "4")],
+        [("fieldSelector", "spec.nodeName=node-a"), ("limit", "3")],
+        [("labelSelector", "!tier"), ("fieldSelector", "status.phase!=Running"), ("limit", "5")],
+    ):
+        found.extend(await _compare_paging(wc_sides, "/api/v1/pods", params))
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- continue tokens
+
+
+def _token(rv: int, start: str, version: str = "meta.k8s.io/v1") -> str:
+    raw = json.dumps({"v": version, "rv": rv, "start": start}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+async def test_continue_tokens(wc_sides: Sides, population: Population) -> None:
+    """Garbage and foreign tokens, each side's own token combined with resourceVersion and
+    resourceVersionMatch, and the apiserver's token handed to kproxy (it passes through)."""
+    a = population.namespaces[0]
+    path = "/api/v1/pods"
+    found = Mismatches()
+    first = [("limit", "7")]
+    d0 = await wc_sides.request("GET", query_path(path, first), via_proxy=False)
+    p0 = await wc_sides.request("GET", query_path(path, first), via_proxy=True)
+    dtok, ptok = list_view(d0).continue_token, list_view(p0).continue_token
+    assert dtok and ptok, (d0.body[:300], p0.body[:300])
+
+    # Tokens kproxy did not issue: it passes them through, so the apiserver's answer comes back.
+    garbage = [
+        "garbage",
+        _token(population.recent_rv, f"{a}/pod-07\x00", version="meta.k8s.io/v2"),
+        _token(population.recent_rv, ""),
+        _token(-1, f"{a}/pod-07\x00"),
+        _token(population.recent_rv, f"{a}/pod-07\x00"),
+        dtok,
+    ]
+    work = [diff(wc_sides, path, [("limit", "7"), ("continue", t)]) for t in garbage]
+    found.extend(await gather_limited(work, CONCURRENCY))
+
+    # Each side's own token with resourceVersion / resourceVersionMatch: the apiserver's errors
+    # (or its "rv=0 is treated as the token" rule) whatever the token's origin.
+    for rv, rvm in itertools.product([None, "0", "recent", "not-a-number"], [None, "NotOlderThan", "Exact"]):
+        extra = _params(population, rv, rvm, "7")
+        d = await wc_sides.request("GET", query_path(path, [*extra, ("continue", dtok)]), via_proxy=False)
+        p = await wc_sides.request("GET", query_path(path, [*extra, ("continue", ptok)]), via_proxy=True)
+        label = f"GET {query_path(path, [*extra, ('continue', '<each side own token>')])}"
+        found.extend(compare_answers(label, d, p, {**dict(extra), "continue": "x"}))
+
+    # kproxy's token handed to the apiserver: refused as the apiserver refuses any bad token, or
+    # understood and then continued correctly; never a server error.
+    d = await wc_sides.request("GET", query_path(path, [("limit", "7"), ("continue", ptok)]), via_proxy=False)
+    p = await wc_sides.request("GET", query_path(path, [("limit", "7"), ("continue", ptok)]), via_proxy=True)
+    label = f"GET {path}?limit=7&continue=<kproxy's token> straight to the apiserver"
+    if d.status == 200:
+        if item_names(list_view(d)) != item_names(list_view(p)):
+            found.add(label, "continued list", item_names(list_view(d)), item_names(list_view(p)))
+    elif d.status != 400 or d.json().get("reason") != "BadRequest":
+        found.add(label, "the apiserver's answer to kproxy's token", d.body[:300], "")
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- GET
+
+
+async def test_get(wc_sides: Sides, population: Population) -> None:
+    """GET of one object with resourceVersion=0 (from the cache), unset and N (pass through), in
+    JSON, YAML and protobuf: byte-equal; a missing object's 404 byte-equal."""
+    a, b, c = population.namespaces
+    targets = [
+        *(f"/api/v1/namespaces/{a}/pods/{n}" for n in population.pods[a][:4]),
+        *(f"/api/v1/namespaces/{b}/configmaps/{n}" for n in population.configmaps[b][:3]),
+        *(f"/api/v1/namespaces/{c}/secrets/{n}" for n in population.secrets[c][:3]),
+        f"/api/v1/namespaces/{a}/pods/no-such-pod",
+        "/api/v1/namespaces/no-such-namespace/configmaps/x",
+    ]
+    rvs = [[], [("resourceVersion", "0")], [("resourceVersion", str(population.recent_rv))]]
+    work = [
+        diff(wc_sides, t, rv, accept=accept, is_list=False)
+        for t in targets
+        for rv in rvs
+        for accept in (JSON, YAML, PROTOBUF)
+    ]
+    work += [diff(wc_sides, targets[0], [("resourceVersion", v)], is_list=False) for v in ("not-a-number", str(FUTURE))]
+    found = await gather_limited(work, CONCURRENCY)
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- served from the cache
+
+
+async def test_metrics_say_where_reads_were_served(
+    wc_sides: Sides, population: Population, cache_proxy: RunningProxy
+) -> None:
+    """resourceVersion=0 LIST and GET count as served="cache"; an Exact LIST and a continue token
+    kproxy did not issue as served="upstream"."""
+    a = population.namespaces[0]
+
+    def count(verb: str, served: str) -> float:
+        return reads_total(cache_proxy.metrics(), resource="pods", verb=verb, served=served)
+
+    steps: list[tuple[str, str, str, list[tuple[str, str]]]] = [
+        ("list", "cache", f"/api/v1/namespaces/{a}/pods", [("resourceVersion", "0")]),
+        ("list", "cache", "/api/v1/pods", [("resourceVersion", "0"), ("limit", "3")]),
+        ("list", "cache", "/api/v1/pods", []),
+        (
+            "list",
+            "upstream",
+            "/api/v1/pods",
+            [("resourceVersion", str(population.recent_rv)), ("resourceVersionMatch", "Exact")],
+        ),
+        ("get", "cache", f"/api/v1/namespaces/{a}/pods/{population.pods[a][0]}", [("resourceVersion", "0")]),
+    ]
+    direct_token = list_view(await wc_sides.request("GET", "/api/v1/pods?limit=2", via_proxy=False)).continue_token
+    assert direct_token
+    steps.append(("list", "upstream", "/api/v1/pods", [("limit", "2"), ("continue", direct_token)]))
+    wrong: list[str] = []
+    for verb, served, path, params in steps:
+        before = count(verb, served)
+        answer = await wc_sides.request("GET", query_path(path, params), via_proxy=True)
+        assert answer.status == 200, answer.body[:300]
+        after = count(verb, served)
+        if after - before != 1:
+            wrong.append(
+                f"GET {query_path(path, params)}: reads_total{{verb={verb},served={served}}} {before} -> {after}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------- read your writes
+
+
+async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo, namespace: str) -> None:
+    """A write (through kproxy or straight to the apiserver) followed at once by a LIST without
+    resourceVersion through kproxy: the write is always in it, at the version the write returned."""
+    mismatches: list[str] = []
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    json_ct = {"Content-Type": "application/json"}
+
+    async def write(method: str, target: str, body: dict[str, Any] | None, via_proxy: bool) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        answer = await wc_sides.request(method, target, via_proxy=via_proxy, headers=json_ct, data=data)
+        assert answer.status in (200, 201), f"{method} {target}: {answer.status} {answer.body[:300]!r}"
+        result: dict[str, Any] = answer.json()
+        return result
+
+    async def listed(target: str, selector: str | None = None) -> dict[str, str]:
+        q = [("labelSelector", selector)] if selector else []
+        answer = await wc_sides.request("GET", query_path(target, q), via_proxy=True)
+        assert answer.status == 200, answer.body[:300]
+        return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in answer.json()["items"]}
+
+    def check(what: str, seen: dict[str, str], name: str, rv: str | None) -> None:
+        if rv is None and name in seen:
+            mismatches.append(f"{what}: {name} still listed at {seen[name]} after its delete")
+        elif rv is not None and seen.get(name) != rv:
+            mismatches.append(f"{what}: {name} listed at {seen.get(name)}, the write returned {rv}")
+
+    for i in range(50):
+        via = i % 2 == 0
+        side = "kproxy" if via else "apiserver"
+        name = f"ryw-{i}"
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "labels": {"ryw": "yes"}},
+            "data": {"n": "0"},
+        }
+        created = await write("POST", path, cm, via)
+        check(f"#{i} create via {side}", await listed(path), name, created["metadata"]["resourceVersion"])
+        cm["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+        cm["data"] = {"n": "1"}
+        updated = await write("PUT", f"{path}/{name}", cm, not via)
+        check(
+            f"#{i} update via {'apiserver' if via else 'kproxy'}",
+            await listed(path),
+            name,
+            updated["metadata"]["resourceVersion"],
+        )
+        if i % 5 == 0:  # the cluster-wide list too
+            check(
+                f"#{i} update, cluster-wide",
+                await listed("/api/v1/configmaps", "ryw=yes"),
+                name,
+                updated["metadata"]["resourceVersion"],
+            )
+        if i % 3 == 0:
+            await write("DELETE", f"{path}/{name}", None, via)
+            check(f"#{i} delete via {side}", await listed(path), name, None)
+        if i % 4 == 0:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]},
+            }
+            made = await write("POST", pods, pod, not via)
+            check(f"#{i} pod create", await listed(pods), name, made["metadata"]["resourceVersion"])
+            await write("DELETE", f"{pods}/{name}", None, via)
+            check(f"#{i} pod delete", await listed(pods), name, None)
+    assert not mismatches, "\n".join(mismatches)

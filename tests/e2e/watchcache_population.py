@@ -1,0 +1,260 @@
+"""The objects the watch-cache differential tests list, and the kproxy that caches them.
+
+Three namespaces of bare pods (never scheduled: there is no scheduler or kubelet), configmaps and
+secrets with varied labels (keys missing on some), field values (``spec.nodeName`` set on some,
+``restartPolicy``, ``schedulerName``, ``serviceAccountName``, ``hostNetwork``, ``status.phase``)
+and secret types, created in an order unlike their names' so that list order is tested.
+
+``KPROXY_WATCHCACHE_DIFF_PASSTHROUGH=1`` starts kproxy without the filter (a pure pass-through,
+which must agree with the apiserver trivially): a way to debug the harness itself. The
+"served from cache" assertions then fail, as they should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus.compare import Sides
+
+from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
+
+PASSTHROUGH_ENV = "KPROXY_WATCHCACHE_DIFF_PASSTHROUGH"
+CACHED = ("pods", "configmaps", "secrets")
+PODS, CONFIGMAPS = 60, 40
+POD_SPLIT = (25, 20, 15)
+CM_SPLIT = (16, 14, 10)
+
+
+@dataclass
+class Population:
+    namespaces: list[str]
+    pods: dict[str, list[str]]  # namespace -> names
+    configmaps: dict[str, list[str]]
+    secrets: dict[str, list[str]]
+    #: A list resourceVersion taken before anything was created (an "old N").
+    old_rv: int
+    #: A list resourceVersion taken after everything was created (a "recent N").
+    recent_rv: int
+
+
+def _name(prefix: str, i: int, n: int) -> str:
+    """Names in an order unlike creation order: 37 is coprime to every n used here."""
+    return f"{prefix}-{(i * 37) % n:02d}"
+
+
+def _pod(ns: str, i: int) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    if i % 5 != 0:
+        labels["app"] = ("web", "db", "cache", "queue")[i % 4]
+    if i % 3 == 0:
+        labels["tier"] = ("front", "back")[i % 2]
+    if i % 4 == 1:
+        labels["env"] = "prod" if i % 8 == 1 else "dev"
+    if i % 7 == 0:
+        labels = {}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "image": f"registry.example/app:{i % 3}"}],
+        "restartPolicy": ("Always", "OnFailure", "Never")[i % 3],
+        "schedulerName": "default-scheduler" if i % 2 else "batch-scheduler",
+        "serviceAccountName": ("default", "builder", "runner")[(i // 3) % 3],
+    }
+    if i % 4 in (1, 2):
+        spec["nodeName"] = ("node-a", "node-b")[i % 2]
+    if i % 9 == 0:
+        spec["hostNetwork"] = True
+    meta: dict[str, Any] = {"name": _name("pod", i, PODS), "namespace": ns}
+    if labels:
+        meta["labels"] = labels
+    if i % 6 == 0:
+        meta["annotations"] = {"example.com/note": f"pod {i}"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def _pod_status(i: int) -> dict[str, Any] | None:
+    """A status for some of the pods (as a kubelet would write it), so status.phase varies."""
+    if i % 4 == 1:
+        ip = f"10.1.{i // 200}.{i % 200 + 1}"
+        return {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "192.168.0.1"}
+    if i % 4 == 2:
+        return {"phase": "Succeeded" if i % 8 == 2 else "Failed"}
+    return None
+
+
+def _configmap(ns: str, i: int) -> dict[str, Any]:
+    labels = {"team": ("red", "blue", "green")[i % 3]}
+    if i % 2:
+        labels["app"] = ("web", "db")[i % 4 // 2]
+    if i % 10 == 0:
+        labels = {}
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": _name("cm", i, CONFIGMAPS), "namespace": ns, "labels": labels},
+        "data": {f"key{j}": f'value {i}.{j} ünïcode "quoted" \n' for j in range(i % 4 + 1)},
+    }
+    if i % 5 == 0:
+        cm["binaryData"] = {"blob": base64.b64encode(bytes(range(i, i + 16))).decode()}
+    if i % 8 == 0:
+        cm["immutable"] = True
+    return cm
+
+
+def _secrets(ns: str, k: int) -> list[dict[str, Any]]:
+    """Secrets of four types; each namespace gets a few of each."""
+
+    def b64(s: str) -> str:
+        return base64.b64encode(s.encode()).decode()
+
+    def secret(name: str, type_: str, data: dict[str, str], labels: dict[str, str]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": ns}
+        if labels:
+            meta["labels"] = labels
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": type_, "data": data}
+
+    out = [secret(f"opaque-{j}", "Opaque", {"token": b64(f"t{k}{j}")}, {"kind": "opaque"}) for j in range(3)]
+    out += [
+        secret(f"tls-{j}", "kubernetes.io/tls", {"tls.crt": b64("crt"), "tls.key": b64("key")}, {"kind": "tls"})
+        for j in range(2)
+    ]
+    out.append(secret("registry", "kubernetes.io/dockerconfigjson", {".dockerconfigjson": b64('{"auths":{}}')}, {}))
+    out.append(secret("basic", "kubernetes.io/basic-auth", {"username": b64("u"), "password": b64("p")}, {}))
+    return out
+
+
+def _list_rv(cp: ControlPlaneInfo, path: str) -> int:
+    code, body = cp.request("GET", path)
+    assert code == 200, body[:300]
+    return int(json.loads(body)["metadata"]["resourceVersion"])
+
+
+def populate(cp: ControlPlaneInfo, kubectl: Kubectl) -> Population:
+    """Create everything with one kubectl call, then give some pods a status."""
+    old_rv = _list_rv(cp, "/api/v1/pods?limit=1")
+    suffix = secrets.token_hex(3)
+    namespaces = [f"wcdiff-{x}-{suffix}" for x in "abc"]
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"wcdiff": suffix}}}
+        for ns in namespaces
+    ]
+    pods: dict[str, list[str]] = {ns: [] for ns in namespaces}
+    statuses: list[tuple[str, str, dict[str, Any]]] = []
+    i = 0
+    for ns, count in zip(namespaces, POD_SPLIT, strict=True):
+        for _ in range(count):
+            pod = _pod(ns, i)
+            objects.append(pod)
+            pods[ns].append(pod["metadata"]["name"])
+            status = _pod_status(i)
+            if status:
+                statuses.append((ns, pod["metadata"]["name"], status))
+            i += 1
+    cms: dict[str, list[str]] = {ns: [] for ns in namespaces}
+    i = 0
+    for ns, count in zip(namespaces, CM_SPLIT, strict=True):
+        for _ in range(count):
+            cm = _configmap(ns, i)
+            objects.append(cm)
+            cms[ns].append(cm["metadata"]["name"])
+            i += 1
+    secs: dict[str, list[str]] = {}
+    for k, ns in enumerate(namespaces):
+        items = _secrets(ns, k)
+        objects.extend(items)
+        secs[ns] = [s["metadata"]["name"] for s in items]
+    kubectl(["create", "-f", "-"], input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    for ns, name, status in statuses:
+        code, body = cp.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/{name}/status",
+            body=json.dumps({"status": status}).encode(),
+            content_type="application/merge-patch+json",
+        )
+        assert code == 200, body[:300]
+    recent_rv = _list_rv(cp, "/api/v1/pods?limit=1")
+    return Population(namespaces, pods, cms, secs, old_rv, recent_rv)
+
+
+def depopulate(kubectl: Kubectl, pop: Population) -> None:
+    """Delete what was created (pods forced: with a nodeName and no kubelet they would linger)."""
+    for ns in pop.namespaces:
+        kubectl(["delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false"], check=False)
+        kubectl(["delete", "configmaps,secrets", "--all", "-n", ns, "--wait=false"], check=False)
+        kubectl(["delete", "namespace", ns, "--wait=false"], check=False)
+
+
+def filters() -> list[dict[str, Any]]:
+    if os.environ.get(PASSTHROUGH_ENV) == "1":
+        return []
+    return [{"name": "watchcache", "resources": list(CACHED)}]
+
+
+def start_cache_proxy(tmp: Path, cp: ControlPlaneInfo) -> RunningProxy:
+    """kproxy (credentials: proxy) with the watch cache on pods, configmaps and secrets."""
+    return start_proxy(tmp, cp.admin_kubeconfig, extra={"filters": filters()})
+
+
+# --------------------------------------------------------------------------- module-scoped fixtures
+
+
+@pytest.fixture(scope="module")
+def cache_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    rp = start_cache_proxy(tmp_path_factory.mktemp("kproxy-watchcache"), control_plane)
+    yield rp
+    rp.stop()
+
+
+@pytest.fixture(scope="module")
+def population(control_plane: ControlPlaneInfo, kubectl: Kubectl, cache_proxy: RunningProxy) -> Iterator[Population]:
+    """Created after kproxy started, so the cache learns it from its watch, not its first list."""
+    pop = populate(control_plane, kubectl)
+    yield pop
+    depopulate(kubectl, pop)
+
+
+@pytest.fixture(scope="module")
+async def wc_sides(
+    control_plane: ControlPlaneInfo, cache_proxy: RunningProxy, population: Population
+) -> AsyncIterator[Sides]:
+    """Direct and through-kproxy sessions, once the cache has caught up with the population."""
+    s = Sides(control_plane, cache_proxy.url)
+    await settle(s)
+    yield s
+    await s.close()
+
+
+async def settle(sides: Sides, deadline_s: float = 20.0) -> None:
+    """Wait (bounded) until kproxy's resourceVersion=0 lists name what the apiserver's do.
+
+    A list with resourceVersion=0 may be stale by design; the comparisons need both caches to have
+    caught up with the population. Not reaching it is left to the tests to report, item by item.
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    pending = [f"/api/v1/{r}?resourceVersion=0" for r in CACHED]
+    while pending and loop.time() < end:
+        still: list[str] = []
+        for path in pending:
+            direct, proxied = await sides.both("GET", path)
+            if direct.status != 200 or proxied.status != 200 or _names(direct.body) != _names(proxied.body):
+                still.append(path)
+        pending = still
+        if pending:
+            await asyncio.sleep(0.1)
+
+
+def _names(body: bytes) -> list[tuple[str, str]]:
+    try:
+        items = json.loads(body).get("items") or []
+    except ValueError:
+        return []
+    return [(i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in items]
