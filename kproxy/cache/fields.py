@@ -498,15 +498,34 @@ def _go_sprint(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        # %v of a float64 is strconv.FormatFloat(f, 'g', -1, 64): exponent below 1e-4 or from 1e21.
-        if value != value or value in (float("inf"), float("-inf")):
-            return {True: "+Inf", False: "-Inf"}[value > 0] if value == value else "NaN"
-        if value == 0 or 1e-4 <= abs(value) < 1e21:
-            text = format(Decimal(repr(value)), "f")
-            return text[:-2] if text.endswith(".0") else text
-        mantissa, exp = repr(value).split("e")
-        return f"{mantissa}e{'-' if exp.startswith('-') else '+'}{int(exp.lstrip('+-')):02d}"
+        return _go_float(value)
     return str(value)
+
+
+def _go_float(value: float) -> str:
+    """%v of a float64: strconv.FormatFloat(f, 'g', -1, 64) -- the shortest digits (Python's repr finds
+    the same ones), exponent form when the decimal exponent is below -4 or at least 6 (ftoa.go: "if
+    precision was the shortest possible, use precision 6 for this decision"), e.g. 1e+06, 1.5e-05."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "-0" if str(value).startswith("-") else "0"
+    sign, digit_tuple, exponent = Decimal(repr(value)).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    dp = len(digit_tuple) + exponent  # position of the decimal point after the first digit string
+    neg = "-" if sign else ""
+    exp = dp - 1
+    if exp < -4 or exp >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{neg}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if dp <= 0:
+        return f"{neg}0.{'0' * -dp}{digits}"
+    if dp >= len(digits):
+        return f"{neg}{digits}{'0' * (dp - len(digits))}"
+    return f"{neg}{digits[:dp]}.{digits[dp:]}"
 
 
 def _cr_getter(path: tuple[str, ...]) -> tuple[DictGetter, MessageGetter]:
