@@ -24,6 +24,7 @@ the v1.37.1 apiserver itself (``tests/e2e/test_selectors_apiserver.py`` asks it 
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -131,10 +132,12 @@ class FieldSelector:
         return f"FieldSelector({self.terms!r})"
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_field_selector(text: str, selectable: SelectableFields) -> FieldSelector:
     """``fields.ParseSelector`` then ``Transform(ConvertFieldLabel)`` for the resource ``selectable`` is of.
 
-    Raises :class:`SelectorError` where the apiserver answers 400: a syntax or escape error (all terms are
+    Memoised per (text, resource) like :func:`kproxy.cache.labels.parse_label_selector`.  Raises
+    :class:`SelectorError` where the apiserver answers 400: a syntax or escape error (all terms are
     parsed, in sorted order, before any field name is checked), then the first rejected field.
     """
     parsed: list[tuple[str, str, bool]] = []
@@ -254,7 +257,7 @@ class SelectableFields:
     as in the apiserver, where ``fields.Set.Get`` of a missing key is ``""``.
     """
 
-    __slots__ = ("_dict_getters", "_msg_getters", "_reject", "accepted", "names", "protobuf")
+    __slots__ = ("_from_dict", "_from_message", "_reject", "accepted", "names", "protobuf")
 
     def __init__(
         self,
@@ -262,14 +265,20 @@ class SelectableFields:
         getters: Sequence[tuple[str, tuple[DictGetter, MessageGetter] | None]],
         reject: Callable[[str], str],
         protobuf: bool = True,
+        compiled: tuple[Callable[[Mapping[str, Any]], dict[str, str]], Callable[[Any], dict[str, str]]] | None = None,
     ) -> None:
         self.accepted: dict[str, str] = dict(accepted)
         self.protobuf = protobuf  # False for custom resources: they have no protobuf form
         self._reject = reject
         filled = [(n, g) for n, g in getters if g is not None]
         self.names: frozenset[str] = frozenset(n for n, _ in filled)
-        self._dict_getters = tuple((n, g[0]) for n, g in filled)
-        self._msg_getters = tuple((n, g[1]) for n, g in filled)
+        if compiled is not None:
+            self._from_dict, self._from_message = compiled
+        else:
+            dict_getters = tuple((n, g[0]) for n, g in filled)
+            msg_getters = tuple((n, g[1]) for n, g in filled)
+            self._from_dict = lambda obj: {n: g(obj) for n, g in dict_getters}
+            self._from_message = lambda msg: {n: g(msg) for n, g in msg_getters}
 
     def convert(self, label: str) -> str:
         """ConvertFieldLabel: the canonical name, or :class:`SelectorError` with the apiserver's text."""
@@ -280,13 +289,64 @@ class SelectableFields:
 
     def from_dict(self, obj: Mapping[str, Any]) -> dict[str, str]:
         """The field set of an object as the apiserver serves it in JSON."""
-        return {n: g(obj) for n, g in self._dict_getters}
+        return self._from_dict(obj)
 
     def from_message(self, msg: Any) -> dict[str, str]:
         """The field set of a decoded protobuf message of the kind (unset fields read as Go's zero)."""
         if not self.protobuf:
             raise TypeError("custom resources have no protobuf form")
-        return {n: g(msg) for n, g in self._msg_getters}
+        return self._from_message(msg)
+
+
+def _compile(
+    fields: Sequence[_Spec | tuple[str, tuple[DictGetter, MessageGetter] | None]],
+) -> tuple[Callable[[Mapping[str, Any]], dict[str, str]], Callable[[Any], dict[str, str]]]:
+    """One straight-line function per direction for a built-in kind: each sub-object (``metadata``,
+    ``spec``...) is fetched once and the field set built as one dict literal.  These run for every
+    object the cache stores; reading a upb sub-message once instead of once per field halves the cost.
+    Only the literal paths of :data:`_BUILTIN` are compiled (never a CRD's paths)."""
+    env_d: dict[str, Any] = {"_E": {}}
+    env_m: dict[str, Any] = {}
+    tops: dict[str, str] = {}
+    d_items: list[str] = []
+    m_items: list[str] = []
+    for i, f in enumerate(fields):
+        if not isinstance(f, _Spec):
+            name, pair = f
+            if pair is None:
+                continue
+            env_d[f"_c{i}"], env_m[f"_c{i}"] = pair
+            d_items.append(f"{name!r}: _c{i}(o)")
+            m_items.append(f"{name!r}: _c{i}(m)")
+            continue
+        assert all(p.isidentifier() for p in f.path), f.path
+        top = f.path[0]
+        if len(f.path) == 1:
+            d_raw, m_raw = f"o.get({top!r})", f"m.{top}"
+        else:
+            var = tops.setdefault(top, f"s{len(tops)}")
+            d_raw = var
+            for p in f.path[1:-1]:
+                d_raw = f"({d_raw}.get({p!r}) or _E)"
+            d_raw = f"{d_raw}.get({f.path[-1]!r})"
+            m_raw = f"{var}." + ".".join(f.path[1:])
+        if f.render == "bool":
+            d_expr, m_expr = f"('true' if {d_raw} else 'false')", f"('true' if {m_raw} else 'false')"
+        elif f.render == "int":
+            d_expr, m_expr = f"str(int({d_raw} or 0))", f"str({m_raw})"
+        else:
+            d_expr, m_expr = f"({d_raw} or '')", m_raw
+        d_items.append(f"{f.name!r}: {d_expr}")
+        m_items.append(f"{f.name!r}: {m_expr}")
+    d_src = "def from_dict(o):\n"
+    d_src += "".join(f"    {var} = o.get({top!r}) or _E\n" for top, var in tops.items())
+    d_src += "    return {" + ", ".join(d_items) + "}\n"
+    m_src = "def from_message(m):\n"
+    m_src += "".join(f"    {var} = m.{top}\n" for top, var in tops.items())
+    m_src += "    return {" + ", ".join(m_items) + "}\n"
+    exec(d_src, env_d)
+    exec(m_src, env_m)
+    return env_d["from_dict"], env_m["from_message"]
 
 
 def _not_supported(label: str) -> str:
@@ -298,10 +358,8 @@ def _default_reject(label: str) -> str:
     return f"{go_quote(label)} is not a known field selector: only {go_quote(NAME)}, {go_quote(NAMESPACE)}"
 
 
-_META = (
-    (NAME, _Spec(NAME, ("metadata", "name")).getters()),
-    (NAMESPACE, _Spec(NAMESPACE, ("metadata", "namespace")).getters()),
-)
+_META_SPECS = (_Spec(NAME, ("metadata", "name")), _Spec(NAMESPACE, ("metadata", "namespace")))
+_META = tuple((spec.name, spec.getters()) for spec in _META_SPECS)
 
 
 def _kind(
@@ -329,7 +387,8 @@ def _kind(
     accepted.update(extra_accepted or {})
     if only_accepted is not None:
         accepted = dict(only_accepted)
-    return SelectableFields(accepted, getters, reject)
+    compiled = _compile([_META_SPECS[0], _META_SPECS[1], *fields])
+    return SelectableFields(accepted, getters, reject, compiled=compiled)
 
 
 def _core_event_fields(prefix: str, reporting: str, source: tuple[str, ...]) -> list[_Spec | tuple[str, Any]]:
@@ -460,7 +519,9 @@ def builtin_fields(group: str, resource: str) -> SelectableFields:
         if factory is not None:
             found = factory()
         else:
-            found = SelectableFields({NAME: NAME, NAMESPACE: NAMESPACE}, _META, _default_reject)
+            found = SelectableFields(
+                {NAME: NAME, NAMESPACE: NAMESPACE}, _META, _default_reject, compiled=_compile(_META_SPECS)
+            )
         _CACHE[key] = found
     return found
 

@@ -25,6 +25,7 @@ Facts worth knowing (each from selector.go):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -473,8 +474,11 @@ class _Parser:
         raise SelectorError(f"found '{lit}', expected: identifier")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_label_selector(text: str) -> LabelSelector:
-    """``labels.Parse(text)``; raises :class:`SelectorError` with the apiserver's message when it would."""
+    """``labels.Parse(text)``; raises :class:`SelectorError` with the apiserver's message when it would.
+
+    Memoised (selectors are immutable and clients repeat the same few strings; errors are not cached)."""
     requirements = _Parser(text).parse()
     requirements.sort(key=lambda r: r.key)  # sort.Sort(ByKey(items)); order does not change matching
     return LabelSelector(tuple(requirements))
