@@ -335,6 +335,34 @@ def population(control_plane: ControlPlaneInfo) -> Iterator[Population]:
             },
         )
 
+    # Certificates: CertificateSigningRequests and ClusterTrustBundles with and without a signer.
+    csr_pem, cert_pem = _csr_and_cert()
+    for name, signer in ((f"csr-{tag}-a", "example.com/signer-a"), (f"csr-{tag}-b", "example.com/signer-b")):
+        _create(
+            cp,
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            {
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "CertificateSigningRequest",
+                "metadata": {"name": name},
+                "spec": {"request": csr_pem, "signerName": signer, "usages": ["client auth"]},
+            },
+        )
+    for name, signer in ((f"example.com:signer-a:{tag}", "example.com/signer-a"), (f"ctb-{tag}", None)):
+        spec: dict[str, Any] = {"trustBundle": cert_pem}
+        if signer:
+            spec["signerName"] = signer
+        _create(
+            cp,
+            "/apis/certificates.k8s.io/v1/clustertrustbundles",
+            {
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "ClusterTrustBundle",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
     # Custom resources: a namespaced CRD with selectable fields, a cluster-scoped one without.
     widget_fields = [".spec.color", ".spec.size", ".spec.enabled"]
     _ensure_crd(cp, "widgets", "Widget", "Namespaced", widget_fields)
@@ -369,6 +397,14 @@ def population(control_plane: ControlPlaneInfo) -> Iterator[Population]:
         "nodes": Target("/api/v1/nodes", builtin_fields("", "nodes")),
         "namespaces": Target("/api/v1/namespaces", builtin_fields("", "namespaces")),
         "persistentvolumes": Target("/api/v1/persistentvolumes", builtin_fields("", "persistentvolumes")),
+        "csrs": Target(
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            builtin_fields("certificates.k8s.io", "certificatesigningrequests"),
+        ),
+        "ctbs": Target(
+            "/apis/certificates.k8s.io/v1/clustertrustbundles",
+            builtin_fields("certificates.k8s.io", "clustertrustbundles"),
+        ),
         "resourceslices": Target(
             "/apis/resource.k8s.io/v1/resourceslices", builtin_fields("resource.k8s.io", "resourceslices")
         ),
@@ -384,8 +420,41 @@ def population(control_plane: ControlPlaneInfo) -> Iterator[Population]:
         f"/apis/resource.k8s.io/v1/resourceslices/rs-{tag}-node",
         f"/apis/resource.k8s.io/v1/resourceslices/rs-{tag}-all",
         f"/apis/{CRD_GROUP}/v1/gadgets/g-{tag}",
+        f"/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-{tag}-a",
+        f"/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-{tag}-b",
+        f"/apis/certificates.k8s.io/v1/clustertrustbundles/example.com:signer-a:{tag}",
+        f"/apis/certificates.k8s.io/v1/clustertrustbundles/ctb-{tag}",
     ):
         cp.request("DELETE", path)
+
+
+def _csr_and_cert() -> tuple[str, str]:
+    """A base64 PEM certificate request and a PEM self-signed CA certificate (for ClusterTrustBundles)."""
+    import base64
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kproxy-selectors")])
+    csr = x509.CertificateSigningRequestBuilder().subject_name(name).sign(key, hashes.SHA256())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    csr_pem = base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode()
+    return csr_pem, cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
 def _ensure_crd(cp: ControlPlaneInfo, plural: str, kind: str, scope: str, selectable: list[str]) -> None:
@@ -732,6 +801,14 @@ FIELD_CASES: list[tuple[str, str]] = [
     ("resourceslices", "spec.driver=drv.example.com"),
     ("resourceslices", "spec.pool.name!=x"),
     ("resourceslices", "metadata.namespace="),
+    # certificates
+    ("csrs", "spec.signerName=example.com/signer-a"),
+    ("csrs", "spec.signerName!=example.com/signer-a"),
+    ("csrs", "metadata.namespace="),
+    ("csrs", "spec.usages=x"),
+    ("ctbs", "spec.signerName=example.com/signer-a"),
+    ("ctbs", "spec.signerName="),
+    ("ctbs", "metadata.namespace="),
     # custom resources
     ("widgets", "spec.color=red"),
     ("widgets", "spec.color="),
