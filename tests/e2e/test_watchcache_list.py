@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,11 +66,12 @@ def _paths(pop: Population) -> dict[str, str]:
         "configmaps-cluster": "/api/v1/configmaps",
         "configmaps-ns": f"/api/v1/namespaces/{b}/configmaps",
         "secrets-cluster": "/api/v1/secrets",
-        "secrets-ns": f"/api/v1/namespaces/{c}/secrets",
+        "secrets-ns": f"/api/v1/namespaces/{b}/secrets",
+        "secrets-empty": f"/api/v1/namespaces/{c}/secrets",
     }
 
 
-RVS: list[str | None] = [None, "0", "old", "recent", "future", "not-a-number"]
+RVS: list[str | None] = [None, "", "0", "old", "recent", "future", "not-a-number"]
 RVMS_FULL: list[str | None] = [None, "NotOlderThan", "Exact", "Bogus"]
 LIMITS_FULL: list[str | None] = [None, "1", "7", "1000"]
 RVMS_SHORT: list[str | None] = [None, "NotOlderThan", "Exact"]
@@ -90,6 +92,31 @@ async def test_list_resource_version_matrix(wc_sides: Sides, population: Populat
         rvms, limits = (RVMS_FULL, LIMITS_FULL) if full else (RVMS_SHORT, LIMITS_SHORT)
         combos = [_params(population, rv, rvm, lim) for rv, rvm, lim in itertools.product(RVS, rvms, limits)]
         work += [diff(wc_sides, path, p) for p in combos]
+    # Odd but legal (or not) parameters a cache must read exactly as the apiserver does.
+    odd = [[("limit", v)] for v in ("0", "-1", "abc", "1.5", "")] + [
+        [("limit", "0"), ("resourceVersion", "0")],
+        [("limit", "-1"), ("resourceVersion", str(population.recent_rv))],
+        [("limit", "1"), ("limit", "5")],
+        [("resourceVersion", "0"), ("resourceVersion", str(FUTURE))],
+        [("resourceVersion", str(FUTURE)), ("resourceVersion", "0")],
+        [("sendInitialEvents", "true")],
+        [("sendInitialEvents", "false"), ("resourceVersion", "0")],
+        [("allowWatchBookmarks", "true"), ("resourceVersion", "0")],
+        [("timeoutSeconds", "5")],
+        [("timeoutSeconds", "x"), ("resourceVersion", "0")],
+        [("watch", "false"), ("resourceVersion", "0")],
+        [("watch", "0")],
+        [("fieldSelector", ""), ("labelSelector", ""), ("resourceVersion", "0")],
+        [("unknownParameter", "x"), ("resourceVersion", "0"), ("limit", "2")],
+        [("resourceVersion", " 0")],
+        [("resourceVersion", "00")],
+        [("resourceVersion", "-1")],
+        [("resourceVersion", str(population.recent_rv)), ("resourceVersionMatch", "notolderthan")],
+        [("resourceVersion", str(population.recent_rv)), ("resourceVersionMatch", "")],
+        [("resourceVersion", "0"), ("resourceVersionMatch", ""), ("limit", "3")],
+        [("resourceVersionMatch", "")],
+    ]
+    work += [diff(wc_sides, path, p) for path in ("/api/v1/pods", _paths(population)["configmaps-ns"]) for p in odd]
     found = await gather_limited(work, CONCURRENCY)
     assert not found, found.report()
 
@@ -99,11 +126,10 @@ async def test_list_encodings(wc_sides: Sides, population: Population) -> None:
     list's own metadata), and Status errors in the negotiated encoding."""
     paths = _paths(population)
     combos = [
-        _params(population, rv, rvm, lim)
-        for rv, rvm, lim in itertools.product(
-            [None, "0", "recent", "future", "not-a-number"], [None, "Exact"], [None, "7"]
-        )
+        _params(population, rv, None, lim)
+        for rv, lim in itertools.product([None, "0", "recent", "future", "not-a-number"], [None, "7"])
     ]
+    combos.append(_params(population, "recent", "Exact", None))
     work = [
         diff(wc_sides, paths[where], p, accept=accept)
         for accept in (YAML, PROTOBUF)
@@ -281,6 +307,9 @@ LABEL_SELECTORS = [
     "app>1",
     "team=red",
     "kind=tls",
+    "example.com/role=tricky",
+    "example.com/role",
+    "size notin (big)",
     # invalid: the apiserver's own 400 must come back word for word
     "app=(",
     "app in (web",
@@ -440,7 +469,10 @@ async def test_get(wc_sides: Sides, population: Population) -> None:
     targets = [
         *(f"/api/v1/namespaces/{a}/pods/{n}" for n in population.pods[a][:4]),
         *(f"/api/v1/namespaces/{b}/configmaps/{n}" for n in population.configmaps[b][:3]),
-        *(f"/api/v1/namespaces/{c}/secrets/{n}" for n in population.secrets[c][:3]),
+        *(f"/api/v1/namespaces/{b}/secrets/{n}" for n in population.secrets[b][:3]),
+        *(f"/api/v1/namespaces/{b}/configmaps/{n}" for n in ("tricky", "big", "terminating", "doomed-cm")),
+        f"/api/v1/namespaces/{b}/pods/doomed-pod",
+        f"/api/v1/namespaces/{c}/secrets/none",
         f"/api/v1/namespaces/{a}/pods/no-such-pod",
         "/api/v1/namespaces/no-such-namespace/configmaps/x",
     ]
@@ -451,7 +483,16 @@ async def test_get(wc_sides: Sides, population: Population) -> None:
         for rv in rvs
         for accept in (JSON, YAML, PROTOBUF)
     ]
-    work += [diff(wc_sides, targets[0], [("resourceVersion", v)], is_list=False) for v in ("not-a-number", str(FUTURE))]
+    work += [
+        diff(wc_sides, targets[0], p, is_list=False)
+        for p in (
+            [("resourceVersion", "not-a-number")],
+            [("resourceVersion", str(FUTURE))],
+            [("resourceVersion", "0"), ("pretty", "true")],
+            [("resourceVersion", "")],
+            [("resourceVersion", "0"), ("resourceVersionMatch", "Exact")],
+        )
+    ]
     found = await gather_limited(work, CONCURRENCY)
     assert not found, found.report()
 
@@ -519,54 +560,111 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
         q = [("labelSelector", selector)] if selector else []
         answer = await wc_sides.request("GET", query_path(target, q), via_proxy=True)
         assert answer.status == 200, answer.body[:300]
-        return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in answer.json()["items"]}
+        return {
+            f"{i['metadata']['namespace']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"]
+            for i in answer.json()["items"]
+        }
 
     def check(what: str, seen: dict[str, str], name: str, rv: str | None) -> None:
+        name = f"{namespace}/{name}"
         if rv is None and name in seen:
             mismatches.append(f"{what}: {name} still listed at {seen[name]} after its delete")
         elif rv is not None and seen.get(name) != rv:
             mismatches.append(f"{what}: {name} listed at {seen.get(name)}, the write returned {rv}")
 
-    for i in range(50):
-        via = i % 2 == 0
-        side = "kproxy" if via else "apiserver"
-        name = f"ryw-{i}"
-        cm = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "labels": {"ryw": "yes"}},
-            "data": {"n": "0"},
-        }
-        created = await write("POST", path, cm, via)
-        check(f"#{i} create via {side}", await listed(path), name, created["metadata"]["resourceVersion"])
-        cm["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
-        cm["data"] = {"n": "1"}
-        updated = await write("PUT", f"{path}/{name}", cm, not via)
-        check(
-            f"#{i} update via {'apiserver' if via else 'kproxy'}",
-            await listed(path),
-            name,
-            updated["metadata"]["resourceVersion"],
-        )
-        if i % 5 == 0:  # the cluster-wide list too
+    try:
+        for i in range(50):
+            via = i % 2 == 0
+            side = "kproxy" if via else "apiserver"
+            name = f"ryw-{i}"
+            cm = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": {"ryw": namespace}},
+                "data": {"n": "0"},
+            }
+            created = await write("POST", path, cm, via)
+            check(f"#{i} create via {side}", await listed(path), name, created["metadata"]["resourceVersion"])
+            cm["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+            cm["data"] = {"n": "1"}
+            updated = await write("PUT", f"{path}/{name}", cm, not via)
             check(
-                f"#{i} update, cluster-wide",
-                await listed("/api/v1/configmaps", "ryw=yes"),
+                f"#{i} update via {'apiserver' if via else 'kproxy'}",
+                await listed(path),
                 name,
                 updated["metadata"]["resourceVersion"],
             )
-        if i % 3 == 0:
-            await write("DELETE", f"{path}/{name}", None, via)
-            check(f"#{i} delete via {side}", await listed(path), name, None)
-        if i % 4 == 0:
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]},
-            }
-            made = await write("POST", pods, pod, not via)
-            check(f"#{i} pod create", await listed(pods), name, made["metadata"]["resourceVersion"])
-            await write("DELETE", f"{pods}/{name}", None, via)
-            check(f"#{i} pod delete", await listed(pods), name, None)
+            if i % 5 == 0:  # the cluster-wide list too
+                check(
+                    f"#{i} update, cluster-wide",
+                    await listed("/api/v1/configmaps", f"ryw={namespace}"),
+                    name,
+                    updated["metadata"]["resourceVersion"],
+                )
+            if i % 3 == 0:
+                await write("DELETE", f"{path}/{name}", None, via)
+                check(f"#{i} delete via {side}", await listed(path), name, None)
+            if i % 4 == 0:
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {"containers": [{"name": "c", "image": "registry.example/app:1"}]},
+                }
+                made = await write("POST", pods, pod, not via)
+                check(f"#{i} pod create", await listed(pods), name, made["metadata"]["resourceVersion"])
+                await write("DELETE", f"{pods}/{name}", None, via)
+                check(f"#{i} pod delete", await listed(pods), name, None)
+    finally:  # no namespace controller here: leftovers would stay in cluster-wide lists
+        await wc_sides.request("DELETE", path, via_proxy=False)
     assert not mismatches, "\n".join(mismatches)
+
+
+# --------------------------------------------------------------------------- the harness can fail
+
+
+async def test_harness_finds_differences(wc_sides: Sides, population: Population) -> None:
+    """The comparison is not vacuous: fed two answers that differ in each way it checks, it says so;
+    fed two answers that differ only where a cache may differ, it does not."""
+    a = population.namespaces[0]
+    path = f"/api/v1/namespaces/{a}/pods"
+
+    async def direct(params: list[tuple[str, str]], accept: str = JSON) -> Answer:
+        return await wc_sides.request("GET", query_path(path, params), via_proxy=False, accept=accept)
+
+    def found(x: Answer, y: Answer, params: dict[str, str]) -> list[str]:
+        return compare_answers("self-test", x, y, params).found
+
+    whole = await direct([])
+    assert not found(whole, whole, {})
+    web = await direct([("labelSelector", "app=web")])
+    assert any("item names" in f for f in found(whole, web, {}))
+    # One byte of one item changed: the same names, different encoding.
+    tampered = Answer(
+        whole.status, whole.headers, whole.body.replace(b'"restartPolicy":"Never"', b'"restartPolicy":"Nevr"', 1)
+    )
+    assert tampered.body != whole.body
+    assert any("not byte-equal" in f for f in found(whole, tampered, {}))
+    # The list's resourceVersion: only where the request allows it to differ.
+    moved = Answer(
+        whole.status,
+        whole.headers,
+        re.sub(rb'^(\{"kind":"PodList","apiVersion":"v1","metadata":\{"resourceVersion":")\d+', rb"\g<1>1", whole.body),
+    )
+    assert moved.body != whole.body
+    assert not found(whole, moved, {"resourceVersion": "0"})
+    assert any("consistent read" in f for f in found(whole, moved, {}))
+    assert any("Exact" in f for f in found(whole, moved, {"resourceVersion": "5", "resourceVersionMatch": "Exact"}))
+    # Paging metadata and Status bodies.
+    paged = await direct([("limit", "3")])
+    assert any("continue" in f or "remainingItemCount" in f for f in found(whole, paged, {}))
+    too_large = await direct([("resourceVersion", str(FUTURE))])
+    assert too_large.status == 504, too_large.body[:300]
+    other_current = Answer(504, too_large.headers, re.sub(rb"current: \d+", b"current: 1", too_large.body))
+    assert not found(too_large, other_current, {})
+    reworded = Answer(504, too_large.headers, too_large.body.replace(b"Too large", b"Too big"))
+    assert any("Status body" in f for f in found(too_large, reworded, {}))
+    # Protobuf items compared message by message.
+    pb = await direct([], accept=PROTOBUF)
+    view = list_view(pb)
+    assert len(view.raw_items) == len(population.pods[a]) and view.items[0]["metadata"]["namespace"] == a

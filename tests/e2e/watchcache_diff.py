@@ -41,6 +41,7 @@ __all__ = [
     "Mismatches",
     "Semantics",
     "compare_answers",
+    "first_values",
     "gather_limited",
     "list_view",
     "query_path",
@@ -231,9 +232,17 @@ class Semantics:
     rv: int | None = None
 
 
+def first_values(params: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Query parameters as the apiserver reads them: the first of repeated values wins."""
+    out: dict[str, str] = {}
+    for k, v in params:
+        out.setdefault(k, v)
+    return out
+
+
 def semantics_of(params: Mapping[str, str]) -> Semantics:
-    rv = params.get("resourceVersion")
-    rvm = params.get("resourceVersionMatch")
+    rv = params.get("resourceVersion") or None  # an empty value is an unset one
+    rvm = params.get("resourceVersionMatch") or None
     if "continue" in params:
         return Semantics("continue")
     if rvm not in (None, "Exact", "NotOlderThan"):
@@ -244,7 +253,9 @@ def semantics_of(params: Mapping[str, str]) -> Semantics:
         return Semantics("invalid" if rvm == "Exact" else "any")
     if not rv.isdigit():
         return Semantics("invalid")
-    if rvm == "Exact" or (rvm is None and "limit" in params):
+    limit = params.get("limit", "")
+    paged = limit.isdigit() and int(limit) > 0  # limit=0 or -1: no limit
+    if rvm == "Exact" or (rvm is None and paged):
         return Semantics("exact", int(rv))
     return Semantics("not-older-than", int(rv))
 
@@ -410,7 +421,7 @@ async def diff(
 ) -> Mismatches:
     """The request straight to the apiserver, then through kproxy, compared."""
     full = query_path(path, params)
-    if is_list and semantics_of(dict(params)).kind == "consistent":
+    if is_list and semantics_of(first_values(params)).kind == "consistent":
         # kproxy's answer must not be older than the apiserver's given before it.
         direct = await sides.request("GET", full, via_proxy=False, accept=accept)
         proxied = await sides.request("GET", full, via_proxy=True, accept=accept)
@@ -420,7 +431,7 @@ async def diff(
             sides.request("GET", full, via_proxy=True, accept=accept),
         )
     label = f"GET {full} [Accept: {accept}]"
-    return compare_answers(label, direct, proxied, dict(params), is_list=is_list)
+    return compare_answers(label, direct, proxied, first_values(params), is_list=is_list)
 
 
 # --------------------------------------------------------------------------- kproxy's metrics

@@ -1,9 +1,11 @@
 """The objects the watch-cache differential tests list, and the kproxy that caches them.
 
-Three namespaces of bare pods (never scheduled: there is no scheduler or kubelet), configmaps and
-secrets with varied labels (keys missing on some), field values (``spec.nodeName`` set on some,
-``restartPolicy``, ``schedulerName``, ``serviceAccountName``, ``hostNetwork``, ``status.phase``)
-and secret types, created in an order unlike their names' so that list order is tested.
+Three namespaces (named so that storage-key order differs from (namespace, name) order) of bare
+pods (never scheduled: there is no scheduler or kubelet), configmaps and secrets with varied labels
+(keys missing on some), field values (``spec.nodeName`` set on some, ``restartPolicy``,
+``schedulerName``, ``serviceAccountName``, ``hostNetwork``, ``status.phase``) and secret types,
+created in an order unlike their names' so that list order is tested; plus objects that catch
+encoders and stores out (see ``_special``).
 
 ``KPROXY_WATCHCACHE_DIFF_PASSTHROUGH=1`` starts kproxy without the filter (a pure pass-through,
 which must agree with the apiserver trivially): a way to debug the harness itself. The
@@ -22,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from corpus.compare import Sides
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 PASSTHROUGH_ENV = "KPROXY_WATCHCACHE_DIFF_PASSTHROUGH"
@@ -131,21 +134,96 @@ def _secrets(ns: str, k: int) -> list[dict[str, Any]]:
     return out
 
 
-def _list_rv(cp: ControlPlaneInfo, path: str) -> int:
-    code, body = cp.request("GET", path)
-    assert code == 200, body[:300]
-    return int(json.loads(body)["metadata"]["resourceVersion"])
+def _special(ns: str) -> list[dict[str, Any]]:
+    """Objects that catch encoders and stores out.
 
-
-def populate(cp: ControlPlaneInfo, kubectl: Kubectl) -> Population:
-    """Create everything with one kubectl call, then give some pods a status."""
-    old_rv = _list_rv(cp, "/api/v1/pods?limit=1")
-    suffix = secrets.token_hex(3)
-    namespaces = [f"wcdiff-{x}-{suffix}" for x in "abc"]
-    objects: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"wcdiff": suffix}}}
-        for ns in namespaces
+    Go's JSON escapes <, >, & and U+2028/U+2029 as \\u003c...; a large value; a label key with a
+    prefix; objects deleted right after creation; one kept terminating by its finalizer."""
+    tricky = {
+        "html": "<b>Tom & Jerry</b> -> ok",
+        "separators": "line\u2028para\u2029end",
+        "control": "tab\tbell\u0007nul-free",
+        "emoji": "caf\u00e9 \U0001f600",
+    }
+    big = "".join(f"line {i:05d} of a large value\n" for i in range(4_000))  # ~120 KB
+    cm = {"apiVersion": "v1", "kind": "ConfigMap"}
+    return [
+        {
+            **cm,
+            "metadata": {"name": "tricky", "namespace": ns, "labels": {"example.com/role": "tricky"}},
+            "data": tricky,
+        },
+        {**cm, "metadata": {"name": "big", "namespace": ns, "labels": {"size": "big"}}, "data": {"big": big}},
+        {**cm, "metadata": {"name": "doomed-cm", "namespace": ns}},
+        {
+            **cm,
+            "metadata": {"name": "terminating", "namespace": ns, "finalizers": ["example.com/keep"]},
+            "data": {"state": "terminating"},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "doomed-pod", "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/app:0"}]},
+        },
     ]
+
+
+class _Admin:
+    """Straight to the apiserver as admin, many requests at once (population is not under test)."""
+
+    def __init__(self, cp: ControlPlaneInfo) -> None:
+        self.cp = cp
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=cp.ssl_context(), limit=8))
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        ok: tuple[int, ...] = (200, 201),
+    ) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        async with self.session.request(method, self.cp.server + path, data=data, headers=headers) as resp:
+            text = await resp.read()
+            if resp.status not in ok:
+                raise AssertionError(f"{method} {path}: HTTP {resp.status}: {text[:300]!r}")
+            return json.loads(text) if text else None
+
+    async def list_rv(self, path: str) -> int:
+        return int((await self.call("GET", path))["metadata"]["resourceVersion"])
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def _collection(obj: dict[str, Any]) -> str:
+    kind = {"Pod": "pods", "ConfigMap": "configmaps", "Secret": "secrets"}[obj["kind"]]
+    return f"/api/v1/namespaces/{obj['metadata']['namespace']}/{kind}"
+
+
+async def populate(cp: ControlPlaneInfo) -> Population:
+    """Create everything (many at once, so in no particular order), delete a few, give some pods a status."""
+    admin = _Admin(cp)
+    try:
+        return await _populate(admin)
+    finally:
+        await admin.close()
+
+
+async def _populate(admin: _Admin) -> Population:
+    old_rv = await admin.list_rv("/api/v1/pods?limit=1")
+    suffix = secrets.token_hex(3)
+    # Storage keys sort "<ns>/<name>" bytewise: "base-b/" < "base/" < "base0/" ('-' < '/' < '0'),
+    # unlike sorting (namespace, name) pairs, which puts "base" first.
+    base = f"wcdiff-{suffix}"
+    namespaces = [base, f"{base}-b", f"{base}0"]
+    for ns in namespaces:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"wcdiff": suffix}}}
+        await admin.call("POST", "/api/v1/namespaces", body)
+    objects: list[dict[str, Any]] = []
     pods: dict[str, list[str]] = {ns: [] for ns in namespaces}
     statuses: list[tuple[str, str, dict[str, Any]]] = []
     i = 0
@@ -168,28 +246,47 @@ def populate(cp: ControlPlaneInfo, kubectl: Kubectl) -> Population:
             i += 1
     secs: dict[str, list[str]] = {}
     for k, ns in enumerate(namespaces):
-        items = _secrets(ns, k)
+        # The last namespace has no secrets: its secret list is the empty one.
+        items = _secrets(ns, k) if k < 2 else []
         objects.extend(items)
         secs[ns] = [s["metadata"]["name"] for s in items]
-    kubectl(["create", "-f", "-"], input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
-    for ns, name, status in statuses:
-        code, body = cp.request(
-            "PATCH",
-            f"/api/v1/namespaces/{ns}/pods/{name}/status",
-            body=json.dumps({"status": status}).encode(),
-            content_type="application/merge-patch+json",
+    objects += _special(namespaces[1])
+    await asyncio.gather(*(admin.call("POST", _collection(o), o) for o in objects))
+    for kind, name in (("configmaps", "doomed-cm"), ("pods", "doomed-pod"), ("configmaps", "terminating")):
+        # Deleted for good (the cache sees DELETED), or left terminating behind its finalizer.
+        await admin.call("DELETE", f"/api/v1/namespaces/{namespaces[1]}/{kind}/{name}")
+    await asyncio.gather(
+        *(
+            admin.call(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                {"status": status},
+                "application/merge-patch+json",
+            )
+            for ns, name, status in statuses
         )
-        assert code == 200, body[:300]
-    recent_rv = _list_rv(cp, "/api/v1/pods?limit=1")
+    )
+    recent_rv = await admin.list_rv("/api/v1/pods?limit=1")
     return Population(namespaces, pods, cms, secs, old_rv, recent_rv)
 
 
-def depopulate(kubectl: Kubectl, pop: Population) -> None:
+async def depopulate(cp: ControlPlaneInfo, pop: Population) -> None:
     """Delete what was created (pods forced: with a nodeName and no kubelet they would linger)."""
-    for ns in pop.namespaces:
-        kubectl(["delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", "--wait=false"], check=False)
-        kubectl(["delete", "configmaps,secrets", "--all", "-n", ns, "--wait=false"], check=False)
-        kubectl(["delete", "namespace", ns, "--wait=false"], check=False)
+    admin = _Admin(cp)
+    anything = tuple(range(200, 600))
+    try:
+        b = pop.namespaces[1]
+        patch = {"metadata": {"finalizers": None}}
+        await admin.call(
+            "PATCH", f"/api/v1/namespaces/{b}/configmaps/terminating", patch, "application/merge-patch+json", anything
+        )
+        for ns in pop.namespaces:
+            await admin.call("DELETE", f"/api/v1/namespaces/{ns}/pods", {"gracePeriodSeconds": 0}, ok=anything)
+            for kind in ("configmaps", "secrets"):
+                await admin.call("DELETE", f"/api/v1/namespaces/{ns}/{kind}", ok=anything)
+            await admin.call("DELETE", f"/api/v1/namespaces/{ns}", ok=anything)
+    finally:
+        await admin.close()
 
 
 def filters() -> list[dict[str, Any]]:
@@ -214,11 +311,11 @@ def cache_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPa
 
 
 @pytest.fixture(scope="module")
-def population(control_plane: ControlPlaneInfo, kubectl: Kubectl, cache_proxy: RunningProxy) -> Iterator[Population]:
+async def population(control_plane: ControlPlaneInfo, cache_proxy: RunningProxy) -> AsyncIterator[Population]:
     """Created after kproxy started, so the cache learns it from its watch, not its first list."""
-    pop = populate(control_plane, kubectl)
+    pop = await populate(control_plane)
     yield pop
-    depopulate(kubectl, pop)
+    await depopulate(control_plane, pop)
 
 
 @pytest.fixture(scope="module")
