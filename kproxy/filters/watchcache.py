@@ -30,6 +30,7 @@ from kproxy.watchcache.resource_cache import ResourceCache
 from kproxy.watchcache.resources import ConfigError, ResourceSpec, discover, parse_name, resolve
 
 log = logging.getLogger("kproxy.watchcache")
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 class AuthorizationSettings(BaseModel):
@@ -177,8 +178,16 @@ class WatchCacheFilter(FilterBase):
             await rc.stop()
         s = self.settings
         for key, spec in wanted.items():
-            if key in self.caches:
-                continue
+            crd_paths = await self._crd_paths(spec)
+            old = self.caches.get(key)
+            if old is not None:
+                if old.crd_paths == crd_paths:
+                    continue
+                # The CRD's selectable fields changed: objects must be read again with the new set.
+                log.info("watchcache: %s: selectable fields changed; caching it again", spec.label)
+                del self.caches[key]
+                self._by_path.pop(_path_key(spec), None)
+                await old.stop()
             rc = ResourceCache(
                 spec,
                 self.ctx.api,
@@ -187,6 +196,7 @@ class WatchCacheFilter(FilterBase):
                 window=s.history_window,
                 max_events=s.history_max_events,
                 page_size=s.page_size,
+                crd_paths=crd_paths,
             )
             if spec.group == "apiextensions.k8s.io" and spec.resource == "customresourcedefinitions":
                 rc.cache.add_listener(lambda _events: self.rediscover_soon())
@@ -194,6 +204,24 @@ class WatchCacheFilter(FilterBase):
             self._by_path[_path_key(spec)] = rc
             rc.start()
         self._discovered.set()
+
+    async def _crd_paths(self, spec: ResourceSpec) -> tuple[str, ...] | None:
+        """A custom resource's selectableFields (jsonPaths) for the cached version; None for a
+        built-in or aggregated resource (no CustomResourceDefinition of that name)."""
+        if spec.kind.protobuf or not spec.group or "." not in spec.group:
+            return None
+        try:
+            crd = await self._fetch(f"{_CRDS}/{spec.resource}.{spec.group}")
+        except Exception as err:
+            # Unknown selectable fields: only metadata ones are served, the rest pass through.
+            log.warning("watchcache: %s: cannot read its CRD (%s)", spec.label, err)
+            return ()
+        if not isinstance(crd, dict):
+            return None
+        for version in (crd.get("spec") or {}).get("versions") or []:
+            if version.get("name") == spec.version:
+                return tuple(f.get("jsonPath", "") for f in version.get("selectableFields") or [])
+        return ()
 
     # -- requests ---------------------------------------------------------------------------------
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:

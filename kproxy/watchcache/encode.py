@@ -49,6 +49,8 @@ def list_body(
             assert o.proto is not None
             parts.append(_ld(0x12, o.proto))
         return encode_envelope(kind.api_version, kind.list_kind, b"".join(parts))
+    if not kind.protobuf:
+        return _reshape(_unstructured_list(kind, items, rv, cont, remaining), media_type, pretty)
     data = b"".join(
         (
             b'{"kind":"',
@@ -63,6 +65,28 @@ def list_body(
         )
     )
     return _reshape(data, media_type, pretty)
+
+
+def _unstructured_list(kind: Kind, items: Sequence[CachedObject], rv: int, cont: str, remaining: int | None) -> bytes:
+    """A custom resource list as the apiserver encodes an unstructured list: a Go map, so keys in
+    sorted order, and ``continue`` always present (empty when the list is complete)."""
+    meta = b'{"continue":"' + cont.encode() + b'"'
+    if remaining is not None:
+        meta += b',"remainingItemCount":' + str(remaining).encode()
+    meta += b',"resourceVersion":"' + str(rv).encode() + b'"}'
+    return b"".join(
+        (
+            b'{"apiVersion":"',
+            kind.api_version.encode(),
+            b'","items":[',
+            b",".join([o.item_json for o in items]),
+            b'],"kind":"',
+            kind.list_kind.encode(),
+            b'","metadata":',
+            meta,
+            b"}\n",
+        )
+    )
 
 
 def object_body(kind: Kind, obj: CachedObject, media_type: str, pretty: bool) -> bytes:

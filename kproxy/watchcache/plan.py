@@ -108,10 +108,12 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields) -> Read 
     if match not in ("", "NotOlderThan") or (match and (not rv or cont_text)):
         return Pass("invalid")
     limit = 0
-    if limit_text:
+    if "limit" in q:  # present but empty is the apiserver's ParseInt 400 too
         if not _INT.fullmatch(limit_text):
             return Pass("invalid")
         limit = max(int(limit_text), 0)
+    if "timeoutSeconds" in q and not _INT.fullmatch(q["timeoutSeconds"]):
+        return Pass("invalid")
     cont: ContinueToken | None = None
     if cont_text:
         if rv:

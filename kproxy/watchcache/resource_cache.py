@@ -16,10 +16,12 @@ from .resources import ResourceSpec
 from .upstream import HttpListerWatcher
 
 
-def selectable_fields(spec: ResourceSpec, builtin: bool) -> SelectableFields:
-    """Built-in kinds: the apiserver's field table. Custom resources: metadata.name/namespace
-    (a CRD's own selectableFields are not read yet, so field selectors on them pass through)."""
-    return builtin_fields(spec.group, spec.resource) if builtin else crd_fields(())
+def selectable_fields(spec: ResourceSpec, crd_paths: tuple[str, ...] | None) -> SelectableFields:
+    """Built-in kinds: the apiserver's field table. Custom resources (``crd_paths`` not None):
+    metadata.name, metadata.namespace when namespaced, and the CRD version's selectableFields."""
+    if crd_paths is None:
+        return builtin_fields(spec.group, spec.resource)
+    return crd_fields(crd_paths, namespaced=spec.namespaced)
 
 
 class ResourceCache:
@@ -33,9 +35,11 @@ class ResourceCache:
         window: float,
         max_events: int,
         page_size: int,
+        crd_paths: tuple[str, ...] | None = None,
     ) -> None:
         self.spec = spec
-        self.fields = selectable_fields(spec, spec.kind.protobuf)
+        self.crd_paths = crd_paths
+        self.fields = selectable_fields(spec, crd_paths)
         self.factory = ObjectFactory(spec.kind, self.fields, codec)
         self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
