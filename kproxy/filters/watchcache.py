@@ -233,7 +233,7 @@ class WatchCacheFilter(FilterBase):
             return await call_next(ex)
         reads = self._metrics.reads if self._metrics is not None else None
         label = rc.spec.label
-        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields)
+        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced)
         if isinstance(decided, Read) and not rc.cache.ready:
             decided = Pass("not ready")
         if isinstance(decided, Pass):

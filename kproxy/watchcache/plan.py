@@ -77,11 +77,28 @@ def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
     return chosen.media_type, pretty
 
 
-def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields) -> Read | Pass:
+def _scope(ex: Exchange, namespaced: bool) -> str | Pass:
+    """The namespace the read is in, or Pass for a path the apiserver has no route for (a
+    cluster-scoped resource under a namespace, a namespaced object by name without one)."""
+    info = ex.info
+    ns = info.namespace
+    if namespaced:
+        if info.verb == "get" and not ns:
+            return Pass("scope")
+        return ns
+    if info.resource == "namespaces" and ns == info.name:
+        return ""  # /api/v1/namespaces/NAME: the request info names the namespace twice
+    return Pass("scope") if ns else ""
+
+
+def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool = True) -> Read | Pass:
     info = ex.info
     q = ex.query
     if ex.method != "GET":
         return Pass("method")
+    scope = _scope(ex, namespaced)
+    if isinstance(scope, Pass):
+        return scope
     if any(len(q.getall(k)) > 1 for k in q):
         return Pass("parameters")
     if info.verb == "get":
@@ -90,7 +107,7 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields) -> Read 
         media = _media(ex, protobuf)
         if isinstance(media, Pass):
             return media
-        return Read("get", info.namespace, info.name, "any", 0, 0, None, None, None, "", "", *media)
+        return Read("get", scope, info.name, "any", 0, 0, None, None, None, "", "", *media)
     if info.verb != "list":
         return Pass(info.verb)
     if set(q) - _LIST_PARAMS:
@@ -144,4 +161,4 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields) -> Read 
     media = _media(ex, protobuf)
     if isinstance(media, Pass):
         return media
-    return Read("list", info.namespace, "", mode, min_rv, limit, cont, labels, fields, label_text, field_text, *media)
+    return Read("list", scope, "", mode, min_rv, limit, cont, labels, fields, label_text, field_text, *media)
