@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 
 from kproxy.cache import ContinueToken, decode_continue
 from kproxy.cache.fields import FieldSelector, SelectableFields, parse_field_selector
@@ -77,6 +78,14 @@ def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
     return chosen.media_type, pretty
 
 
+def _utf8(raw_query: str) -> bool:
+    try:
+        unquote_to_bytes(raw_query).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _scope(ex: Exchange, namespaced: bool) -> str | Pass:
     """The namespace the read is in, or Pass for a path the apiserver has no route for (a
     cluster-scoped resource under a namespace, a namespaced object by name without one)."""
@@ -99,6 +108,10 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     scope = _scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope
+    raw = ex.raw_query
+    if ";" in raw or ("%" in raw and not _utf8(raw)):
+        # Go's query parsing differs from Python's here (semicolons, bytes that are not UTF-8).
+        return Pass("encoding")
     if any(len(q.getall(k)) > 1 for k in q):
         return Pass("parameters")
     if info.verb == "get":

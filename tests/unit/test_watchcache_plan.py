@@ -1,0 +1,111 @@
+"""Which reads the watch cache answers itself, and which go to the apiserver (and why)."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict
+
+from kproxy.cache import encode_continue
+from kproxy.cache.fields import builtin_fields
+from kproxy.chain import BytesBody, Exchange
+from kproxy.requestinfo import request_info_from_target
+from kproxy.watchcache.plan import Pass, Read, plan
+
+PODS = builtin_fields("", "pods")
+TOKEN = encode_continue(42, "/p1")
+APISERVER_TOKEN = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MjE2LCJzdGFydCI6Ii9jbTJcdTAwMDAifQ"
+
+
+def _plan(target: str, accept: str | None = None, method: str = "GET", namespaced: bool = True) -> Read | Pass:
+    path, _, query = target.partition("?")
+    headers = CIMultiDict({"Accept": accept} if accept else {})
+    ex = Exchange(method, path, query, headers, BytesBody(b""), request_info_from_target(method, target))
+    return plan(ex, protobuf=True, selectable=PODS, namespaced=namespaced)
+
+
+@pytest.mark.parametrize(
+    ("target", "mode", "limit"),
+    [
+        ("/api/v1/pods?resourceVersion=0", "any", 0),
+        ("/api/v1/pods?resourceVersion=0&limit=5", "any", 0),  # limit ignored, as the apiserver does
+        ("/api/v1/pods?resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=5", "any", 0),
+        ("/api/v1/pods", "consistent", 0),
+        ("/api/v1/pods?limit=5", "consistent", 5),
+        ("/api/v1/pods?limit=-3", "consistent", 0),
+        ("/api/v1/pods?resourceVersion=17", "min", 0),
+        ("/api/v1/pods?resourceVersion=17&resourceVersionMatch=NotOlderThan&limit=5", "min", 5),
+        ("/api/v1/pods?resourceVersion=17&limit=-1", "min", 0),
+        (f"/api/v1/pods?continue={TOKEN}&limit=5", "continue", 5),
+        ("/api/v1/namespaces/ns/pods?labelSelector=a%3Db&fieldSelector=spec.nodeName%3Dn1", "consistent", 0),
+        ("/api/v1/pods?watch=false&resourceVersion=0", "any", 0),
+        ("/api/v1/pods?resourceVersion=0&timeoutSeconds=5&allowWatchBookmarks=true", "any", 0),
+    ],
+)
+def test_reads_the_cache_serves(target: str, mode: str, limit: int) -> None:
+    read = _plan(target)
+    assert isinstance(read, Read), read
+    assert (read.mode, read.limit) == (mode, limit)
+
+
+def test_read_details() -> None:
+    read = _plan("/api/v1/namespaces/ns/pods?labelSelector=a%3Db&resourceVersion=0", "application/yaml")
+    assert isinstance(read, Read)
+    assert (read.namespace, read.media_type, read.filtered) == ("ns", "application/yaml", True)
+    assert read.labels is not None and read.labels.matches({"a": "b"}) and not read.labels.matches({"a": "c"})
+    got = _plan(f"/api/v1/pods?continue={TOKEN}")
+    assert isinstance(got, Read) and got.cont is not None and (got.cont.rv, got.cont.start) == (42, "/p1\x00")
+    get = _plan("/api/v1/namespaces/ns/pods/p1?resourceVersion=0", "application/vnd.kubernetes.protobuf")
+    assert isinstance(get, Read) and (get.verb, get.name, get.media_type) == (
+        "get",
+        "p1",
+        "application/vnd.kubernetes.protobuf",
+    )
+    pretty = _plan("/api/v1/pods?resourceVersion=0&pretty=true")
+    assert isinstance(pretty, Read) and pretty.pretty
+    empty = _plan("/api/v1/pods?resourceVersion=0&labelSelector=&fieldSelector=")
+    assert isinstance(empty, Read) and not empty.filtered
+
+
+@pytest.mark.parametrize(
+    ("target", "reason", "accept"),
+    [
+        ("/api/v1/pods?resourceVersion=17&resourceVersionMatch=Exact", "exact", None),
+        ("/api/v1/pods?resourceVersion=17&limit=5", "exact", None),  # the legacy exact match
+        ("/api/v1/pods?resourceVersionMatch=NotOlderThan", "invalid", None),
+        ("/api/v1/pods?resourceVersion=0&resourceVersionMatch=exact", "invalid", None),
+        ("/api/v1/pods?resourceVersion=abc", "invalid", None),
+        ("/api/v1/pods?resourceVersion=00", "invalid", None),
+        ("/api/v1/pods?resourceVersion=-1", "invalid", None),
+        ("/api/v1/pods?limit=", "invalid", None),
+        ("/api/v1/pods?limit=x", "invalid", None),
+        ("/api/v1/pods?timeoutSeconds=x", "invalid", None),
+        (f"/api/v1/pods?continue={TOKEN}&resourceVersion=5", "invalid", None),
+        (f"/api/v1/pods?continue={TOKEN}&resourceVersionMatch=NotOlderThan&resourceVersion=5", "invalid", None),
+        (f"/api/v1/pods?continue={APISERVER_TOKEN}", "continue", None),
+        ("/api/v1/pods?continue=garbage", "continue", None),
+        ("/api/v1/pods?sendInitialEvents=true", "parameters", None),
+        ("/api/v1/pods?resourceVersion=0&unknown=1", "parameters", None),
+        ("/api/v1/pods?resourceVersion=0&limit=1&limit=2", "parameters", None),
+        ("/api/v1/pods?watch=1", "watch", None),
+        ("/api/v1/pods?labelSelector=a%20in%20(", "selector", None),
+        ("/api/v1/pods?fieldSelector=spec.unknown%3Dx", "selector", None),
+        ("/api/v1/pods?resourceVersion=0", "media type", "application/json;as=Table;g=meta.k8s.io;v=v1"),
+        ("/api/v1/pods?resourceVersion=0", "media type", "text/html"),
+        ("/api/v1/pods?resourceVersion=0&labelSelector=a%3D%FF", "encoding", None),
+        ("/api/v1/pods?resourceVersion=0;limit=1", "encoding", None),
+        ("/api/v1/namespaces/ns/pods/p1", "get", None),
+        ("/api/v1/namespaces/ns/pods/p1?resourceVersion=5", "get", None),
+        ("/api/v1/pods/p1?resourceVersion=0", "scope", None),
+    ],
+)
+def test_reads_that_go_to_the_apiserver(target: str, reason: str, accept: str | None) -> None:
+    assert _plan(target, accept) == Pass(reason)
+
+
+def test_methods_and_scopes() -> None:
+    assert _plan("/api/v1/pods", method="HEAD") == Pass("method")
+    assert _plan("/api/v1/namespaces/ns/nodes?resourceVersion=0", namespaced=False) == Pass("scope")
+    node = _plan("/api/v1/nodes/n1?resourceVersion=0", namespaced=False)
+    assert isinstance(node, Read) and (node.namespace, node.name) == ("", "n1")
+    ns = _plan("/api/v1/namespaces/kube-system?resourceVersion=0", namespaced=False)
+    assert isinstance(ns, Read) and (ns.namespace, ns.name) == ("", "kube-system")
