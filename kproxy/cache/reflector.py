@@ -82,6 +82,7 @@ class Reflector:
         page_size: int = 500,
         on_relist: Callable[[str], None] | None = None,
         on_upstream_rv: Callable[[int], None] | None = None,
+        backoff: tuple[float, float] = (0.1, 30.0),
     ) -> None:
         self.name = name
         self.lw = lw
@@ -89,6 +90,8 @@ class Reflector:
         self.page_size = page_size
         self._on_relist = on_relist
         self._on_upstream_rv = on_upstream_rv
+        # Seconds to wait after a failed list/watch: the first retry, and the cap it doubles to.
+        self.backoff = backoff
         self._task: asyncio.Task[None] | None = None
         self.streaming_list = True
         self.last_error = ""
@@ -96,6 +99,11 @@ class Reflector:
         self._progress: asyncio.Future[int] | None = None
         self._relist_reason = "relist"
         self._probe_task: asyncio.Task[None] | None = None
+        self._need_list = True
+        self._delivered = 0  # events received on any stream (a working stream resets the backoff)
+        # The id of the watch whose events are being applied straight to the cache, if one runs.
+        self._live: int | None = None
+        self._streams = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -108,6 +116,11 @@ class Reflector:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        probe, self._probe_task = self._probe_task, None
+        if probe is not None and not probe.done():
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
         if self._progress is not None and not self._progress.done():
             self._progress.cancel()
 
@@ -138,28 +151,49 @@ class Reflector:
         await asyncio.shield(fut)
 
     async def _probe(self, fut: asyncio.Future[int]) -> None:
+        # The answer only says something about the cache while one live watch (events applied
+        # straight to the cache) runs from before the probe until after it: not while the
+        # reflector relists (the store is about to be replaced) or retries a broken watch.
+        live = self._live
         try:
+            if live is None:
+                raise ConnectionError("the cache's watch is not running")
             rv = await self.lw.progress_rv()
         except BaseException as err:
-            if not fut.done():
-                fut.set_exception(err if isinstance(err, Exception) else RuntimeError("cancelled"))
-                fut.exception()
+            self._fail(fut, err if isinstance(err, Exception) else RuntimeError("cancelled"))
+            if not isinstance(err, Exception):
+                raise  # a cancelled probe (stop()) stays cancelled
             return
         self.saw_upstream_rv(rv)
         # The main watch carries every event up to rv in order before this answer could be
         # made; give the loop a moment to read what is already on the wire.
         await asyncio.sleep(0.01)
-        self.cache.progress(rv)
+        if self._live != live:
+            self._fail(fut, ConnectionError("the cache's watch restarted during the progress probe"))
+            return
+        # Not in order with the main watch: an event up to rv that is still on its way is
+        # applied when it arrives, not dropped as a repeat.
+        self.cache.progress(rv, in_order=False)
         if not fut.done():
             fut.set_result(rv)
 
+    @staticmethod
+    def _fail(fut: asyncio.Future[int], err: Exception) -> None:
+        if not fut.done():
+            fut.set_exception(err)
+            fut.exception()  # retrieved: nobody may be waiting any more
+
     # -- the loop ---------------------------------------------------------------------------------
     async def _run(self) -> None:
-        need_list = True
-        backoff = 0.1
+        # Cleared by _replace once a list (streaming or paged) has been applied: from then on a
+        # stream that ends or breaks is resumed, also when it was the streaming list's own.
+        self._need_list = True
+        first_backoff, max_backoff = self.backoff
+        backoff = first_backoff
         while True:
+            delivered = self._delivered
             try:
-                if need_list:
+                if self._need_list:
                     if self.streaming_list:
                         try:
                             await self._stream(listing=True)
@@ -169,29 +203,27 @@ class Reflector:
                             continue
                     else:
                         await self._paged_list()
-                        need_list = False
                         await self._stream(listing=False)
                 else:
                     await self._stream(listing=False)
-                need_list = False
-                backoff = 0.1
+                backoff = first_backoff
                 self.last_error = ""
             except asyncio.CancelledError:
                 raise
             except Expired:
-                log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.rv)
-                need_list = True
+                log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.applied_rv)
+                self._need_list = True
                 self._relist_reason = "expired"
             except Exception as err:
+                if self._delivered != delivered:
+                    backoff = first_backoff  # the stream worked for a while: this is a new failure
                 self.last_error = f"{type(err).__name__}: {err}"
                 log.warning(
                     "%s: upstream list/watch failed (%s); retrying in %.1fs", self.name, self.last_error, backoff
                 )
-                if not self.cache.ready:
-                    need_list = True
-                self._relist_reason = "error"
+                # A relist still owed keeps the reason it was started for (an Expired).
                 await asyncio.sleep(backoff * (1 + random.random() / 2))
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, max_backoff)
 
     async def _paged_list(self) -> None:
         objects: list[CachedObject] = []
@@ -207,29 +239,47 @@ class Reflector:
         self.saw_upstream_rv(rv)
         self._replace(objects, rv)
 
+    def _go_live(self) -> None:
+        self._streams += 1
+        self._live = self._streams
+
+    @property
+    def live(self) -> bool:
+        """Whether a watch is feeding the cache right now (not listing, not waiting to retry)."""
+        return self._live is not None
+
     def _replace(self, objects: list[CachedObject], rv: int) -> None:
         if self.cache.ready and self._on_relist is not None:
             self._on_relist(self._relist_reason)
         self.cache.replace(objects, rv)
+        self._need_list = False
 
     async def _stream(self, *, listing: bool) -> None:
         cache = self.cache
         pending: list[CachedObject] | None = [] if listing else None
-        rv = "" if listing else str(cache.rv)
-        async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
-            if pending is not None:
-                if ev.type == ADDED and ev.obj is not None:
-                    pending.append(ev.obj)
-                elif ev.type == BOOKMARK and ev.initial_events_end:
+        # From what the stream itself delivered: the cache's rv may be ahead (a progress probe).
+        rv = "" if listing else str(cache.applied_rv)
+        if not listing:
+            self._go_live()
+        try:
+            async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
+                self._delivered += 1
+                if pending is not None:
+                    if ev.type == ADDED and ev.obj is not None:
+                        pending.append(ev.obj)
+                    elif ev.type == BOOKMARK and ev.initial_events_end:
+                        self.saw_upstream_rv(ev.rv)
+                        self._replace(pending, ev.rv)
+                        pending = None
+                        self._go_live()
+                    continue
+                if ev.type == BOOKMARK:
                     self.saw_upstream_rv(ev.rv)
-                    self._replace(pending, ev.rv)
-                    pending = None
-                continue
-            if ev.type == BOOKMARK:
-                self.saw_upstream_rv(ev.rv)
-                cache.progress(ev.rv)
-            elif ev.type in (ADDED, MODIFIED, DELETED) and ev.obj is not None:
-                self.saw_upstream_rv(ev.rv)
-                cache.apply(ev.type, ev.obj)
+                    cache.progress(ev.rv)
+                elif ev.type in (ADDED, MODIFIED, DELETED) and ev.obj is not None:
+                    self.saw_upstream_rv(ev.rv)
+                    cache.apply(ev.type, ev.obj)
+        finally:
+            self._live = None
         if pending is not None:
             raise ConnectionError("the streaming list ended before its initial events were complete")

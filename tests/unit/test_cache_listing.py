@@ -8,6 +8,7 @@ plus ``\\0``; ``remainingItemCount`` is the count after the page, only without s
 from __future__ import annotations
 
 import base64
+import random
 
 import orjson
 import pytest
@@ -209,6 +210,58 @@ def page_all_from(snap: Snapshot, start: str, *, namespace: str, limit: int) -> 
         cont = decode_continue(page.continue_token)
         assert cont is not None
         start = cont.start
+
+
+def model_page(
+    keys: list[str], matches: set[str], *, namespace: str, limit: int, start: str, selective: bool
+) -> tuple[list[str], str, int | None]:
+    """The cacher's GetList loop written out plainly: scan the range from the start key, stop at
+    the first item past a full page; the token's start is the last returned key after the
+    list's prefix; the remaining count is what the range holds after the page."""
+    prefix = namespace + "/" if namespace else ""
+    in_range = [k for k in sorted(keys) if k.startswith(prefix)]
+    begin = prefix + start.removeprefix("/")
+    scan = [k for k in in_range if k >= begin]
+    out: list[str] = []
+    more = False
+    for k in scan:
+        if limit and len(out) >= limit:
+            more = True
+            break
+        if not selective or k in matches:
+            out.append(k)
+    if not more:
+        return out, "", None
+    last = "/" + out[-1][len(prefix) :] + "\x00"
+    return out, last, None if selective else len(scan) - limit
+
+
+def test_random_pages_agree_with_a_plain_model_of_the_cacher() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        namespaces = rng.sample(["a", "a-b", "ab", "b", "kube-system", "z"], rng.randint(1, 4))
+        keys = sorted({f"{rng.choice(namespaces)}/p{rng.randint(0, 30)}" for _ in range(rng.randint(0, 25))})
+        matches = {k for k in keys if rng.random() < 0.4}
+        snap = snapshot(keys)
+        selective = rng.random() < 0.5
+        namespace = rng.choice([*namespaces, ""])
+        limit = rng.randint(0, 6)
+        start = ""
+        if keys and rng.random() < 0.5:
+            k = rng.choice(keys)
+            if not namespace or k.startswith(namespace + "/"):
+                start = "/" + (k[len(namespace) + 1 :] if namespace else k) + "\x00"
+        predicate: Predicate | None = (lambda o, m=matches: o.key in m) if selective else None
+        page = select(snap, namespace=namespace, limit=limit, start=start, predicate=predicate)
+        want_keys, want_start, want_remaining = model_page(
+            keys, matches, namespace=namespace, limit=limit, start=start, selective=selective
+        )
+        assert keys_of(page) == want_keys
+        assert page.remaining == want_remaining
+        if want_start:
+            assert decode_continue(page.continue_token) == ContinueToken(snap.rv, want_start)
+        else:
+            assert page.continue_token == ""
 
 
 # -- continue tokens ------------------------------------------------------------------------------

@@ -396,3 +396,38 @@ def test_cluster_scoped_keys_sort_and_list() -> None:
     assert snap is not None
     assert snap.keys == ("a", "default", "kube-system")
     assert snap.namespace_range("") == (0, 3)
+
+
+# -- CachedObject ----------------------------------------------------------------------------------------
+def test_an_objects_json_is_made_once_on_first_use_and_shared() -> None:
+    calls: list[bytes] = []
+
+    def encode(raw: bytes) -> bytes:
+        calls.append(raw)
+        return b'{"metadata":{"name":"p"}}'
+
+    o = CachedObject("ns/p", "ns", "p", 5, {}, {}, proto=b"\x0a\x01p", encode=encode)
+    assert not o.has_json and calls == []
+    assert o.item_json == b'{"metadata":{"name":"p"}}'
+    assert o.item_json is o.item_json
+    assert calls == [b"\x0a\x01p"] and o.has_json
+    assert o.proto == b"\x0a\x01p"  # the protobuf form is kept as it came
+
+
+def test_object_json_of_a_built_in_kind_carries_kind_and_api_version() -> None:
+    o = CachedObject("ns/p", "ns", "p", 5, {}, {}, json=b'{"metadata":{"name":"p"}}')
+    assert o.object_json(POD) == b'{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p"}}'
+    empty = CachedObject("ns/q", "ns", "q", 5, {}, {}, json=b"{}")
+    assert empty.object_json(POD) == b'{"kind":"Pod","apiVersion":"v1"}'
+
+
+def test_object_json_of_a_custom_resource_is_its_own_bytes() -> None:
+    crd = Kind("example.com/v1", "Widget", "WidgetList", protobuf=False)
+    raw = b'{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"}}'
+    o = CachedObject("ns/w", "ns", "w", 5, {}, {}, json=raw)
+    assert o.object_json(crd) is raw
+
+
+def test_a_cached_object_needs_one_of_its_forms() -> None:
+    with pytest.raises(ValueError):
+        CachedObject("ns/p", "ns", "p", 5, {}, {})
