@@ -1,0 +1,842 @@
+"""The watchcache filter end to end: LIST from kproxy's cache vs the apiserver's own watch cache.
+
+    python -m benchmarks.watchcache [--envtest-dir DIR] [--pods 5000] [--lists 9]
+                                    [--clients 50] [--loadgen-procs 5] [--duration 20]
+                                    [--warmup 5] [--output FILE]
+
+Peers, measured in the same run on the same pods (benchmarks.compression's realistic pods,
+~3 KB of JSON each, created here in namespace ``bench-watchcache``):
+
+* ``direct``: the kube-apiserver, HTTPS with the admin client certificate; with
+  ``resourceVersion=0`` it answers from its own watch cache (the cacher);
+* ``kproxy``: ``kproxy run`` with ``credentials: proxy``, plain HTTP, and one filter,
+  ``watchcache`` caching ``pods``.
+
+Phases, in this order (the order matters for memory):
+
+1. Memory baseline: the apiserver's RSS (``VmRSS`` of ``/proc/<pid>/status``) with the namespace
+   empty, then kproxy started and its RSS once its pod cache is ready (no bench pods yet).
+2. The pods are created straight at the apiserver; once kproxy's cache holds all of them, both
+   RSS again (kproxy then holds each pod as protobuf only), then one JSON LIST through kproxy
+   (kproxy makes each pod's JSON lazily, and keeps the encoded list body) and kproxy's RSS, then
+   one JSON LIST direct and the apiserver's RSS. Each RSS is the minimum of a few samples a
+   second apart (Go returns freed memory to the OS lazily).
+3. Single LISTs, one at a time, ``--lists`` per cell, peer order rotating: ``resourceVersion=0``
+   and consistent (no resourceVersion), JSON and protobuf. The first request of each cell after
+   the pods were created is reported on its own (kproxy's first JSON LIST encodes 5,000 pods).
+   Latency is request sent to last body byte read by this process (aiohttp); CPU is the
+   apiserver's and kproxy's utime+stime (10 ms ticks, so averaged over the cell).
+4. ``--clients`` concurrent clients LISTing ``resourceVersion=0`` JSON in a loop, direct and then
+   through kproxy: ``--loadgen-procs`` load-generator processes (``python -m benchmarks.watchcache
+   loadgen``), each one aiohttp session with clients/procs keep-alive connections, all measuring
+   the same wall-clock window (``--warmup`` s of load first, then ``--duration`` s counted). This
+   process samples the CPU time of the apiserver, etcd, kproxy and the whole machine at the
+   window's edges and kproxy's RSS every 0.5 s. kproxy's metrics must show every LIST of the
+   window served from the cache, else the run fails.
+
+Goals from issue 4: LIST from kproxy >= 2x faster than from the apiserver for the same encoding;
+apiserver CPU with the clients through kproxy >= 10x lower than direct; kproxy RSS per cached
+object <= the apiserver's per-object growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import ssl
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.compression import pod_manifest
+from benchmarks.run import BenchError, Process, control_plane, log, percentile, start_kproxy, work_dir
+from kproxy.codec import decode_envelope
+from kproxy.testing import envtest
+from kproxy.testing.processes import process_cpu_seconds
+from kproxy.watchcache.objects import split_list
+
+NAMESPACE = "bench-watchcache"
+LIST_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+#: a few pods listed through both peers before the memory baseline, so that what kproxy and the
+#: apiserver load or build once (codec tables, encoders, buffers) is not counted per pod
+WARM_NAMESPACE = "bench-watchcache-warm"
+WARM_PODS = 50
+JSON = "application/json"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+DIRECT, KPROXY = "direct", "kproxy"
+ENCODINGS = {"JSON": JSON, "protobuf": PROTOBUF}
+#: LIST modes: name -> query string
+MODES = {"resourceVersion=0": "?resourceVersion=0", "consistent (no resourceVersion)": ""}
+_FILTERS = [{"name": "watchcache", "resources": ["pods"]}]
+_CACHE_TIMEOUT = 300.0
+_REQUEST_TIMEOUT = 120.0
+
+
+# --------------------------------------------------------------------------- process figures
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` from ``/proc/<pid>/status`` (``VmRSS``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise BenchError(f"no VmRSS for process {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    cpu = process_cpu_seconds(pid)
+    if cpu is None:
+        raise BenchError(f"process {pid} is gone")
+    return cpu
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy since boot (all CPUs, not idle/iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+async def settled_rss(pid: int, samples: int = 5, interval: float = 1.0) -> int:
+    """The smallest of a few RSS samples: lets a Go process hand back memory it has freed."""
+    values = []
+    for i in range(samples):
+        if i:
+            await asyncio.sleep(interval)
+        values.append(rss_bytes(pid))
+    return min(values)
+
+
+# --------------------------------------------------------------------------- kproxy metrics
+
+
+async def metric_samples(session: aiohttp.ClientSession, admin_url: str) -> list[tuple[str, dict[str, str], float]]:
+    async with session.get(admin_url + "/metrics") as r:
+        text = await r.text()
+    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+async def metric_sum(
+    session: aiohttp.ClientSession, admin_url: str, name: str, match: Callable[[dict[str, str]], bool]
+) -> float:
+    return sum(v for n, labels, v in await metric_samples(session, admin_url) if n == name and match(labels))
+
+
+def _pods(labels: dict[str, str]) -> bool:
+    return labels.get("resource") == "pods"
+
+
+def _pods_from_cache(labels: dict[str, str]) -> bool:
+    return _pods(labels) and labels.get("served") == "cache" and labels.get("verb") == "list"
+
+
+# --------------------------------------------------------------------------- single LISTs
+
+
+@dataclass
+class Cell:
+    """One (mode, encoding, peer): the first LIST after the pods exist, then ``--lists`` more."""
+
+    first_latency: float = float("nan")
+    latency: list[float] = field(default_factory=list)
+    apiserver_cpu: list[float] = field(default_factory=list)
+    kproxy_cpu: list[float] = field(default_factory=list)
+    body_bytes: int = 0
+    #: kproxy LISTs its metrics did not count as served from the cache (passed to the upstream)
+    not_cached: int = 0
+
+
+class Bench:
+    def __init__(self, cp: envtest.ControlPlaneInfo, kproxy: Process, kproxy_url: str, admin_url: str) -> None:
+        assert cp.apiserver_pid is not None
+        self.cp = cp
+        self.api_pid = cp.apiserver_pid
+        self.kproxy_pid = kproxy.proc.pid
+        self.admin_url = admin_url
+        timeout = aiohttp.ClientTimeout(total=_REQUEST_TIMEOUT)
+        skip = ("Accept-Encoding", "User-Agent")
+        self.direct = aiohttp.ClientSession(
+            base_url=cp.server,
+            connector=aiohttp.TCPConnector(ssl=cp.ssl_context()),
+            auto_decompress=False,
+            skip_auto_headers=skip,
+            timeout=timeout,
+        )
+        self.via = aiohttp.ClientSession(
+            base_url=kproxy_url, auto_decompress=False, skip_auto_headers=skip, timeout=timeout
+        )
+        self.plain = aiohttp.ClientSession(timeout=timeout)
+
+    async def close(self) -> None:
+        for s in (self.direct, self.via, self.plain):
+            await s.close()
+
+    def session(self, peer: str) -> aiohttp.ClientSession:
+        return self.via if peer == KPROXY else self.direct
+
+    async def fetch(self, peer: str, query: str, accept: str, path: str = LIST_PATH) -> bytes:
+        headers = {"Accept": accept, "Accept-Encoding": "identity"}
+        async with self.session(peer).get(path + query, headers=headers) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise BenchError(f"{peer}: LIST{query} ({accept}) answered {resp.status}: {body[:300]!r}")
+        return body
+
+    async def timed(self, peer: str, query: str, accept: str, cell: Cell, *, first: bool = False) -> bytes:
+        served = await self.cache_served() if peer == KPROXY else 0.0
+        a0, k0 = cpu_seconds(self.api_pid), cpu_seconds(self.kproxy_pid)
+        t0 = time.perf_counter()
+        body = await self.fetch(peer, query, accept)
+        elapsed = time.perf_counter() - t0
+        if first:
+            cell.first_latency = elapsed
+        else:
+            cell.latency.append(elapsed)
+            cell.apiserver_cpu.append(cpu_seconds(self.api_pid) - a0)
+            cell.kproxy_cpu.append(cpu_seconds(self.kproxy_pid) - k0)
+        cell.body_bytes = len(body)
+        if peer == KPROXY and await self.cache_served() <= served:
+            cell.not_cached += 1
+        return body
+
+    async def cache_served(self) -> float:
+        return await metric_sum(self.plain, self.admin_url, "kproxy_watchcache_reads_total", _pods_from_cache)
+
+    async def wait_cached(self, total: int, count: int | None = None) -> None:
+        """Until kproxy's pod cache holds ``total`` objects and has no lag; with ``count``, also
+        until it answers a LIST of the bench namespace (``count`` pods) from the cache. That LIST
+        asks protobuf (kproxy makes an object's JSON only when a JSON client first asks), and kproxy
+        keeps its body until the cache changes."""
+        deadline = time.monotonic() + _CACHE_TIMEOUT
+        while True:
+            samples = await metric_samples(self.plain, self.admin_url)
+            objects = sum(v for n, lb, v in samples if n == "kproxy_watchcache_objects" and _pods(lb))
+            lag = sum(v for n, lb, v in samples if n == "kproxy_watchcache_resource_version_lag" and _pods(lb))
+            if objects == total and lag == 0:
+                if count is None:
+                    return
+                before = await self.cache_served()
+                body = await self.fetch(KPROXY, "?resourceVersion=0", PROTOBUF)
+                if await self.cache_served() > before and len(list_items(body, PROTOBUF)) == count:
+                    return
+            if time.monotonic() > deadline:
+                raise BenchError(f"kproxy's pod cache did not reach {total} objects (objects={objects}, lag={lag})")
+            await asyncio.sleep(0.2)
+
+
+# --------------------------------------------------------------------------- seeding
+
+
+async def pods_in(bench: Bench, namespace: str) -> int:
+    async with bench.direct.get(f"/api/v1/namespaces/{namespace}/pods", params={"limit": "1"}) as r:
+        meta = await r.json()
+        return len(meta["items"]) + int(meta["metadata"].get("remainingItemCount", 0))
+
+
+async def ensure_namespace(bench: Bench, namespace: str) -> None:
+    async with bench.direct.post("/api/v1/namespaces", json={"metadata": {"name": namespace}}) as r:
+        if r.status not in (201, 409):
+            raise BenchError(f"creating namespace {namespace}: {r.status} {await r.text()}")
+
+
+async def clear_namespace(bench: Bench) -> bool:
+    """Make sure the namespace exists and holds no pods; True when it was already clean."""
+    s = bench.direct
+    await ensure_namespace(bench, NAMESPACE)
+    async with s.get(LIST_PATH, params={"limit": "1"}) as r:
+        if (await r.json())["items"] == []:
+            return True
+    log(f"{NAMESPACE} holds pods from an earlier run: deleting them (the memory baseline is then not clean)")
+    async with s.delete(LIST_PATH) as r:
+        if r.status != 200:
+            raise BenchError(f"deleting pods: {r.status} {await r.text()}")
+    deadline = time.monotonic() + _CACHE_TIMEOUT
+    while True:
+        async with s.get(LIST_PATH, params={"limit": "1"}) as r:
+            if (await r.json())["items"] == []:
+                return False
+        if time.monotonic() > deadline:
+            raise BenchError(f"pods in {NAMESPACE} not gone")
+        await asyncio.sleep(0.5)
+
+
+async def create_pods(bench: Bench, namespace: str, count: int, seed: int = 7, concurrency: int = 32) -> float:
+    """``count`` of benchmarks.compression's realistic pods in ``namespace``, straight at the apiserver."""
+    rnd = random.Random(seed)
+    manifests = []
+    for i in range(count):
+        m = pod_manifest(i, rnd)
+        m["metadata"]["namespace"] = namespace
+        manifests.append(m)
+    sem = asyncio.Semaphore(concurrency)
+    path = f"/api/v1/namespaces/{namespace}/pods"
+
+    async def create(m: dict[str, Any]) -> None:
+        async with sem, bench.direct.post(path, data=orjson.dumps(m), headers={"Content-Type": JSON}) as r:
+            if r.status != 201:
+                raise BenchError(f"creating pod: {r.status} {await r.text()}")
+
+    t = time.monotonic()
+    await asyncio.gather(*(create(m) for m in manifests))
+    return time.monotonic() - t
+
+
+# --------------------------------------------------------------------------- concurrent load
+
+
+@dataclass
+class LoadgenSpec:
+    url: str
+    headers: dict[str, str]
+    connections: int
+    #: wall-clock (time.time()) edges: load from begin_at, counted in [start_at, end_at)
+    begin_at: float
+    start_at: float
+    end_at: float
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    min_bytes: int = 0
+
+
+@dataclass
+class LoadgenResult:
+    latencies: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    #: body bytes of the LISTs completed in the window
+    body_bytes: int = 0
+    #: body bytes read inside the window, whether or not their LIST completed in it
+    window_bytes: int = 0
+    cpu: float = 0.0
+
+
+async def _sleep_until(wall: float) -> None:
+    await asyncio.sleep(max(0.0, wall - time.time()))
+
+
+async def loadgen(spec: LoadgenSpec) -> LoadgenResult:
+    """One load-generator process: ``connections`` clients, each LISTing as soon as it has read
+    the previous answer whole; a LIST counts when it completes inside the window."""
+    ctx: ssl.SSLContext | bool = False
+    if spec.ca:
+        ctx = ssl.create_default_context(cafile=spec.ca)
+        if spec.cert:
+            ctx.load_cert_chain(spec.cert, spec.key)
+    res = LoadgenResult()
+    errors: Counter[str] = Counter()
+    connector = aiohttp.TCPConnector(limit=spec.connections, ssl=ctx)
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=_REQUEST_TIMEOUT),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+    ) as session:
+
+        async def client() -> None:
+            while time.time() < spec.end_at:
+                t0 = time.perf_counter()
+                size = 0
+                try:
+                    async with session.get(spec.url, headers=spec.headers) as resp:
+                        status = resp.status
+                        # Counted as they arrive (a LIST may take longer than the window), not kept.
+                        async for chunk in resp.content.iter_any():
+                            size += len(chunk)
+                            if spec.start_at <= time.time() < spec.end_at:
+                                res.window_bytes += len(chunk)
+                except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                    if spec.start_at <= time.time() < spec.end_at:
+                        errors[type(e).__name__] += 1
+                    await asyncio.sleep(0.01)
+                    continue
+                t1 = time.perf_counter()
+                if not spec.start_at <= time.time() < spec.end_at:
+                    continue
+                if status != 200:
+                    errors[f"HTTP {status}"] += 1
+                elif size < spec.min_bytes:
+                    errors["short body"] += 1
+                else:
+                    res.latencies.append(t1 - t0)
+                    res.body_bytes += size
+
+        async def cpu() -> None:
+            await _sleep_until(spec.start_at)
+            c0 = sum(os.times()[:2])
+            await _sleep_until(spec.end_at)
+            res.cpu = sum(os.times()[:2]) - c0
+
+        await _sleep_until(spec.begin_at)
+        sampler = asyncio.create_task(cpu())
+        clients = [asyncio.create_task(client()) for _ in range(spec.connections)]
+        await sampler  # returns at the end of the window: what is still being read no longer counts
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+    res.errors = dict(errors)
+    return res
+
+
+@dataclass
+class LoadRow:
+    peer: str
+    clients: int
+    window: float
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    body_bytes: int = 0
+    loadgen_cpu: float = 0.0
+    apiserver_cpu: float = 0.0
+    etcd_cpu: float = 0.0
+    kproxy_cpu: float = 0.0
+    machine_cpu: float = 0.0
+    kproxy_rss_max: int = 0
+    apiserver_rss_max: int = 0
+    served_from_cache: float = 0.0
+    window_bytes: int = 0
+    #: size of one LIST's body
+    list_bytes: int = 1
+
+    @property
+    def ok(self) -> int:
+        """LISTs completed inside the window."""
+        return len(self.latencies)
+
+    @property
+    def lists(self) -> float:
+        """LISTs' worth of body bytes read inside the window: the throughput even when a single
+        LIST takes longer than the window, and no edge effects."""
+        return self.window_bytes / self.list_bytes
+
+    @property
+    def rps(self) -> float:
+        return self.lists / self.window
+
+
+async def run_load(
+    bench: Bench, peer: str, url: str, clients: int, procs: int, warmup: float, duration: float, list_bytes: int
+) -> LoadRow:
+    cp = bench.cp
+    begin = time.time() + 3.0  # time for the load processes to start and import
+    start, end = begin + warmup, begin + warmup + duration
+    specs = []
+    for i in range(procs):
+        conns = clients // procs + (1 if i < clients % procs else 0)
+        spec = LoadgenSpec(
+            url=url,
+            headers={"Accept": JSON, "Accept-Encoding": "identity"},
+            connections=conns,
+            begin_at=begin,
+            start_at=start,
+            end_at=end,
+            min_bytes=list_bytes * 99 // 100,
+        )
+        if peer == DIRECT:
+            spec.ca, spec.cert, spec.key = str(cp.ca_file), str(cp.admin_cert), str(cp.admin_key)
+        specs.append(spec)
+    children = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "benchmarks.watchcache",
+            "loadgen",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        for _ in specs
+    ]
+    outputs = [
+        asyncio.ensure_future(child.communicate(json.dumps(asdict(spec)).encode()))
+        for child, spec in zip(children, specs, strict=True)
+    ]
+    row = LoadRow(peer, clients, duration, list_bytes=list_bytes)
+    pids = {"apiserver": bench.api_pid, "etcd": cp.etcd_pid or 0, "kproxy": bench.kproxy_pid}
+    await _sleep_until(start)
+    c0 = {k: cpu_seconds(p) for k, p in pids.items() if p}
+    m0 = machine_busy_seconds()
+    served0 = await bench.cache_served()
+    while time.time() < end:
+        row.kproxy_rss_max = max(row.kproxy_rss_max, rss_bytes(bench.kproxy_pid))
+        row.apiserver_rss_max = max(row.apiserver_rss_max, rss_bytes(bench.api_pid))
+        await asyncio.sleep(min(0.5, max(0.0, end - time.time())))
+    c1 = {k: cpu_seconds(p) for k, p in pids.items() if p}
+    row.machine_cpu = machine_busy_seconds() - m0
+    row.apiserver_cpu = c1["apiserver"] - c0["apiserver"]
+    row.etcd_cpu = c1.get("etcd", 0.0) - c0.get("etcd", 0.0)
+    row.kproxy_cpu = c1["kproxy"] - c0["kproxy"]
+    for child, out in zip(children, outputs, strict=True):
+        stdout, _ = await out
+        if child.returncode != 0:
+            raise BenchError(f"load generator exited with {child.returncode}")
+        r = LoadgenResult(**json.loads(stdout))
+        row.latencies += r.latencies
+        row.errors.update(r.errors)
+        row.body_bytes += r.body_bytes
+        row.window_bytes += r.window_bytes
+        row.loadgen_cpu += r.cpu
+    # LISTs completed in the window, plus at most one in flight per client at each edge.
+    row.served_from_cache = await bench.cache_served() - served0
+    return row
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:.1f}" if x == x else "-"
+
+
+def _mib(x: float) -> str:
+    return f"{x / 2**20:.1f}"
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else float("inf") if a else float("nan")
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**NOT met**"
+
+
+@dataclass
+class Memory:
+    apiserver_before: int = 0
+    apiserver_after_create: int = 0
+    apiserver_after_list: int = 0
+    kproxy_before: int = 0
+    kproxy_after_create: int = 0
+    kproxy_after_json: int = 0
+    json_body_bytes: int = 0
+    clean_baseline: bool = True
+
+
+def report(
+    args: argparse.Namespace,
+    k8s: str,
+    seed_s: float,
+    cells: dict[tuple[str, str, str], Cell],
+    mem: Memory,
+    loads: list[LoadRow],
+    load_before: tuple[float, float, float],
+    identical: bool,
+) -> tuple[str, bool]:
+    med = statistics.median
+    n = args.pods
+    lines = [
+        f"# watchcache benchmark ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"kube-apiserver {k8s}, Python {platform.python_version()}, {os.cpu_count()} CPUs shared with other "
+        f"work (load average {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f} at the start). "
+        f"{n} pods in `{NAMESPACE}` (created in {seed_s:.1f} s), kproxy with `watchcache: {{resources: [pods]}}`, "
+        f"`credentials: proxy`, plain HTTP (its cache also holds the {WARM_PODS} pods of `{WARM_NAMESPACE}`, listed "
+        "through both peers before the memory baseline); direct = the apiserver over HTTPS with the admin client "
+        "certificate. "
+        "Every request says `Accept-Encoding: identity`.",
+        "",
+        f"## 1. One LIST of {n} pods at a time (median of {args.lists}; first = the first request after the pods "
+        "were created)",
+        "",
+        "kproxy's items are " + ("byte-identical" if identical else "**NOT identical**") + " to the apiserver's "
+        "(JSON and protobuf, list metadata aside). kproxy LISTs its metrics counted as passed to the apiserver "
+        "instead of served from its cache: "
+        + (
+            ", ".join(f"{m} {e}: {c.not_cached}" for (m, e, p), c in cells.items() if p == KPROXY and c.not_cached)
+            or "none"
+        )
+        + ".",
+        "",
+        "| LIST | encoding | peer | first ms | median ms | min ms | MB | apiserver CPU ms/LIST | "
+        "kproxy CPU ms/LIST | speed-up vs direct (median) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    goals_ok = True
+    speedups: dict[tuple[str, str], float] = {}
+    for mode in MODES:
+        for enc in ENCODINGS:
+            d = cells[(mode, enc, DIRECT)]
+            for peer in (DIRECT, KPROXY):
+                c = cells[(mode, enc, peer)]
+                speed = _div(med(d.latency), med(c.latency))
+                if peer == KPROXY:
+                    speedups[(mode, enc)] = speed
+                kp = f"{statistics.mean(c.kproxy_cpu) * 1000:.0f}" if peer == KPROXY else "-"
+                lines.append(
+                    f"| {mode} | {enc} | {peer} | {_ms(c.first_latency)} | {_ms(med(c.latency))} | "
+                    f"{_ms(min(c.latency))} | {c.body_bytes / 1e6:.2f} | "
+                    f"{statistics.mean(c.apiserver_cpu) * 1000:.0f} | {kp} | "
+                    f"{'' if peer == DIRECT else f'{speed:.2f}x'} |"
+                )
+    lines += [
+        "",
+        "Goal: LIST from kproxy at least 2x faster than from the apiserver for the same encoding "
+        "(`resourceVersion=0`, steady state):",
+        "",
+    ]
+    for enc in ENCODINGS:
+        s = speedups[("resourceVersion=0", enc)]
+        goals_ok &= s >= 2
+        lines.append(f"* {enc}: {s:.2f}x: {_met(s >= 2)}")
+    for enc in ENCODINGS:
+        s = speedups[("consistent (no resourceVersion)", enc)]
+        lines.append(f"* (not a goal) consistent LIST, {enc}: {s:.2f}x")
+
+    lines += [
+        "",
+        f"## 2. {args.clients} concurrent clients LISTing `resourceVersion=0` JSON in a loop",
+        "",
+        f"{args.loadgen_procs} load-generator processes (aiohttp, {args.clients // args.loadgen_procs} keep-alive "
+        f"connections each), {args.warmup:.0f} s of warm-up then {args.duration:.0f} s measured on one wall-clock "
+        "window. LISTs/s = body bytes read inside the window / one LIST's body / the window (a direct LIST under "
+        "this load can take longer than the window); completed = LISTs whose last byte was read inside the window, "
+        "the latencies are theirs. CPU is utime+stime over the window, per LIST = over LISTs/s x window; RSS is "
+        "the highest of samples every 0.5 s.",
+        "",
+        "| peer | LISTs/s | completed | p50 ms | p99 ms | errors | apiserver CPU s (total) | apiserver CPU ms/LIST | "
+        "etcd CPU s | kproxy CPU s | kproxy CPU ms/LIST | load generators CPU s | machine busy | kproxy RSS MiB | "
+        "apiserver RSS MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    ncpu = os.cpu_count() or 1
+    by = {r.peer: r for r in loads}
+    for r in loads:
+        lat = sorted(r.latencies)
+        per = _div(1000, r.lists)
+        kp_cpu = f"{r.kproxy_cpu:.2f}" if r.peer == KPROXY else f"({r.kproxy_cpu:.2f})"
+        kp_per = f"{r.kproxy_cpu * per:.1f}" if r.peer == KPROXY else "-"
+        lines.append(
+            f"| {r.peer} | {r.rps:.1f} | {r.ok} | {_ms(percentile(lat, 50))} | {_ms(percentile(lat, 99))} | "
+            f"{sum(r.errors.values())} | {r.apiserver_cpu:.2f} | {r.apiserver_cpu * per:.1f} | {r.etcd_cpu:.2f} | "
+            f"{kp_cpu} | {kp_per} | {r.loadgen_cpu:.2f} | {r.machine_cpu / (r.window * ncpu) * 100:.0f}% | "
+            f"{_mib(r.kproxy_rss_max)} | {_mib(r.apiserver_rss_max)} |"
+        )
+    dl, kl = by[DIRECT], by[KPROXY]
+    lines.append("")
+    if kl.errors or dl.errors:
+        lines.append(f"Errors: direct {dict(dl.errors)}, kproxy {dict(kl.errors)}.")
+        goals_ok = False
+    lines.append(
+        f"kproxy's metrics counted {kl.served_from_cache:.0f} pod LISTs served from its cache during the window, "
+        f"in which {kl.ok} completed (the difference: LISTs in flight at the window's edges)."
+    )
+    total_ratio = _div(dl.apiserver_cpu, kl.apiserver_cpu)
+    per_d = _div(dl.apiserver_cpu, dl.lists)
+    per_k = _div(kl.apiserver_cpu, kl.lists)
+    per_ratio = _div(per_d, per_k)
+    goals_ok &= total_ratio >= 10
+    lines += [
+        "",
+        f"Goal: apiserver CPU with the {args.clients} clients through kproxy at least 10x lower than direct: "
+        f"total over the window {dl.apiserver_cpu:.2f} s vs {kl.apiserver_cpu:.2f} s = **{total_ratio:.1f}x**, "
+        f"{_met(total_ratio >= 10)}; per LIST {per_d * 1000:.1f} ms vs {per_k * 1000:.3f} ms = {per_ratio:.0f}x. "
+        f"Through kproxy the apiserver's CPU is its idle work (leases, the kproxy watch), the same with no "
+        f"clients at all. Throughput: {_div(kl.rps, dl.rps):.1f}x the LISTs/s of direct.",
+    ]
+
+    api_growth = min(mem.apiserver_after_create, mem.apiserver_after_list) - mem.apiserver_before
+    kp_pb = mem.kproxy_after_create - mem.kproxy_before
+    kp_json = mem.kproxy_after_json - mem.kproxy_before
+    kp_json_items = kp_json - mem.json_body_bytes
+    ok_mem = kp_json / n <= api_growth / n
+    goals_ok &= ok_mem
+    lines += [
+        "",
+        f"## 3. Memory: RSS growth per pod ({n} pods)",
+        "",
+        "RSS = VmRSS of /proc/<pid>/status, each the smallest of 5 samples 1 s apart."
+        + (
+            ""
+            if mem.clean_baseline
+            else " **The namespace held pods from an earlier run; they were deleted first, so the apiserver's "
+            "baseline may include memory it had not returned yet.**"
+        ),
+        "",
+        "| process | state | RSS MiB | growth MiB | bytes per pod |",
+        "| --- | --- | ---: | ---: | ---: |",
+        f"| kube-apiserver | before the pods | {_mib(mem.apiserver_before)} | | |",
+        f"| kube-apiserver | after creating them | {_mib(mem.apiserver_after_create)} | "
+        f"{_mib(mem.apiserver_after_create - mem.apiserver_before)} | "
+        f"{(mem.apiserver_after_create - mem.apiserver_before) / n:.0f} |",
+        f"| kube-apiserver | after a JSON LIST | {_mib(mem.apiserver_after_list)} | "
+        f"{_mib(mem.apiserver_after_list - mem.apiserver_before)} | "
+        f"{(mem.apiserver_after_list - mem.apiserver_before) / n:.0f} |",
+        f"| kproxy | cache ready, no pods | {_mib(mem.kproxy_before)} | | |",
+        f"| kproxy | all pods cached (protobuf only) | {_mib(mem.kproxy_after_create)} | {_mib(kp_pb)} | "
+        f"{kp_pb / n:.0f} |",
+        f"| kproxy | after one JSON LIST (+ each pod's JSON + the kept list body) | {_mib(mem.kproxy_after_json)} "
+        f"| {_mib(kp_json)} | {kp_json / n:.0f} |",
+        f"| kproxy | the same without the kept {mem.json_body_bytes / 1e6:.1f} MB JSON list body | | "
+        f"{_mib(kp_json_items)} | {kp_json_items / n:.0f} |",
+        "",
+        f"Goal: kproxy RSS per cached object <= the apiserver's per-object growth: kproxy {kp_json / n:.0f} B/pod "
+        f"(JSON made, list body kept) vs the apiserver's {api_growth / n:.0f} B/pod (the smaller of its two "
+        f"growths): {_met(ok_mem)}.",
+        "",
+        "All goals " + ("met." if goals_ok else "**not all met** (see above)."),
+        "",
+    ]
+    return "\n".join(lines), goals_ok
+
+
+# --------------------------------------------------------------------------- main
+
+
+@contextlib.contextmanager
+def kproxy_with_cache(work: Path, cp: envtest.ControlPlaneInfo) -> Iterator[tuple[Process, str, str]]:
+    proc, peer = start_kproxy(work, cp, _FILTERS)
+    try:
+        admin_port = _admin_port(work)
+        yield proc, peer.base_url, f"http://127.0.0.1:{admin_port}"
+    finally:
+        proc.stop()
+
+
+def _admin_port(work: Path) -> int:
+    cfg = yaml.safe_load((work / "kproxy.yaml").read_text())
+    return int(str(cfg["admin_listen"]).rsplit(":", 1)[1])
+
+
+def list_items(body: bytes, accept: str) -> list[bytes]:
+    """What must match between peers in a LIST body, byte for byte: the JSON from ``"items"`` on,
+    or each item's message bytes (protobuf); the list's own metadata (its resourceVersion) may differ."""
+    if accept == JSON:
+        return [body[body.index(b',"items":[') :]]
+    return split_list(decode_envelope(body).raw)[1]
+
+
+async def amain(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, work: Path) -> tuple[str, bool]:
+    load_before = os.getloadavg()
+    assert cp.apiserver_pid is not None
+    mem = Memory()
+    with kproxy_with_cache(work, cp) as (proc, url, admin):
+        bench = Bench(cp, proc, url, admin)
+        try:
+            async with bench.direct.get("/version") as r:
+                k8s = (await r.json())["gitVersion"]
+            mem.clean_baseline = await clear_namespace(bench)
+            await ensure_namespace(bench, WARM_NAMESPACE)
+            if (warm := await pods_in(bench, WARM_NAMESPACE)) == 0:
+                await create_pods(bench, WARM_NAMESPACE, WARM_PODS, seed=11)
+                warm = WARM_PODS
+            await bench.wait_cached(warm, 0)
+            # Warm both peers' request paths (and kproxy's JSON encoder) before the baselines.
+            for peer in (DIRECT, KPROXY):
+                for path in (LIST_PATH, f"/api/v1/namespaces/{WARM_NAMESPACE}/pods"):
+                    for query in MODES.values():
+                        for accept in ENCODINGS.values():
+                            await bench.fetch(peer, query, accept, path)
+            mem.apiserver_before = await settled_rss(bench.api_pid)
+            mem.kproxy_before = await settled_rss(bench.kproxy_pid)
+            log(f"RSS before: apiserver {_mib(mem.apiserver_before)} MiB, kproxy {_mib(mem.kproxy_before)} MiB")
+
+            log(f"creating {args.pods} pods in {NAMESPACE} ...")
+            seed_s = await create_pods(bench, NAMESPACE, args.pods)
+            log(f"created in {seed_s:.1f} s; waiting for kproxy's cache")
+            await bench.wait_cached(warm + args.pods)
+            mem.apiserver_after_create = await settled_rss(bench.api_pid)
+            mem.kproxy_after_create = await settled_rss(bench.kproxy_pid)
+
+            cells = {(m, e, p): Cell() for m in MODES for e in ENCODINGS for p in (DIRECT, KPROXY)}
+            first = "resourceVersion=0"
+            body = await bench.timed(KPROXY, MODES[first], JSON, cells[(first, "JSON", KPROXY)], first=True)
+            mem.json_body_bytes = len(body)
+            mem.kproxy_after_json = await settled_rss(bench.kproxy_pid)
+            await bench.timed(DIRECT, MODES[first], JSON, cells[(first, "JSON", DIRECT)], first=True)
+            mem.apiserver_after_list = await settled_rss(bench.api_pid)
+            log(
+                f"RSS after: apiserver {_mib(mem.apiserver_after_create)} / {_mib(mem.apiserver_after_list)} MiB, "
+                f"kproxy {_mib(mem.kproxy_after_create)} / {_mib(mem.kproxy_after_json)} MiB"
+            )
+            identical = True
+            for mode, query in MODES.items():
+                for enc, accept in ENCODINGS.items():
+                    got = {}
+                    for peer in (KPROXY, DIRECT):
+                        cell = cells[(mode, enc, peer)]
+                        if cell.first_latency != cell.first_latency:
+                            got[peer] = await bench.timed(peer, query, accept, cell, first=True)
+                        else:
+                            got[peer] = await bench.fetch(peer, query, accept)
+                    identical &= list_items(got[KPROXY], accept) == list_items(got[DIRECT], accept)
+            for i in range(args.lists):
+                for mode, query in MODES.items():
+                    for enc, accept in ENCODINGS.items():
+                        order = (DIRECT, KPROXY) if i % 2 == 0 else (KPROXY, DIRECT)
+                        for peer in order:
+                            await bench.timed(peer, query, accept, cells[(mode, enc, peer)])
+                log(f"LIST round {i + 1}/{args.lists} done")
+
+            loads = []
+            list_bytes = cells[(first, "JSON", DIRECT)].body_bytes
+            for peer, base in ((DIRECT, cp.server), (KPROXY, url)):
+                log(f"{args.clients} clients LISTing {peer} for {args.warmup + args.duration:.0f} s ...")
+                row = await run_load(
+                    bench,
+                    peer,
+                    base + LIST_PATH + "?resourceVersion=0",
+                    args.clients,
+                    args.loadgen_procs,
+                    args.warmup,
+                    args.duration,
+                    list_bytes,
+                )
+                log(f"{peer}: {row.rps:.1f} LISTs/s, {sum(row.errors.values())} errors")
+                loads.append(row)
+        finally:
+            await bench.close()
+    return report(args, k8s, seed_s, cells, mem, loads, load_before, identical)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.watchcache", description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--envtest-dir", type=Path, default=os.environ.get(envtest.DIR_ENV) or None)
+    p.add_argument("--pods", type=int, default=5000)
+    p.add_argument("--lists", type=int, default=9, help="single LISTs per (mode, encoding, peer) (9)")
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--loadgen-procs", type=int, default=5, help="load-generator processes sharing the clients (5)")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds measured under load, per peer (60)")
+    p.add_argument("--warmup", type=float, default=15.0, help="seconds of load before the window (15)")
+    p.add_argument("--output", type=Path)
+    args = p.parse_args(argv)
+    if args.pods < 1 or args.lists < 1 or args.clients < 1 or not 1 <= args.loadgen_procs <= args.clients:
+        p.error("--pods, --lists, --clients must be >= 1 and 1 <= --loadgen-procs <= --clients")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["loadgen"]:
+        spec = LoadgenSpec(**json.load(sys.stdin))
+        json.dump(asdict(asyncio.run(loadgen(spec))), sys.stdout)
+        return 0
+    args = parse_args(argv)
+    try:
+        with control_plane(args.envtest_dir) as cp, work_dir() as work:
+            text, ok = asyncio.run(amain(args, cp, work))
+    except (BenchError, envtest.EnvtestError) as e:
+        log(f"error: {e}")
+        return 2
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+        log(f"wrote {args.output}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
