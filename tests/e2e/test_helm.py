@@ -108,7 +108,7 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 WATCHCACHE = {
     "name": "watchcache",
-    "resources": ["pods", "deployments.apps", {"group": "batch", "resource": "jobs"}, "replicasets.apps"],
+    "resources": ["pods", "deployments.apps", "batch/v1/jobs", "replicasets.apps"],
 }
 
 #: Every mode and option worth rendering: name -> values.
@@ -361,6 +361,20 @@ def test_rbac_forward_mode(helm: Helm) -> None:
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     ]
+
+
+def test_rbac_watchcache_resource_forms(helm: Helm) -> None:
+    def rules(resources: list[str]) -> list[dict[str, Any]]:
+        watchcache = {"name": "watchcache", "resources": resources}
+        config = {"credentials": "proxy", "allow_remote": True, "filters": [watchcache]}
+        return rules_of(helm.template({**CASES["gateway"], "config": config}))
+
+    read = ["get", "list", "watch"]
+    assert rules(["v1/configmaps", "apps/v1/deployments", "secrets"]) == [
+        {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": read},
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": read},
+    ]
+    assert rules(["*"]) == [{"apiGroups": ["*"], "resources": ["*"], "verbs": read}]
 
 
 def test_rbac_proxy_mode_needs_nothing_of_its_own(helm: Helm) -> None:

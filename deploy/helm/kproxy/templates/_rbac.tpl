@@ -2,8 +2,10 @@
 The service account's rules, computed from the rendered config (docs/security.md):
 
 - each `watchcache` filter: get, list and watch on its `resources` (the cache lists and watches
-  them with kproxy's own credentials). An entry is "pods", "deployments.apps" (resource.group,
-  as kubectl spells it) or {group: apps, resource: deployments}.
+  them with kproxy's own credentials), in the filter's own forms: "pods" (a bare name is granted
+  in the core group: write other groups' resources as RESOURCE.GROUP), "deployments.apps",
+  "apps/v1/deployments", "v1/pods", or "*" (every resource: get, list and watch on everything,
+  which is what following every resource needs).
 - credentials forward or impersonate: create on tokenreviews (who is the caller) and
   subjectaccessreviews (may the caller see what the cache would serve).
 - credentials impersonate: impersonate on users, groups, serviceaccounts and userextras/*
@@ -28,11 +30,16 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- if eq $f.name "watchcache" -}}
 {{- range $r := ($f.resources | default list) -}}
 {{- $group := "" -}}{{- $resource := "" -}}
-{{- if kindIs "string" $r -}}
+{{- $slashes := splitList "/" $r -}}
+{{- if eq $r "*" -}}
+{{- $group = "*" -}}{{- $resource = "*" -}}
+{{- else if eq (len $slashes) 3 -}}
+{{- $group = index $slashes 0 -}}{{- $resource = index $slashes 2 -}}
+{{- else if eq (len $slashes) 2 -}}
+{{- $resource = index $slashes 1 -}}
+{{- else -}}
 {{- $parts := splitn "." 2 $r -}}
 {{- $resource = $parts._0 -}}{{- $group = $parts._1 | default "" -}}
-{{- else -}}
-{{- $resource = $r.resource -}}{{- $group = $r.group | default "" -}}
 {{- end -}}
 {{- $_ := set $readable $group (append (get $readable $group | default list) $resource | uniq) -}}
 {{- end -}}
