@@ -30,13 +30,21 @@ from watchcache_diff import (
     query_path,
     reads_total,
 )
-from watchcache_population import Population, cache_proxy, population, wc_sides
+from watchcache_population import (
+    BearerSides,
+    Population,
+    cache_proxy,
+    forward_cache_proxy,
+    population,
+    settle,
+    wc_sides,
+)
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
-__all__ = ["cache_proxy", "population", "wc_sides"]  # module-scoped fixtures used here
+__all__ = ["cache_proxy", "forward_cache_proxy", "population", "wc_sides"]  # module-scoped fixtures used here
 
 FUTURE = 10**9  # far beyond anything the test cluster reaches: always "too large"
 CONCURRENCY = 24
@@ -568,7 +576,7 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
     def check(what: str, seen: dict[str, str], name: str, rv: str | None) -> None:
         name = f"{namespace}/{name}"
         if rv is None and name in seen:
-            mismatches.append(f"{what}: {name} still listed at {seen[name]} after its delete")
+            mismatches.append(f"{what}: {name} still listed at {seen[name]}")
         elif rv is not None and seen.get(name) != rv:
             mismatches.append(f"{what}: {name} listed at {seen.get(name)}, the write returned {rv}")
 
@@ -580,13 +588,14 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
             cm = {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": {"name": name, "labels": {"ryw": namespace}},
+                "metadata": {"name": name, "labels": {"ryw": namespace, "state": "new"}},
                 "data": {"n": "0"},
             }
             created = await write("POST", path, cm, via)
             check(f"#{i} create via {side}", await listed(path), name, created["metadata"]["resourceVersion"])
             cm["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
             cm["data"] = {"n": "1"}
+            cm["metadata"]["labels"]["state"] = "updated"
             updated = await write("PUT", f"{path}/{name}", cm, not via)
             check(
                 f"#{i} update via {'apiserver' if via else 'kproxy'}",
@@ -594,6 +603,10 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
                 name,
                 updated["metadata"]["resourceVersion"],
             )
+            if i % 3 == 1:  # the update moved it from one selector's answer to another's
+                rv = updated["metadata"]["resourceVersion"]
+                check(f"#{i} update, selector state=updated", await listed(path, "state=updated"), name, rv)
+                check(f"#{i} update, selector state=new", await listed(path, "state=new"), name, None)
             if i % 5 == 0:  # the cluster-wide list too
                 check(
                     f"#{i} update, cluster-wide",
@@ -618,6 +631,65 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
     finally:  # no namespace controller here: leftovers would stay in cluster-wide lists
         await wc_sides.request("DELETE", path, via_proxy=False)
     assert not mismatches, "\n".join(mismatches)
+
+
+async def test_paging_is_a_snapshot_across_writes(wc_sides: Sides, namespace: str) -> None:
+    """Pages after the first come from the first page's snapshot, as the apiserver's do: objects
+    deleted, added or changed between pages do not show (and remainingItemCount does not move)."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    json_ct = {"Content-Type": "application/json"}
+
+    async def admin(method: str, target: str, body: dict[str, Any] | None = None) -> None:
+        data = json.dumps(body).encode() if body is not None else None
+        answer = await wc_sides.request(method, target, via_proxy=False, headers=json_ct, data=data)
+        assert answer.status in (200, 201), answer.body[:300]
+
+    def cm(name: str, value: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}}
+
+    found = Mismatches()
+    try:
+        for n in range(12):
+            await admin("POST", path, cm(f"c-{n:02d}", "before"))
+        # A consistent read through kproxy: its cache has all twelve from here on.
+        assert (await wc_sides.request("GET", path, via_proxy=True)).status == 200
+        pages_d = [await wc_sides.request("GET", f"{path}?limit=5", via_proxy=False)]
+        pages_p = [await wc_sides.request("GET", f"{path}?limit=5", via_proxy=True)]
+        found.extend(compare_answers(f"GET {path}?limit=5", pages_d[0], pages_p[0], {"limit": "5"}))
+        await admin("DELETE", f"{path}/c-07")
+        await admin("POST", path, cm("c-06a", "added"))
+        await admin("PUT", f"{path}/c-09", cm("c-09", "changed"))
+        await admin("DELETE", f"{path}/c-01")  # already on page 1
+        for pages, via in ((pages_d, False), (pages_p, True)):
+            while (token := list_view(pages[-1]).continue_token) and len(pages) < 10:
+                pages.append(
+                    await wc_sides.request(
+                        "GET", query_path(path, [("limit", "5"), ("continue", token)]), via_proxy=via
+                    )
+                )
+        if len(pages_d) != len(pages_p):
+            found.add(f"GET {path}?limit=5 to the end", "number of pages", len(pages_d), len(pages_p))
+        for n, (d, p) in enumerate(zip(pages_d[1:], pages_p[1:], strict=False)):
+            found.extend(compare_answers(f"GET {path}?limit=5 page {n + 2} after writes", d, p, {"continue": "x"}))
+        now = list_view(await wc_sides.request("GET", path, via_proxy=False)).items
+        assert [i for a in pages_d for i in list_view(a).items] != now, "the writes did not land between pages"
+        # Each side's union is exactly the list at its first page's resourceVersion.
+        for side, pages in (("apiserver", pages_d), ("kproxy", pages_p)):
+            rv = list_view(pages[0]).resource_version or ""
+            union = [i for a in pages for i in list_view(a).items]
+            exact = await wc_sides.request(
+                "GET", query_path(path, [("resourceVersion", rv), ("resourceVersionMatch", "Exact")]), via_proxy=False
+            )
+            if union != list_view(exact).items:
+                found.add(
+                    f"GET {path}?limit=5 to the end",
+                    f"{side}: pages are not the list at {rv}",
+                    "",
+                    [i["metadata"]["name"] for i in union],
+                )
+    finally:
+        await wc_sides.request("DELETE", path, via_proxy=False)
+    assert not found, found.report()
 
 
 # --------------------------------------------------------------------------- the harness can fail
@@ -668,3 +740,70 @@ async def test_harness_finds_differences(wc_sides: Sides, population: Population
     pb = await direct([], accept=PROTOBUF)
     view = list_view(pb)
     assert len(view.raw_items) == len(population.pods[a]) and view.items[0]["metadata"]["namespace"] == a
+
+
+# --------------------------------------------------------------------------- credentials: forward
+
+
+async def test_forward_mode_serves_what_the_apiserver_serves(
+    control_plane: ControlPlaneInfo, forward_cache_proxy: RunningProxy, population: Population
+) -> None:
+    """Behind `credentials: forward` (the caller's own token, authorized before anything leaves the
+    cache) an allowed caller gets the same answers as straight from the apiserver, from the cache."""
+    sides = BearerSides(control_plane, forward_cache_proxy, control_plane.admin_token)
+    try:
+        await settle(sides)
+        before = reads_total(forward_cache_proxy.metrics(), resource="pods", verb="list", served="cache")
+        paths = _paths(population)
+        combos = [
+            _params(population, rv, rvm, lim)
+            for rv, rvm, lim in itertools.product(
+                [None, "0", "recent", "future", "not-a-number"], [None, "Exact"], [None, "7"]
+            )
+        ]
+        a = population.namespaces[0]
+        work = [diff(sides, paths[w], p) for w in ("pods-ns", "configmaps-cluster", "secrets-ns") for p in combos]
+        work += [
+            diff(
+                sides, f"/api/v1/namespaces/{a}/pods/{population.pods[a][1]}", [("resourceVersion", "0")], is_list=False
+            )
+        ]
+        found = await gather_limited(work, CONCURRENCY)
+        found.extend(await _compare_paging(sides, paths["pods-cluster"], [("limit", "9")]))
+        after = reads_total(forward_cache_proxy.metrics(), resource="pods", verb="list", served="cache")
+    finally:
+        await sides.close()
+    assert not found, found.report()
+    assert after - before >= 8, "the forwarded caller's lists did not come from the cache"
+
+
+async def test_forward_mode_refusals_are_the_apiservers(
+    control_plane: ControlPlaneInfo, forward_cache_proxy: RunningProxy, population: Population
+) -> None:
+    """A caller without RBAC gets the apiserver's 403 word for word, whatever the read (cluster-wide,
+    one namespace, resourceVersion 0/unset/N, paged, GET); a token the apiserver rejects its 401."""
+    a, b, _ = population.namespaces
+    found = Mismatches()
+    for token in (control_plane.user_token, "not-a-valid-token"):
+        sides = BearerSides(control_plane, forward_cache_proxy, token)
+        try:
+            work = [
+                diff(sides, path, p, is_list=not path.endswith(("pod-00", "tricky")))
+                for path in (
+                    "/api/v1/pods",
+                    f"/api/v1/namespaces/{a}/pods",
+                    f"/api/v1/namespaces/{b}/secrets",
+                    "/api/v1/configmaps",
+                    f"/api/v1/namespaces/{a}/pods/pod-00",
+                    f"/api/v1/namespaces/{b}/configmaps/tricky",
+                )
+                for p in ([], [("resourceVersion", "0")], [("limit", "7")], _params(population, "recent", None, None))
+            ]
+            found.extend(await gather_limited(work, CONCURRENCY))
+            statuses = {(await sides.request("GET", "/api/v1/pods?resourceVersion=0", via_proxy=True)).status}
+        finally:
+            await sides.close()
+        expected = {403} if token == control_plane.user_token else {401}
+        if statuses != expected:
+            found.add(f"GET /api/v1/pods?resourceVersion=0 as {token[:8]}...", "status", expected, statuses)
+    assert not found, found.report()

@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import secrets
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from corpus.compare import Sides
+from corpus.compare import Answer, Sides
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
@@ -355,3 +356,54 @@ def _names(body: bytes) -> list[tuple[str, str]]:
     except ValueError:
         return []
     return [(i["metadata"].get("namespace", ""), i["metadata"]["name"]) for i in items]
+
+
+# --------------------------------------------------------------------------- credentials: forward
+
+
+class BearerSides(Sides):
+    """Both sides authenticated by a bearer token only (no client certificate), as a caller of a
+    `credentials: forward` kproxy is: kproxy forwards it upstream and authorizes cached reads with it."""
+
+    def __init__(self, cp: ControlPlaneInfo, rp: RunningProxy, token: str) -> None:
+        super().__init__(cp, rp.url)
+        self.token = token
+        assert rp.ca_file is not None
+        proxy_tls = ssl.create_default_context(cafile=str(rp.ca_file))
+        skip = ("Accept", "Accept-Encoding", "User-Agent")
+        self._direct_bearer = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=cp.ssl_context(client_cert=False)),
+            auto_decompress=False,
+            skip_auto_headers=skip,
+        )
+        self._proxy_bearer = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=proxy_tls), auto_decompress=False, skip_auto_headers=skip
+        )
+
+    def session(self, via_proxy: bool) -> aiohttp.ClientSession:
+        return self._proxy_bearer if via_proxy else self._direct_bearer
+
+    async def request(self, method: str, path: str, *, via_proxy: bool, **kw: Any) -> Answer:
+        headers = {"Authorization": f"Bearer {self.token}", **(kw.pop("headers", None) or {})}
+        return await super().request(method, path, via_proxy=via_proxy, headers=headers, **kw)
+
+    async def close(self) -> None:
+        await self._direct_bearer.close()
+        await self._proxy_bearer.close()
+        await super().close()
+
+
+@pytest.fixture(scope="module")
+def forward_cache_proxy(
+    control_plane: ControlPlaneInfo, population: Population, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """The same cache behind `credentials: forward` (TLS, as kubectl sends tokens only over TLS)."""
+    rp = start_proxy(
+        tmp_path_factory.mktemp("kproxy-watchcache-fwd"),
+        control_plane.admin_kubeconfig,
+        credentials="forward",
+        tls=True,
+        extra={"filters": filters()},
+    )
+    yield rp
+    rp.stop()
