@@ -143,7 +143,9 @@ class Reflector:
     async def request_progress(self) -> None:
         """Ask the upstream to confirm how far this resource's events have been sent; one probe
         at a time, shared by every waiter. The confirmed RV becomes the cache's RV once the
-        events before it (already sent on the main watch) have been applied."""
+        events before it (already sent on the main watch) have been applied. Raises (the
+        upstream's error, or ConnectionError when no live watch feeds the cache or it restarted
+        meanwhile) without moving the cache."""
         fut = self._progress
         if fut is None or fut.done():
             fut = self._progress = asyncio.get_running_loop().create_future()
