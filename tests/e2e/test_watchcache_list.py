@@ -8,6 +8,7 @@ its whole batch of combinations, then reports every disagreement at once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -156,6 +157,12 @@ async def test_list_encodings(wc_sides: Sides, population: Population) -> None:
         "*/*",
         "application/json;q=0.5, application/yaml",
         "text/html",
+        "APPLICATION/JSON",
+        "application/json; charset=utf-8",
+        "application/json;stream=watch",
+        f"{PROTOBUF};stream=watch",
+        "application/json;as=Table",
+        "application/yaml;q=0, application/json;q=0.1",
     ],
 )
 async def test_list_accept_negotiation(wc_sides: Sides, population: Population, accept: str) -> None:
@@ -177,6 +184,50 @@ async def test_list_pretty(wc_sides: Sides, population: Population) -> None:
         ),
         CONCURRENCY,
     )
+    assert not found, found.report()
+
+
+async def test_odd_requests(wc_sides: Sides, population: Population) -> None:
+    """Browsers and curl (pretty JSON by User-Agent), HEAD, a trailing slash, a parameter name in
+    the wrong case, %20 instead of + in a selector, an invalid namespace name."""
+    b = population.namespaces[1]
+    cms = f"/api/v1/namespaces/{b}/configmaps"
+    rv0 = [("resourceVersion", "0")]
+    work = [
+        diff(wc_sides, target, p, headers={"User-Agent": ua}, is_list=not target.endswith("tricky"))
+        for ua in ("curl/8.5.0", "Mozilla/5.0 (X11; Linux x86_64)", "Wget/1.21", "kubectl/v1.37.1")
+        for target in (cms, f"{cms}/tricky", "/api/v1/pods")
+        for p in ([], rv0, [("limit", "2")])
+    ]
+    work += [
+        diff(wc_sides, cms, rv0, method="HEAD", is_list=False),
+        diff(wc_sides, f"{cms}/tricky", rv0, method="HEAD", is_list=False),
+        diff(wc_sides, f"{cms}/", rv0),
+        diff(wc_sides, f"{cms}/", []),
+        diff(wc_sides, cms, [("resourceversion", "0")]),
+        diff(wc_sides, cms, [("ResourceVersion", "0"), ("LIMIT", "1")]),
+        diff(wc_sides, f"{cms}?labelSelector=team%20in%20(red)&resourceVersion=0", []),
+        diff(wc_sides, f"{cms}?labelSelector=team%3Dred&fieldSelector=metadata.name%21%3Dcm-03&limit=2", []),
+        diff(wc_sides, "/api/v1/namespaces/INVALID/configmaps", rv0),
+        diff(wc_sides, "/api/v1/namespaces/no-such-namespace/pods", rv0),
+        diff(wc_sides, "/api/v1/namespaces/no-such-namespace/pods", [("limit", "1")]),
+    ]
+    found = await gather_limited(work, CONCURRENCY)
+    assert not found, found.report()
+
+
+async def test_gzip_as_the_apiserver_gzips(wc_sides: Sides, population: Population) -> None:
+    """``Accept-Encoding: gzip`` (client-go and kubectl always send it): the apiserver compresses a
+    body over 128 KiB; the same list from the cache should come the same way, and decode the same."""
+    b = population.namespaces[1]
+    gz = {"Accept-Encoding": "gzip"}
+    work = [
+        diff(wc_sides, path, p, headers=gz, accept=accept)
+        for path in ("/api/v1/configmaps", f"/api/v1/namespaces/{b}/configmaps", "/api/v1/pods")
+        for p in ([], [("resourceVersion", "0")], [("limit", "3")])
+        for accept in (JSON, PROTOBUF)
+    ]
+    found = await gather_limited(work, CONCURRENCY)
     assert not found, found.report()
 
 
@@ -631,6 +682,39 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
     finally:  # no namespace controller here: leftovers would stay in cluster-wide lists
         await wc_sides.request("DELETE", path, via_proxy=False)
     assert not mismatches, "\n".join(mismatches)
+
+
+async def test_read_your_writes_with_concurrent_writers(wc_sides: Sides, namespace: str) -> None:
+    """Six writers at once, each listing (consistently, through kproxy) right after each of its
+    writes while the others keep the resource version moving: each sees all of its own writes."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    json_ct = {"Content-Type": "application/json"}
+    problems: list[str] = []
+
+    async def writer(k: int) -> None:
+        mine: dict[str, str] = {}
+        for j in range(8):
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"w{k}-{j}", "labels": {"writer": str(k)}},
+            }
+            made = await wc_sides.request(
+                "POST", path, via_proxy=(j + k) % 2 == 0, headers=json_ct, data=json.dumps(body).encode()
+            )
+            assert made.status == 201, made.body[:300]
+            mine[f"w{k}-{j}"] = made.json()["metadata"]["resourceVersion"]
+            listed = await wc_sides.request("GET", query_path(path, [("labelSelector", f"writer={k}")]), via_proxy=True)
+            assert listed.status == 200, listed.body[:300]
+            seen = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in listed.json()["items"]}
+            if seen != mine:
+                problems.append(f"writer {k} after write {j}: listed {seen}, wrote {mine}")
+
+    try:
+        await asyncio.gather(*(writer(k) for k in range(6)))
+    finally:
+        await wc_sides.request("DELETE", path, via_proxy=False)
+    assert not problems, "\n".join(problems)
 
 
 async def test_paging_is_a_snapshot_across_writes(wc_sides: Sides, namespace: str) -> None:

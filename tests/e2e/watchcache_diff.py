@@ -20,6 +20,7 @@ sections 3-4 of the wire doc):
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -417,20 +418,33 @@ async def gather_limited(coros: Iterable[Awaitable[Mismatches]], limit: int) -> 
 
 
 async def diff(
-    sides: Sides, path: str, params: Sequence[tuple[str, str]], *, accept: str = JSON, is_list: bool = True
+    sides: Sides,
+    path: str,
+    params: Sequence[tuple[str, str]],
+    *,
+    accept: str = JSON,
+    is_list: bool = True,
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
 ) -> Mismatches:
-    """The request straight to the apiserver, then through kproxy, compared."""
+    """The request straight to the apiserver, then through kproxy, compared (gzip bodies decoded;
+    whether each side compressed is compared as a header)."""
     full = query_path(path, params)
+
+    async def send(via_proxy: bool) -> Answer:
+        answer = await sides.request(method, full, via_proxy=via_proxy, accept=accept, headers=dict(headers or {}))
+        if answer.headers.get("Content-Encoding") == "gzip":
+            return Answer(answer.status, answer.headers, gzip.decompress(answer.body))
+        return answer
+
     if is_list and semantics_of(first_values(params)).kind == "consistent":
         # kproxy's answer must not be older than the apiserver's given before it.
-        direct = await sides.request("GET", full, via_proxy=False, accept=accept)
-        proxied = await sides.request("GET", full, via_proxy=True, accept=accept)
+        direct = await send(False)
+        proxied = await send(True)
     else:  # side by side: the 3 s waits for a future resourceVersion overlap
-        direct, proxied = await asyncio.gather(
-            sides.request("GET", full, via_proxy=False, accept=accept),
-            sides.request("GET", full, via_proxy=True, accept=accept),
-        )
-    label = f"GET {full} [Accept: {accept}]"
+        direct, proxied = await asyncio.gather(send(False), send(True))
+    extra = "".join(f" [{k}: {v}]" for k, v in (headers or {}).items())
+    label = f"{method} {full} [Accept: {accept}]{extra}"
     return compare_answers(label, direct, proxied, first_values(params), is_list=is_list)
 
 
