@@ -16,6 +16,7 @@ from .gotypes import SPECIAL
 from .schema import Schema, load_schema
 from .streams import ListTranscoder, WatchTranscoder, decode_message
 from .tojson import JsonGenerator
+from .wirejson import WireFiller, WireJsonGenerator, varint_tail
 
 WATCH_EVENT = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent"
 LIST_META = "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"
@@ -23,6 +24,52 @@ LIST_META = "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"
 
 # (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object)
 ListPlan = tuple[Callable[[bytes], list[bytes]], Callable[[bytes], Any]]
+Filler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+# A kind's message class, its upb-path filler, and its wire filler (None: upb only).
+_Kind = tuple[Any, Filler, WireFiller | None]
+
+
+def _fill(cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
+    """One object's JSON dict: read from its bytes, or (wire off, or anything the wire reader
+    leaves to upb) through a upb message, which also gives every error."""
+    if wire is not None and type(raw) is bytes:
+        d: dict[str, Any] = {}
+        if kind:
+            d["kind"] = kind
+        if api_version:
+            d["apiVersion"] = api_version
+        try:
+            return wire(raw, 0, len(raw), d)
+        except Exception:  # anything unusual: the upb path decides, and raises its own errors
+            pass
+    msg = decode_message(cls, raw, kind)
+    d = {}
+    if kind:
+        d["kind"] = kind
+    if api_version:
+        d["apiVersion"] = api_version
+    return fill(msg, d)
+
+
+def _wire_items(span: bytes, enc: Callable[[bytes, int, int], Any]) -> list[bytes]:
+    """Consecutive list items (field 2, as the list transcoder batches them) -> their JSON."""
+    dumps = orjson.dumps
+    out = []
+    p = 0
+    end = len(span)
+    while p < end:
+        if span[p] != 0x12:
+            raise ValueError("not an item")
+        n = span[p + 1]
+        p += 2
+        if n > 127:
+            n, p = varint_tail(span, p, n)
+        q = p + n
+        if q > end:
+            raise ValueError("item runs past the span")
+        out.append(dumps(enc(span, p, q)))
+        p = q
+    return out
 
 
 class ProtobufCodec:
@@ -30,22 +77,25 @@ class ProtobufCodec:
 
     One instance per process is enough: the per-type functions are generated on first use of a
     type and cached here. memo_size bounds, per memoised type, how many sub-objects' JSON
-    to_json keeps (keyed by their protobuf bytes; 0 turns it off).
+    to_json keeps (keyed by their protobuf bytes; 0 turns it off). JSON is read straight from
+    the protobuf bytes (wirejson) unless wire is False, which leaves every object to upb (the
+    path the wire reader falls back to; kept as an option for comparisons).
     """
 
-    def __init__(self, schema: Schema | None = None, memo_size: int = 512) -> None:
+    def __init__(self, schema: Schema | None = None, memo_size: int = 512, wire: bool = True) -> None:
         self.schema = schema or load_schema()
         self._frag = JsonGenerator(
             self.schema, fragments=True, envelope_to_obj=self._envelope_to_frag, memo_size=memo_size
         )
         self._obj = JsonGenerator(self.schema, fragments=False, envelope_to_obj=self.to_obj)
+        self._wire = WireJsonGenerator(self._frag) if wire else None
         self._builder = MessageBuilder(self.schema)
-        self._kinds: dict[tuple[bool, str, str], tuple[Any, Callable[[Any, dict[str, Any]], dict[str, Any]]]] = {}
+        self._kinds: dict[tuple[bool, str, str], _Kind] = {}
         self._list_plans: dict[tuple[str, str], ListPlan | None] = {}
         # Watch fast path: event type bytes -> the line's head; typeMeta bytes -> the type.
         self._event_heads: dict[bytes, bytes] = {}
         self._event_learned: set[tuple[str, str]] = set()
-        self._event_kinds: dict[bytes, tuple[Any, Callable[[Any, dict[str, Any]], dict[str, Any]], str, str]] = {}
+        self._event_kinds: dict[bytes, tuple[Any, Filler, WireFiller | None, str, str]] = {}
 
     # -- kinds --------------------------------------------------------------------------------
     def knows(self, api_version: str, kind: str) -> bool:
@@ -59,20 +109,18 @@ class ProtobufCodec:
         return full
 
     # -- protobuf -> JSON -----------------------------------------------------------------------
-    def _decode(self, gen: JsonGenerator, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
+    def _kind(self, gen: JsonGenerator, api_version: str, kind: str) -> _Kind:
         key = (gen.fragments, api_version, kind)
         found = self._kinds.get(key)
         if found is None:
             full = self._message_name(api_version, kind)
-            found = self._kinds[key] = (self.schema.message_class(full), gen.filler(full))
-        cls, fill = found
-        msg = decode_message(cls, raw, kind)
-        d: dict[str, Any] = {}
-        if kind:
-            d["kind"] = kind
-        if api_version:
-            d["apiVersion"] = api_version
-        return fill(msg, d)
+            wire = self._wire.filler(full) if self._wire is not None and gen is self._frag else None
+            found = self._kinds[key] = (self.schema.message_class(full), gen.filler(full), wire)
+        return found
+
+    def _decode(self, gen: JsonGenerator, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
+        cls, fill, wire = self._kind(gen, api_version, kind)
+        return _fill(cls, fill, wire, api_version, kind, raw)
 
     def to_obj(self, data: bytes) -> dict[str, Any]:
         """A whole envelope -> the apiserver's JSON object as Python objects."""
@@ -131,9 +179,15 @@ class ProtobufCodec:
                 meta_cls = self.schema.message_class(LIST_META)
                 meta_enc = self._frag.encoder(LIST_META)
                 dumps = orjson.dumps
+                item_wire = self._wire.encoder(item_full) if self._wire is not None else None
 
                 def items_json(span: bytes) -> list[bytes]:
                     # Not escaped here: the transcoder escapes each batch once (go_escape).
+                    if item_wire is not None:
+                        try:
+                            return _wire_items(span, item_wire)
+                        except Exception:  # anything unusual: upb decides
+                            pass
                     return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
 
                 def list_meta(b: bytes) -> Any:
@@ -177,13 +231,8 @@ class ProtobufCodec:
                             fast = head, kind, data[q : q + n]
         if fast is None:
             return self._watch_frame_to_json(data[start:stop])
-        head, (cls, fill, api_version, kind_name), raw = fast
-        d: dict[str, Any] = {}
-        if kind_name:
-            d["kind"] = kind_name
-        if api_version:
-            d["apiVersion"] = api_version
-        obj = fill(decode_message(cls, raw, kind_name), d)
+        head, (cls, fill, wire, api_version, kind_name), raw = fast
+        obj = _fill(cls, fill, wire, api_version, kind_name, raw)
         return head + go_escape(orjson.dumps(obj)) + b"}\n"
 
     def _learn_event(self, type_: str, env: Envelope) -> None:
@@ -195,9 +244,8 @@ class ProtobufCodec:
         key = (env.api_version, env.kind)
         if env.kind and key not in self._event_learned and len(self._event_learned) < 1024:
             self._event_learned.add(key)
-            full = self._message_name(env.api_version, env.kind)
             tm = encode_ld(1, env.api_version.encode()) + encode_ld(2, env.kind.encode())
-            self._event_kinds[tm] = (self.schema.message_class(full), self._frag.filler(full), *key)
+            self._event_kinds[tm] = (*self._kind(self._frag, *key), *key)
 
     def watch_transcoder(self) -> WatchTranscoder:
         """Incremental protobuf watch stream -> JSON lines; see WatchTranscoder."""
