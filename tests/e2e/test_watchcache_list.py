@@ -142,7 +142,7 @@ async def test_list_encodings(wc_sides: Sides, population: Population) -> None:
     work = [
         diff(wc_sides, paths[where], p, accept=accept)
         for accept in (YAML, PROTOBUF)
-        for where in ("pods-cluster", "configmaps-ns", "secrets-cluster")
+        for where in ("pods-cluster", "configmaps-ns", "secrets-cluster", "secrets-empty")
         for p in combos
     ]
     found = await gather_limited(work, CONCURRENCY)

@@ -333,7 +333,9 @@ def compare_answers(
         return out
     if direct.content_type != proxied.content_type:
         out.add(request, "Content-Type", direct.content_type, proxied.content_type)
-    for header in ("Retry-After", "Content-Encoding", "Warning"):
+    # Cache-Control ("no-cache, private") keeps shared HTTP caches from keeping secrets; Audit-Id and
+    # the flow-control UIDs belong to an apiserver request, which a cached read is not.
+    for header in ("Retry-After", "Content-Encoding", "Vary", "Warning", "Cache-Control"):
         if direct.headers.getall(header, []) != proxied.headers.getall(header, []):
             out.add(request, f"header {header}", direct.headers.getall(header, []), proxied.headers.getall(header, []))
     if direct.status != 200:
