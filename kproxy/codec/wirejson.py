@@ -310,13 +310,16 @@ class _Field:
     """One field's generated code: its slot, its tag, its reader (run with the tag consumed),
     whether it repeats, and its JSON emission."""
 
-    def __init__(self, slot: str, tag: int, read: list[str], init: str, emit: list[str], repeats: bool) -> None:
+    def __init__(
+        self, slot: str, tag: int, read: list[str], init: str, emit: list[str], repeats: bool, more: str = ""
+    ) -> None:
         self.slot = slot
         self.tag = tag
         self.read = read
         self.init = init
         self.emit = emit
         self.repeats = repeats
+        self.more = more  # other locals to set before the fields are read
 
 
 # Reading a length-delimited field's payload bounds (p: after the tag -> p: payload, q: its end).
@@ -414,17 +417,24 @@ class WireJsonGenerator:
         if inits:
             lines.append("    " + " = ".join(inits) + " = None")
         lines += [f"    {f.slot} = {f.init}" for f in fields if f.init != "None"]
+        lines += [f"    {f.more}" for f in fields if f.more]
         # The straight pass, in field-number order.
         for tag in sorted(by_tag):
             f = by_tag[tag]
-            if tag < 128:
-                cond, step = f"p < end and b[p] == {tag}", ["p += 1"]
+            size = 1 if tag < 128 else 2
+            if size == 1:
+                cond = f"p < end and b[p] == {tag}"
             else:
-                cond, step = f"p < end and b[p] == {tag & 127 | 128} and b[p + 1] == {tag >> 7}", ["p += 2"]
+                cond = f"p < end and b[p] == {tag & 127 | 128} and b[p + 1] == {tag >> 7}"
+            read = [f"p += {size}", *f.read]
             if f.slot == "r":
-                step = ["s = p", *step, f"t = {tag}"]
+                read = ["s = p", f"p += {size}", f"t = {tag}", *f.read]
+            elif f.read[:2] in (_LD[:2], _VARINT[:2]):
+                # The tag and the first byte of the length (or value) read together.
+                var = f.read[0][0]
+                read = [f"{var} = b[p + {size}]", f"p += {size + 1}", *f.read[2:]]
             lines.append(f"    {'while' if f.repeats else 'if'} {cond}:")
-            lines += ["        " + line for line in [*step, *f.read]]
+            lines += ["        " + line for line in read]
         # Anything left: the general loop.
         lines += [
             "    while p < end:",
@@ -674,14 +684,23 @@ class WireJsonGenerator:
             "else:",
             "    k, vp, vq = _went(b, p, q)",
             f"    x = {slow}",
+            # Go writes the keys sorted, as its JSON wants them: sorted again only if not.
             f"if {slot} is None:",
             f"    {slot} = {{k: x}}",
+            f"elif k > {slot}l:",
+            f"    {slot}[k] = x",
             "else:",
             f"    {slot}[k] = x",
+            f"    {slot}s = True",
+            f"{slot}l = k",
             "p = q",
         ]
-        emit = [f"if {slot}:", f"    d[{key!r}] = {{k: {slot}[k] for k in _sorted({slot})}}", *null]
-        return _Field(slot, tag, read, "None", emit, True)
+        emit = [
+            f"if {slot}:",
+            f"    d[{key!r}] = {{k: {slot}[k] for k in _sorted({slot})}} if {slot}s else {slot}",
+            *null,
+        ]
+        return _Field(slot, tag, read, "None", emit, True, more=f"{slot}s = False")
 
 
 __all__ = ["Fallback", "WireFiller", "WireJsonGenerator", "compiled"]
