@@ -38,6 +38,7 @@ from watchcache_population import (
     forward_cache_proxy,
     population,
     settle,
+    start_cache_proxy,
     wc_sides,
 )
 
@@ -336,6 +337,8 @@ async def _compare_paging(sides: Sides, path: str, params: list[tuple[str, str]]
         ("configmaps-cluster", "7"),
         ("secrets-ns", "1"),
         ("pods-cluster", "1000"),
+        ("pods-ns", "25"),  # exactly as many as there are: no continue token
+        ("pods-ns", "24"),  # one short: a last page of one
     ],
 )
 async def test_paging_to_the_end(wc_sides: Sides, population: Population, where: str, limit: str) -> None:
@@ -496,6 +499,25 @@ async def test_continue_tokens(wc_sides: Sides, population: Population) -> None:
     work = [diff(wc_sides, path, [("limit", "7"), ("continue", t)]) for t in garbage]
     found.extend(await gather_limited(work, CONCURRENCY))
 
+    # A token used on another list than the one that issued it (another namespace, cluster-wide,
+    # another resource): each side's own token, the same answer.
+    ns_path = f"/api/v1/namespaces/{a}/pods"
+    d_ns = list_view(await wc_sides.request("GET", f"{ns_path}?limit=4", via_proxy=False)).continue_token
+    p_ns = list_view(await wc_sides.request("GET", f"{ns_path}?limit=4", via_proxy=True)).continue_token
+    assert d_ns and p_ns
+    b = population.namespaces[1]
+    for target, (dt, pt) in (
+        ("/api/v1/pods", (d_ns, p_ns)),
+        (f"/api/v1/namespaces/{b}/pods", (d_ns, p_ns)),
+        ("/api/v1/configmaps", (dtok, ptok)),
+        (f"/api/v1/namespaces/{a}/configmaps", (d_ns, p_ns)),
+    ):
+        d = await wc_sides.request("GET", query_path(target, [("limit", "4"), ("continue", dt)]), via_proxy=False)
+        p = await wc_sides.request("GET", query_path(target, [("limit", "4"), ("continue", pt)]), via_proxy=True)
+        found.extend(
+            compare_answers(f"GET {target}?limit=4&continue=<a token of another list>", d, p, {"continue": "x"})
+        )
+
     # Each side's own token with resourceVersion / resourceVersionMatch: the apiserver's errors
     # (or its "rv=0 is treated as the token" rule) whatever the token's origin.
     for rv, rvm in itertools.product([None, "0", "recent", "not-a-number"], [None, "NotOlderThan", "Exact"]):
@@ -533,6 +555,8 @@ async def test_get(wc_sides: Sides, population: Population) -> None:
         f"/api/v1/namespaces/{b}/pods/doomed-pod",
         f"/api/v1/namespaces/{c}/secrets/none",
         f"/api/v1/namespaces/{a}/pods/no-such-pod",
+        # A name that exists only in the namespaces whose names start with this one's.
+        f"/api/v1/namespaces/{a}/pods/{next(n for n in population.pods[b] if n not in population.pods[a])}",
         "/api/v1/namespaces/no-such-namespace/configmaps/x",
     ]
     rvs = [[], [("resourceVersion", "0")], [("resourceVersion", str(population.recent_rv))]]
@@ -668,6 +692,10 @@ async def test_read_your_writes(wc_sides: Sides, control_plane: ControlPlaneInfo
             if i % 3 == 0:
                 await write("DELETE", f"{path}/{name}", None, via)
                 check(f"#{i} delete via {side}", await listed(path), name, None)
+                if i % 2 == 0:  # the same name again: a new object, a new uid
+                    cm["metadata"].pop("resourceVersion")
+                    again = await write("POST", path, cm, not via)
+                    check(f"#{i} re-create", await listed(path), name, again["metadata"]["resourceVersion"])
             if i % 4 == 0:
                 pod = {
                     "apiVersion": "v1",
@@ -773,6 +801,37 @@ async def test_paging_is_a_snapshot_across_writes(wc_sides: Sides, namespace: st
                 )
     finally:
         await wc_sides.request("DELETE", path, via_proxy=False)
+    assert not found, found.report()
+
+
+async def test_fresh_kproxy_serves_complete_lists(
+    control_plane: ControlPlaneInfo, population: Population, wc_sides: Sides, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The first reads a new kproxy answers, the moment it says it is ready: never a partial list
+    from a cache still filling (the apiserver answers 429 until its own cache is ready, never that)."""
+    rp = start_cache_proxy(tmp_path_factory.mktemp("kproxy-watchcache-fresh"), control_plane)
+    sides = Sides(control_plane, rp.url)
+    try:
+        requests = [
+            (f"/api/v1/{r}", p)
+            for r in ("pods", "configmaps", "secrets")
+            for p in ([("resourceVersion", "0")], [], [("limit", "500")])
+        ]
+        answers = await asyncio.gather(*(sides.request("GET", query_path(t, p), via_proxy=True) for t, p in requests))
+        found = Mismatches()
+        for (target, params), got in zip(requests, answers, strict=True):
+            label = f"GET {query_path(target, params)} from a kproxy just ready"
+            if got.status == 429:
+                continue  # "storage is (re)initializing", as the apiserver would say
+            want = await sides.request("GET", target, via_proxy=False)
+            if got.status != 200:
+                found.add(label, "status", 200, got.body[:300])
+            elif item_names(list_view(got)) != item_names(list_view(want)):
+                found.add(label, "items", item_names(list_view(want)), item_names(list_view(got)))
+    finally:
+        await sides.close()
+        rp.stop()
+    assert any(a.status == 200 for a in answers), "a ready kproxy answered every list with 429"
     assert not found, found.report()
 
 
