@@ -9,7 +9,9 @@ garbage collector on, one core; p50 and p99 in µs over ``--calls`` calls, the r
 in five rounds. Peers measured in the same run, on the same bodies:
 
 * ``orjson.loads`` alone: the floor of the orjson path (it has to parse the body);
-* the same clean Deployment through the orjson path (the msgspec Structs switched off);
+* the same clean Deployment through the orjson path (the msgspec Structs switched off), through
+  the full msgspec Structs (narrowing switched off), and through Structs narrowed by a wider
+  Deployment first (one read back from a cluster, with more features: 128 fields set);
 * the apiserver answering the same Strict POST with ``dryRun=All`` (client-side latency): what a
   local Strict answer saves, and the whole cost of letting the apiserver validate.
 
@@ -39,6 +41,7 @@ from benchmarks.run import control_plane, log
 from kproxy.testing import envtest
 from kproxy.validation.messages import create_update_error
 from kproxy.validation.schema import load_group_version
+from kproxy.validation.structs import compile_fast
 from kproxy.validation.validator import validate_body
 
 GROUP = "bench.kproxy.test"
@@ -84,6 +87,54 @@ def deployment() -> dict[str, Any]:
             "template": {"metadata": {"labels": {"app": "web", "tier": "frontend"}}, "spec": pod},
         },
     }
+
+
+def wide_deployment() -> dict[str, Any]:
+    """The benchmark Deployment as read back from a cluster (server defaults, status), with more
+    features: what narrowed Structs learn from a varied workload."""
+    # fmt: off
+    d = deployment()
+    d["metadata"].update({
+        "namespace": "default", "generation": 2, "uid": "5b7c", "resourceVersion": "1", "finalizers": ["a"],
+        "creationTimestamp": "2024-01-01T00:00:00Z",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "u", "controller": True,
+                             "blockOwnerDeletion": True}],
+    })
+    d["spec"].update({"progressDeadlineSeconds": 600, "revisionHistoryLimit": 10, "minReadySeconds": 5,
+                      "paused": False})
+    pod = d["spec"]["template"]["spec"]
+    pod.update({
+        "dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "schedulerName": "default-scheduler",
+        "securityContext": {"runAsUser": 1000, "fsGroup": 2000, "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": 30, "nodeSelector": {"disk": "ssd"}, "imagePullSecrets": [{"name": "r"}],
+        "priorityClassName": "high", "hostNetwork": False,
+        "initContainers": [{"name": "init", "image": "busybox", "command": ["sh", "-c", "true"], "args": ["x"],
+                            "workingDir": "/"}],
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                                       "labelSelector": {"matchLabels": {"app": "web"}}}],
+    })
+    pod["containers"][0].update({
+        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "stdin": False,
+        "tty": False, "envFrom": [{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "s"}}],
+        "startupProbe": {"exec": {"command": ["true"]}, "failureThreshold": 30, "timeoutSeconds": 1,
+                         "successThreshold": 1},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+    })
+    pod["volumes"] += [
+        {"name": "s", "secret": {"secretName": "s", "defaultMode": 420, "items": [{"key": "k", "path": "p"}]}},
+        {"name": "pvc", "persistentVolumeClaim": {"claimName": "c", "readOnly": True}},
+        {"name": "h", "hostPath": {"path": "/x", "type": "Directory"}},
+        {"name": "pr", "projected": {"sources": [
+            {"serviceAccountToken": {"path": "t", "expirationSeconds": 3600, "audience": "a"}},
+            {"downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}},
+    ]
+    d["status"] = {
+        "replicas": 3, "readyReplicas": 3, "availableReplicas": 3, "updatedReplicas": 3, "observedGeneration": 2,
+        "conditions": [{"type": "Available", "status": "True", "reason": "r", "message": "m",
+                        "lastTransitionTime": "2024-01-01T00:00:00Z", "lastUpdateTime": "2024-01-01T00:00:00Z"}],
+    }
+    # fmt: on
+    return d
 
 
 ITEM_SCHEMA = {
@@ -215,6 +266,16 @@ def measure(args: argparse.Namespace) -> list[str]:
     assert o_endpoint is not None
     o_root = o_doc.node(o_endpoint.ref)
     o_root.fast = lambda _data: None
+
+    def fresh_root() -> Any:
+        doc = load_group_version(orjson.loads(fetched["apis/apps/v1"][0]))
+        endpoint = doc.endpoint("deployments")
+        assert endpoint is not None
+        return doc.node(endpoint.ref)
+
+    # The full Structs (narrowing switched off), and Structs narrowed by a wider Deployment first.
+    f_root, w_root = fresh_root(), fresh_root()
+    f_root.fast = compile_fast(f_root, max_lessons=0)
     r_root, r_doc = roots["routes"]
     meta = r_doc.object_meta()
     dep = orjson.dumps(deployment())
@@ -225,6 +286,9 @@ def measure(args: argparse.Namespace) -> list[str]:
     cr = orjson.dumps(route())
     cr_unknown = cr.replace(b'"owner":"t"', b'"owner":"t","ownr":"t"')
     assert validate_body(dep, "application/json", d_root).clean and d_root.fast and d_root.fast(dep)
+    assert validate_body(orjson.dumps(wide_deployment()), "application/json", w_root).clean
+    assert validate_body(dep, "application/json", w_root).clean and w_root.fast and w_root.fast(dep)
+    assert validate_body(dep, "application/json", f_root).clean and f_root.fast and f_root.fast(dep)
     assert validate_body(dep_spaced, "application/json", d_root).clean and d_root.fast(dep_spaced)
     assert validate_body(cr, "application/json", r_root, custom=True, meta=meta).clean
     assert validate_body(dep_unknown, "application/json", d_root).errors == ['unknown field "bogus"']
@@ -240,6 +304,10 @@ def measure(args: argparse.Namespace) -> list[str]:
     rows: list[tuple[str, int, Callable[[], object]]] = [
         ("orjson.loads, Deployment (floor)", len(dep), lambda: orjson.loads(dep)),
         ("Deployment, clean", len(dep), lambda: validate_body(dep, "application/json", d_root)),
+        ("Deployment, clean, Structs narrowed by a wider Deployment first", len(dep),
+         lambda: validate_body(dep, "application/json", w_root)),
+        ("Deployment, clean, full Structs (narrowing off)", len(dep),
+         lambda: validate_body(dep, "application/json", f_root)),
         ("Deployment, clean, orjson path (msgspec off)", len(dep),
          lambda: validate_body(dep, "application/json", o_root)),
         ("Deployment, clean, with spaces (colon count)", len(dep_spaced),

@@ -297,8 +297,8 @@ def validate_body(
             if fast is None:
                 fast = root.fast = compile_fast(root, custom=custom) or _no_proof
             type_meta = fast(data)
-            if type_meta is not None:
-                return Outcome(api_version=type_meta[0], kind=type_meta[1])
+            if type_meta is not None:  # (positional: keywords cost more than the check saves)
+                return Outcome([], 0, "", type_meta[0], type_meta[1])
             value, maybe_duplicates = decode_json(data)
             yaml_errors = []
             check = root.check
