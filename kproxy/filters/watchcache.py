@@ -20,6 +20,7 @@ from kproxy.access import AccessReviewer, UndecidedError, access_reviewer, autho
 from kproxy.cache import object_key, select
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.codec import ProtobufCodec, to_yaml
+from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.context import FilterContext
 from kproxy.negotiation import PROTOBUF, YAML
 from kproxy.status import StatusCause, StatusError, not_found, timeout
@@ -96,6 +97,7 @@ class WatchCacheFilter(FilterBase):
         self._sync: asyncio.Task[None] | None = None
         self._discovered = asyncio.Event()
         self._kicked: asyncio.Task[None] | None = None
+        self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, ctx: FilterContext) -> None:
@@ -259,7 +261,7 @@ class WatchCacheFilter(FilterBase):
             return await call_next(ex)
         if reads is not None:
             reads.labels(label, info.verb, "cache", decided.mode).inc()
-        return reply
+        return _gzip_as_the_apiserver(ex, reply, self._gzip)
 
     def _status_reply(self, err: StatusError, read: Read) -> Reply:
         """A Status in the media type the client negotiated, as the apiserver writes errors."""
@@ -293,6 +295,8 @@ class WatchCacheFilter(FilterBase):
             if not await rc.fresh(want, wait):
                 return None
         elif read.mode == "min" and not await rc.fresh(read.min_rv, wait):
+            if not rc.reflector.live:
+                return None  # the cache is catching up: the upstream knows better than a 504
             raise too_large_rv(read.min_rv, cache.rv)
         if read.mode == "continue":
             assert read.cont is not None
@@ -323,6 +327,27 @@ class WatchCacheFilter(FilterBase):
         if whole and snap.rv == cache.rv:
             cache.bodies[body_key] = body
         return _reply(body, read.media_type)
+
+
+_GZIP_THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: compressed only when strictly larger
+
+
+def _gzip_as_the_apiserver(ex: Exchange, reply: Reply, gzip: Codec) -> Reply:
+    """Compress as the apiserver's ``SerializeObject`` would: the first Accept-Encoding line holds
+    the exact token ``gzip`` and the body is over 128 KiB -> gzip level 1, ``Vary`` added. With
+    the ``compression`` filter in front, it has already taken the client's header off (or left
+    ``gzip`` for itself), so this only acts where kproxy would otherwise answer worse than the
+    apiserver."""
+    first = ex.headers.get("Accept-Encoding", "")
+    body = reply.body
+    if not first or not isinstance(body, BytesBody) or len(body.data) <= _GZIP_THRESHOLD:
+        return reply
+    if "gzip" not in (t.strip() for t in first.split(",")):
+        return reply
+    reply.body = BytesBody(gzip.compress(body.data), body.media_type)
+    reply.headers["Content-Encoding"] = "gzip"
+    reply.headers.add("Vary", "Accept-Encoding")
+    return reply
 
 
 def _path_key(spec: ResourceSpec) -> tuple[str, str, str]:

@@ -101,6 +101,8 @@ class ResourceCache:
                 return True
             reached.cancel()
             if probe in done and probe.exception() is not None:
+                if not self.reflector.live:
+                    return False  # relisting or reconnecting: the upstream answers sooner
                 return await cache.wait_until(rv, max(deadline - loop.time(), 0))
             if cache.ready and cache.rv >= rv:
                 return True
