@@ -20,6 +20,7 @@ before. The unit tests compare both paths on the apiserver's fixtures and on mut
 from __future__ import annotations
 
 import base64
+import hashlib
 import struct
 from collections.abc import Callable
 from types import CodeType
@@ -37,20 +38,23 @@ if TYPE_CHECKING:
 WireFiller = Callable[[bytes, int, int, dict[str, Any]], dict[str, Any]]
 
 _MASK64 = (1 << 64) - 1
+MAPS_NATIVE = True
 
 
-_compiled: dict[str, CodeType] = {}
+_compiled: dict[bytes, CodeType] = {}
 
 
 def compiled(source: str, filename: str) -> CodeType:
-    """compile(), remembered by source text: every codec instance (one per process, and one per
-    test in the unit tests) generates the same source for the same first use, and compiling
-    the functions of a kind and everything it refers to takes a large part of a second."""
-    code = _compiled.get(source)
+    """compile(), remembered by a digest of the source: every codec instance (one per process,
+    and one per test in the unit tests) generates the same source for the same first use, and
+    compiling the functions of a kind and everything it refers to takes a large part of a
+    second."""
+    key = hashlib.blake2b(source.encode(), digest_size=20).digest()
+    code = _compiled.get(key)
     if code is None:
-        if len(_compiled) >= 256:
+        if len(_compiled) >= 64:
             _compiled.clear()
-        code = _compiled[source] = compile(source, filename, "exec")
+        code = _compiled[key] = compile(source, filename, "exec")
     return code
 
 
@@ -654,7 +658,7 @@ class WireJsonGenerator:
         """A map with string keys. The entry layout Go writes (key, then value, each with a
         one-byte length) is read inline; any other layout through map_entry."""
         fd, go, key = fp.proto, fp.go, fp.json
-        if go.kind != "map" or go.elem is None:
+        if go.kind != "map" or go.elem is None or not MAPS_NATIVE:
             return None
         key_fd = fd.message_type.fields_by_name["key"]
         val_fd = fd.message_type.fields_by_name["value"]
