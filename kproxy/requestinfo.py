@@ -278,281 +278,34 @@ def _param_bool(value: str) -> bool:
     return not (len(value) == 5 and all(c in f for c, f in zip(value, _FALSE_FOLDS, strict=True)))
 
 
-_QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-_LABEL_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_DNS1123_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _is_qualified_name(key: str) -> bool:
-    """``validation.IsQualifiedName`` (label keys): ``[prefix/]name``, name <= 63, prefix a DNS subdomain."""
-    parts = key.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix or len(prefix) > 253 or _DNS1123_SUBDOMAIN_RE.fullmatch(prefix) is None:
-            return False
-    else:
-        return False
-    return 0 < len(name) <= 63 and _QUALIFIED_NAME_RE.fullmatch(name) is not None
-
-
-def _is_label_value(value: str) -> bool:
-    """``validation.IsValidLabelValue``: empty, or <= 63 alphanumerics/``-_.`` with alphanumeric ends."""
-    return len(value) <= 63 and _LABEL_VALUE_RE.fullmatch(value) is not None
-
-
-# Token numbers follow labels/selector.go; ERROR must be 0 (scanSpecialSymbol tests "tok != 0").
-(
-    _T_ERROR,
-    _T_EOS,
-    _T_CLOSED_PAR,
-    _T_COMMA,
-    _T_NOT,
-    _T_DOUBLE_EQ,
-    _T_EQ,
-    _T_GT,
-    _T_ID,
-    _T_IN,
-    _T_LT,
-    _T_NOT_EQ,
-    _T_NOT_IN,
-    _T_OPEN_PAR,
-) = range(14)
-_STRING_TO_TOKEN = {
-    ")": _T_CLOSED_PAR,
-    ",": _T_COMMA,
-    "!": _T_NOT,
-    "==": _T_DOUBLE_EQ,
-    "=": _T_EQ,
-    ">": _T_GT,
-    "in": _T_IN,
-    "<": _T_LT,
-    "!=": _T_NOT_EQ,
-    "notin": _T_NOT_IN,
-    "(": _T_OPEN_PAR,
-}
-_SPECIAL = frozenset("=!(),><")
-_WHITESPACE = frozenset(" \t\r\n")
-_NUL = "\x00"
-
-
-def _lex_label_selector(s: str) -> list[tuple[int, str]]:
-    """The ``labels.Lexer`` token stream up to and including the first end-of-string token.
-
-    Like Go, a NUL character reads as end of input (Go's ``read`` returns 0 for both).
-    """
-    tokens: list[tuple[int, str]] = []
-    pos = 0
-    n = len(s)
-
-    def read() -> str:
-        nonlocal pos
-        if pos < n:
-            pos += 1
-            return s[pos - 1]
-        return _NUL
-
-    while True:
-        ch = read()
-        while ch in _WHITESPACE:
-            ch = read()
-        if ch == _NUL:
-            tokens.append((_T_EOS, ""))
-            return tokens
-        pos -= 1
-        if ch in _SPECIAL:
-            last_tok, last_lit, buf = _T_ERROR, "", ""
-            while True:
-                ch = read()
-                if ch == _NUL:
-                    break
-                if ch in _SPECIAL:
-                    buf += ch
-                    tok = _STRING_TO_TOKEN.get(buf)
-                    if tok is not None:
-                        last_tok, last_lit = tok, buf
-                    elif last_tok != _T_ERROR:
-                        pos -= 1
-                        break
-                else:
-                    pos -= 1
-                    break
-            tokens.append((last_tok, last_lit))
-        else:
-            buf = ""
-            while True:
-                ch = read()
-                if ch == _NUL:
-                    break
-                if ch in _SPECIAL or ch in _WHITESPACE:
-                    pos -= 1
-                    break
-                buf += ch
-            tokens.append((_STRING_TO_TOKEN.get(buf, _T_ID), buf))
-
-
 def _label_selector_ok(selector: str) -> bool:
     """Whether ``labels.Parse(selector)`` succeeds (grammar and key/value validation)."""
-    items = _lex_label_selector(selector)
-    pos = 0
-    last = len(items) - 1
+    from kproxy.cache.labels import SelectorError, parse_label_selector
 
-    def peek(values: bool) -> tuple[int, str]:
-        tok, lit = items[min(pos, last)]
-        if values and tok in (_T_IN, _T_NOT_IN):
-            tok = _T_ID
-        return tok, lit
-
-    def take(values: bool) -> tuple[int, str]:
-        nonlocal pos
-        item = peek(values)
-        pos += 1
-        return item
-
-    def requirement() -> bool:
-        # parseKeyAndInferOperator
-        tok, key = take(True)
-        exists_form = False
-        if tok == _T_NOT:
-            exists_form = True
-            tok, key = take(True)
-        if tok != _T_ID or not _is_qualified_name(key):
-            return False
-        if exists_form or peek(True)[0] in (_T_EOS, _T_COMMA):
-            return True  # Exists / DoesNotExist: NewRequirement(key, op, []) only re-checks the key
-        # parseOperator (keyword context: in/notin stay operators)
-        op = take(False)[0]
-        values: set[str] = set()
-        if op in (_T_IN, _T_NOT_IN):
-            # parseValues
-            if take(True)[0] != _T_OPEN_PAR:
-                return False
-            tok = peek(True)[0]
-            if tok == _T_CLOSED_PAR:
-                take(True)
-                values.add("")
-            elif tok in (_T_ID, _T_COMMA):
-                # parseIdentifiersList
-                while True:
-                    tok, lit = take(True)
-                    if tok == _T_ID:
-                        values.add(lit)
-                        nxt = peek(True)[0]
-                        if nxt == _T_COMMA:
-                            continue
-                        if nxt == _T_CLOSED_PAR:
-                            break
-                        return False
-                    if tok == _T_COMMA:
-                        if not values:
-                            values.add("")
-                        nxt = peek(True)[0]
-                        if nxt == _T_CLOSED_PAR:
-                            values.add("")
-                            break
-                        if nxt == _T_COMMA:
-                            take(True)
-                            values.add("")
-                        continue
-                    return False
-                if take(True)[0] != _T_CLOSED_PAR:
-                    return False
-            else:
-                return False
-        elif op in (_T_EQ, _T_DOUBLE_EQ, _T_NOT_EQ, _T_GT, _T_LT):
-            # parseExactValue
-            if peek(True)[0] in (_T_EOS, _T_COMMA):
-                values.add("")
-            else:
-                tok, lit = take(True)
-                if tok != _T_ID:
-                    return False
-                values.add(lit)
-            if op in (_T_GT, _T_LT) and not all(_go_parse_int64(v) for v in values):
-                return False
-        else:
-            return False
-        # NewRequirement: every value must be a valid label value
-        return all(_is_label_value(v) for v in values)
-
-    while True:
-        tok = peek(True)[0]
-        if tok == _T_EOS:
-            return True
-        if tok not in (_T_ID, _T_NOT) or not requirement():
-            return False
-        tok = take(True)[0]
-        if tok == _T_EOS:
-            return True
-        if tok != _T_COMMA or peek(True)[0] not in (_T_ID, _T_NOT):
-            return False
-
-
-_FIELD_ESCAPABLE = frozenset("\\,=")
-
-
-def _field_unescape(value: str) -> str | None:
-    """``fields.UnescapeValue``; ``None`` where Go returns an error."""
-    if "\\" not in value and "," not in value and "=" not in value:
-        return value
-    out: list[str] = []
-    in_slash = False
-    for c in value:
-        if in_slash:
-            if c not in _FIELD_ESCAPABLE:
-                return None
-            out.append(c)
-            in_slash = False
-        elif c == "\\":
-            in_slash = True
-        elif c in (",", "="):
-            return None
-        else:
-            out.append(c)
-    return None if in_slash else "".join(out)
+    try:
+        parse_label_selector(selector)
+    except SelectorError:
+        return False
+    return True
 
 
 def _field_selector_name(selector: str) -> tuple[bool, str | None]:
     """Parse a field selector like ``fields.ParseSelector``; return (ok, RequiresExactMatch("metadata.name")).
 
-    Terms are split on unescaped commas and sorted (as Go does) before the first matching ``=``/``==``
-    term wins; ``!=`` never gives an exact match.  Any malformed term makes the whole selector invalid.
+    The first ``=``/``==`` term on ``metadata.name`` in Go's sorted term order wins; ``!=`` never gives
+    an exact match. Any malformed term makes the whole selector invalid.
     """
-    if not selector:
-        return True, None
-    terms: list[str] = []
-    start = 0
-    in_slash = False
-    for i, c in enumerate(selector):
-        if in_slash:
-            in_slash = False
-        elif c == "\\":
-            in_slash = True
-        elif c == ",":
-            terms.append(selector[start:i])
-            start = i + 1
-    terms.append(selector[start:])
-    terms.sort()
-    name: str | None = None
-    for term in terms:
-        if not term:
-            continue
-        eq = term.find("=")
-        ne = term.find("!=")
-        if ne != -1 and (eq == -1 or ne < eq):
-            lhs, rhs, exact = term[:ne], term[ne + 2 :], False
-        elif eq != -1:
-            width = 2 if term.startswith("==", eq) else 1
-            lhs, rhs, exact = term[:eq], term[eq + width :], True
-        else:
-            return False, None  # "invalid selector: ...; can't understand ..."
-        value = _field_unescape(rhs)
-        if value is None:
-            return False, None
-        if exact and name is None and lhs == "metadata.name":
-            name = value
-    return True, name
+    from kproxy.cache.fields import parse_terms
+    from kproxy.cache.labels import SelectorError
+
+    try:
+        terms = parse_terms(selector)
+    except SelectorError:
+        return False, None
+    for field_name, value, equal in terms:
+        if equal and field_name == "metadata.name":
+            return True, value
+    return True, None
 
 
 def _is_valid_path_segment_name(name: str) -> bool:

@@ -43,6 +43,7 @@ __all__ = [
     "crd_fields",
     "escape_value",
     "parse_field_selector",
+    "parse_terms",
     "unescape_value",
 ]
 
@@ -140,6 +141,12 @@ def parse_field_selector(text: str, selectable: SelectableFields) -> FieldSelect
     :class:`SelectorError` where the apiserver answers 400: a syntax or escape error (all terms are
     parsed, in sorted order, before any field name is checked), then the first rejected field.
     """
+    return FieldSelector(tuple((selectable.convert(f), v, eq) for f, v, eq in parse_terms(text)))
+
+
+def parse_terms(text: str) -> list[tuple[str, str, bool]]:
+    """``fields.ParseSelector``'s syntax alone: (field, unescaped value, equal?) per term, in Go's
+    sorted term order; SelectorError for what it rejects. No field name is checked here."""
     parsed: list[tuple[str, str, bool]] = []
     for part in sorted(_split_terms(text)):
         if not part:
@@ -149,7 +156,7 @@ def parse_field_selector(text: str, selectable: SelectableFields) -> FieldSelect
             raise SelectorError(f"invalid selector: '{text}'; can't understand '{part}'")
         lhs, op, rhs = split
         parsed.append((lhs, unescape_value(rhs), op != "!="))
-    return FieldSelector(tuple((selectable.convert(f), v, eq) for f, v, eq in parsed))
+    return parsed
 
 
 # ---------------------------------------------------------------------------------------------------
