@@ -850,9 +850,14 @@ async def test_harness_finds_differences(wc_sides: Sides, population: Population
     def found(x: Answer, y: Answer, params: dict[str, str]) -> list[str]:
         return compare_answers("self-test", x, y, params).found
 
-    whole = await direct([])
+    whole, web, paged, too_large, pb = await asyncio.gather(
+        direct([]),
+        direct([("labelSelector", "app=web")]),
+        direct([("limit", "3")]),
+        direct([("resourceVersion", str(FUTURE))]),
+        direct([], accept=PROTOBUF),
+    )
     assert not found(whole, whole, {})
-    web = await direct([("labelSelector", "app=web")])
     assert any("item names" in f for f in found(whole, web, {}))
     # One byte of one item changed: the same names, different encoding.
     tampered = Answer(
@@ -871,16 +876,13 @@ async def test_harness_finds_differences(wc_sides: Sides, population: Population
     assert any("consistent read" in f for f in found(whole, moved, {}))
     assert any("Exact" in f for f in found(whole, moved, {"resourceVersion": "5", "resourceVersionMatch": "Exact"}))
     # Paging metadata and Status bodies.
-    paged = await direct([("limit", "3")])
     assert any("continue" in f or "remainingItemCount" in f for f in found(whole, paged, {}))
-    too_large = await direct([("resourceVersion", str(FUTURE))])
     assert too_large.status == 504, too_large.body[:300]
     other_current = Answer(504, too_large.headers, re.sub(rb"current: \d+", b"current: 1", too_large.body))
     assert not found(too_large, other_current, {})
     reworded = Answer(504, too_large.headers, too_large.body.replace(b"Too large", b"Too big"))
     assert any("Status body" in f for f in found(too_large, reworded, {}))
     # Protobuf items compared message by message.
-    pb = await direct([], accept=PROTOBUF)
     view = list_view(pb)
     assert len(view.raw_items) == len(population.pods[a]) and view.items[0]["metadata"]["namespace"] == a
 
