@@ -134,6 +134,12 @@ def _json_list(body: bytes) -> ListView:
     if len(parts) != 4:
         raise ValueError(f"no items array in {body[:200]!r}")
     head, tail = parts[0], b"".join(parts[1:])
+    if head.lstrip(b"{ \n").startswith(b'"apiVersion"'):
+        # Unstructured (custom resource) lists sort their keys: the list's own metadata comes
+        # after the items, as the last key.
+        cut = [m.start() for m in re.finditer(rb'\]\s*,\s*"kind":', tail)]
+        if cut:
+            head, tail = head + tail[cut[-1] :], tail[: cut[-1]]
     head = re.sub(rb'"resourceVersion":(\s*)"[^"]*"', rb'"resourceVersion":\1"RV"', head)
     head = re.sub(rb'"continue":(\s*)"[^"]*"', rb'"continue":\1"TOKEN"', head)
     return ListView(

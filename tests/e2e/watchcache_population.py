@@ -330,7 +330,7 @@ async def wc_sides(
     await s.close()
 
 
-async def settle(sides: Sides, deadline_s: float = 20.0) -> None:
+async def settle(sides: Sides, deadline_s: float = 20.0, paths: list[str] | None = None) -> None:
     """Wait (bounded) until kproxy's resourceVersion=0 lists name what the apiserver's do.
 
     A list with resourceVersion=0 may be stale by design; the comparisons need both caches to have
@@ -338,7 +338,7 @@ async def settle(sides: Sides, deadline_s: float = 20.0) -> None:
     """
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
-    pending = [f"/api/v1/{r}?resourceVersion=0" for r in CACHED]
+    pending = [f"{p}?resourceVersion=0" for p in paths or [f"/api/v1/{r}" for r in CACHED]]
     while pending and loop.time() < end:
         still: list[str] = []
         for path in pending:
