@@ -10,14 +10,17 @@ a running one). Every figure is CPU time of this one process (one core), the med
 
 Rows, each against the apiserver's JSON for the same list (equality checked first):
 
-* kproxy.codec to_json (whole body) and the list transcoder fed 64 KiB chunks: MB/s of JSON out;
-  to_json again with its sub-object memo off (every container, probe, toleration... encoded
-  afresh instead of reused when its protobuf bytes repeat, as they do across replicas);
+* kproxy.codec to_json (whole body), the list transcoder fed 64 KiB chunks and the watch
+  transcoder (one pod per frame): MB/s of JSON out, each also with the wire reader off (the upb
+  path it falls back to: a upb message per object, every declared field read), measured in
+  turns with it; to_json again with its sub-object memo off (every container, probe,
+  toleration... encoded afresh instead of reused when its protobuf bytes repeat, as they do
+  across replicas);
 * the peer: protobuf's own generic converter (json_format.MessageToDict + orjson) on the same
   message, which is not Kubernetes JSON (int64 as strings, no omitempty rules) but the same walk
   done by the library;
 * the floor: upb parsing alone, and orjson loads+dumps of the JSON body;
-* JSON -> protobuf (from_json) and watch events (one pod per frame) in both directions.
+* JSON -> protobuf (from_json) and encode_watch_event (JSON event -> frame).
 """
 
 from __future__ import annotations
@@ -67,33 +70,48 @@ async def fetch_list(info: envtest.ControlPlaneInfo) -> tuple[bytes, bytes]:
 
 def cpu(fn: Callable[[], Any], repeat: int) -> float:
     """Median CPU seconds of fn() over `repeat` runs (after one warm-up)."""
-    fn()
-    samples = []
-    for _ in range(repeat):
-        t = time.process_time()
+    return cpu_rounds({"": fn}, repeat)[""]
+
+
+def cpu_rounds(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Median CPU seconds of each fn over `repeat` rounds in which they take turns (after one
+    warm-up each): what is compared is measured under the same load (the machine is shared)."""
+    for fn in fns.values():
         fn()
-        samples.append(time.process_time() - t)
-    return statistics.median(samples)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t = time.process_time()
+            fn()
+            samples[name].append(time.process_time() - t)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def run(pb: bytes, js: bytes, repeat: int) -> str:
     codec = ProtobufCodec()
+    upb = ProtobufCodec(codec.schema, wire=False)
     expected = json.loads(js)
-    assert json.loads(codec.to_json(pb)) == expected, "to_json differs from the apiserver's JSON"
     env = decode_envelope(pb)
     full = codec.schema.lookup_kind(env.api_version, env.kind)
     assert full is not None
     cls = codec.schema.message_class(full)
     n_items = len(expected["items"])
-    out_len = len(codec.to_json(pb))
+    out = codec.to_json(pb)
+    out_len = len(out)
+    assert out + b"\n" == js, "to_json differs from the apiserver's JSON (byte for byte)"
+    assert upb.to_json(pb) == out, "the upb path differs from the wire reader"
 
-    def transcode_chunks() -> bytes:
-        t = codec.list_transcoder()
-        parts = [t.feed(pb[i : i + 65536]) for i in range(0, len(pb), 65536)]
-        parts.append(t.finish())
-        return b"".join(parts)
+    def transcode_chunks(c: ProtobufCodec) -> Callable[[], bytes]:
+        def go() -> bytes:
+            t = c.list_transcoder()
+            parts = [t.feed(pb[i : i + 65536]) for i in range(0, len(pb), 65536)]
+            parts.append(t.finish())
+            return b"".join(parts)
 
-    assert json.loads(transcode_chunks()) == expected, "list transcoder differs from the apiserver's JSON"
+        return go
+
+    assert transcode_chunks(codec)() == out, "list transcoder differs from the apiserver's JSON"
+    assert transcode_chunks(upb)() == out, "list transcoder (upb path) differs from the apiserver's JSON"
 
     def peer() -> bytes:
         return orjson.dumps(json_format.MessageToDict(cls.FromString(env.raw)))
@@ -103,18 +121,38 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
     frames = b"".join(codec.encode_watch_event(e["type"], e["object"]) for e in events)
     watch_json_len = sum(len(orjson.dumps(e)) + 1 for e in events)
 
-    def watch() -> bytes:
-        t = codec.watch_transcoder()
-        return t.feed(frames) + t.finish()
+    def watch(c: ProtobufCodec) -> Callable[[], bytes]:
+        def go() -> bytes:
+            t = c.watch_transcoder()
+            return t.feed(frames) + t.finish()
 
-    got = [json.loads(line) for line in watch().splitlines()]
+        return go
+
+    got = [json.loads(line) for line in watch(codec)().splitlines()]
     assert got == events, "watch transcoder differs"
+    assert watch(upb)() == watch(codec)(), "watch transcoder (upb path) differs"
 
     cold = ProtobufCodec(codec.schema, memo_size=0)
+    paired = cpu_rounds(
+        {
+            "to_json": lambda: codec.to_json(pb),
+            "to_json upb": lambda: upb.to_json(pb),
+            "to_json cold": lambda: cold.to_json(pb),
+            "list": transcode_chunks(codec),
+            "list upb": transcode_chunks(upb),
+            "watch": watch(codec),
+            "watch upb": watch(upb),
+        },
+        repeat,
+    )
     rows: list[tuple[str, float, int, str]] = [
-        ("kproxy.codec to_json (whole list)", cpu(lambda: codec.to_json(pb), repeat), out_len, "JSON out"),
-        ("same, sub-object memo off", cpu(lambda: cold.to_json(pb), repeat), out_len, "JSON out"),
-        ("kproxy.codec list transcoder, 64 KiB chunks", cpu(transcode_chunks, repeat), out_len, "JSON out"),
+        ("kproxy.codec to_json (whole list)", paired["to_json"], out_len, "JSON out"),
+        ("same, upb path (wire reader off)", paired["to_json upb"], out_len, "JSON out"),
+        ("same, sub-object memo off", paired["to_json cold"], out_len, "JSON out"),
+        ("kproxy.codec list transcoder, 64 KiB chunks", paired["list"], out_len, "JSON out"),
+        ("same, upb path (wire reader off)", paired["list upb"], out_len, "JSON out"),
+        ("kproxy.codec watch transcoder (1 pod/frame)", paired["watch"], watch_json_len, "JSON out"),
+        ("same, upb path (wire reader off)", paired["watch upb"], watch_json_len, "JSON out"),
         ("kproxy.codec to_obj (Python objects)", cpu(lambda: codec.to_obj(pb), repeat), out_len, "JSON equiv."),
         ("peer: protobuf json_format.MessageToDict + orjson", cpu(peer, repeat), out_len, "JSON equiv."),
         ("floor: upb parse only", cpu(lambda: cls.FromString(env.raw), repeat), len(pb), "protobuf in"),
@@ -125,7 +163,6 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
             "JSON in",
         ),
         ("kproxy.codec from_json (JSON -> protobuf)", cpu(lambda: codec.from_json(js), repeat), len(js), "JSON in"),
-        ("kproxy.codec watch transcoder (1 pod/frame)", cpu(watch, repeat), watch_json_len, "JSON out"),
         (
             "kproxy.codec encode_watch_event (JSON -> frame)",
             cpu(lambda: [codec.encode_watch_event(e["type"], e["object"]) for e in events], repeat),
@@ -138,7 +175,7 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
         f"(apiserver), kproxy JSON {out_len / 1e6:.2f} MB",
         "",
         f"{platform.python_implementation()} {platform.python_version()}, {platform.machine()}, gc on, "
-        f"one core, median of {repeat}",
+        f"one core, median of {repeat}; the first seven rows take turns in each round (same load)",
         "",
         "| operation | CPU s | MB/s | per item (µs) | of |",
         "| --- | --- | --- | --- | --- |",

@@ -151,3 +151,32 @@ def test_secret_bytes_and_quantities_and_intorstring() -> None:
         got = json.loads(out)
         assert got["metadata"]["name"] == "s"
     assert json.loads(WIRE.to_json(UPB.from_json(secret)))["data"] == {"a": "", "b": "AAEC"}
+
+
+def _watched(codec: ProtobufCodec, frames: bytes) -> bytes | str:
+    t = codec.watch_transcoder()
+    try:
+        return t.feed(frames) + t.finish()
+    except CodecError as e:
+        return f"error: {e}"
+
+
+WATCHES = sorted(p.stem for p in FIXTURES.glob("watch-*.pb"))
+
+
+@pytest.mark.parametrize("name", WATCHES)
+def test_watch_fixtures_match_upb(name: str) -> None:
+    frames = (FIXTURES / f"{name}.pb").read_bytes()
+    out = _watched(ProtobufCodec(SCHEMA), frames)
+    assert isinstance(out, bytes) and out.count(b"\n") >= 1
+    assert out == _watched(ProtobufCodec(SCHEMA, wire=False), frames)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(WATCHES), st.data())
+def test_damaged_watch_frames_give_the_same_json_or_error(name: str, data: st.DataObject) -> None:
+    frames = bytearray((FIXTURES / f"{name}.pb").read_bytes())
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(4, len(frames) - 1))
+        frames[at] = data.draw(st.integers(0, 255))
+    assert _watched(WIRE, bytes(frames)) == _watched(UPB, bytes(frames))
