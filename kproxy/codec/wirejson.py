@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
 WireFiller = Callable[[bytes, int, int, dict[str, Any]], dict[str, Any]]
 
-_MASK64 = (1 << 64) - 1
-MAPS_NATIVE = True
-
 
 _compiled: dict[bytes, CodeType] = {}
 
@@ -658,7 +655,7 @@ class WireJsonGenerator:
         """A map with string keys. The entry layout Go writes (key, then value, each with a
         one-byte length) is read inline; any other layout through map_entry."""
         fd, go, key = fp.proto, fp.go, fp.json
-        if go.kind != "map" or go.elem is None or not MAPS_NATIVE:
+        if go.kind != "map" or go.elem is None:
             return None
         key_fd = fd.message_type.fields_by_name["key"]
         val_fd = fd.message_type.fields_by_name["value"]
