@@ -559,7 +559,10 @@ async def test_get(wc_sides: Sides, population: Population) -> None:
         *(f"/api/v1/namespaces/{a}/pods/{n}" for n in population.pods[a][:4]),
         *(f"/api/v1/namespaces/{b}/configmaps/{n}" for n in population.configmaps[b][:3]),
         *(f"/api/v1/namespaces/{b}/secrets/{n}" for n in population.secrets[b][:3]),
-        *(f"/api/v1/namespaces/{b}/configmaps/{n}" for n in ("tricky", "big", "terminating", "doomed-cm")),
+        *(
+            f"/api/v1/namespaces/{b}/configmaps/{n}"
+            for n in ("tricky", "big", "yaml-styles", "terminating", "doomed-cm")
+        ),
         f"/api/v1/namespaces/{b}/pods/doomed-pod",
         f"/api/v1/namespaces/{c}/secrets/none",
         f"/api/v1/namespaces/{a}/pods/no-such-pod",

@@ -54,7 +54,16 @@ __all__ = [
 _CURRENT_RV = re.compile(rb"(Too large resource version: \d+, current: )\d+")
 
 _codec: ProtobufCodec | None = None
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: lists are large
+
+
+class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml: lists are large
+    """A safe loader that reads a plain ``=`` or ``<<`` value as the string it is (YAML 1.1's
+    "value" and "merge" tags aside), as go-yaml writes them unquoted."""
+
+
+for _tag in ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"):  # plain "=" and "<<" values
+    _YamlLoader.add_constructor(_tag, lambda loader, node: loader.construct_scalar(node))
+_YAML_LOADER: Any = _YamlLoader
 
 
 def codec() -> ProtobufCodec:
