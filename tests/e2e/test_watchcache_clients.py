@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 from corpus.compare import Sides
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from watchcache_diff import reads_total
+from watchcache_diff import load_yaml, reads_total
 from watchcache_population import Population, cache_proxy, population, wc_sides
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
@@ -43,7 +42,7 @@ def _without_age(table: str) -> list[list[str]]:
 
 
 def _items(doc: str) -> list[Any]:
-    parsed = yaml.safe_load(doc)
+    parsed = load_yaml(doc)
     assert parsed["kind"] == "List", parsed.get("kind")
     items: list[Any] = parsed["items"]
     return items
@@ -93,7 +92,7 @@ def test_kubectl_namespaced_and_single_objects(
     ):
         direct = kubectl(args)
         proxied = kubectl(args, kubeconfig=cache_proxy.kubeconfig)
-        assert yaml.safe_load(proxied.stdout) == yaml.safe_load(direct.stdout), args
+        assert load_yaml(proxied.stdout) == load_yaml(direct.stdout), args
 
 
 def test_kubectl_errors(kubectl: Kubectl, cache_proxy: RunningProxy, population: Population, wc_sides: Sides) -> None:

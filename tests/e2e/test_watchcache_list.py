@@ -99,11 +99,13 @@ LIMITS_SHORT: list[str | None] = [None, "7"]
 # --------------------------------------------------------------------------- resourceVersion x match x limit
 
 
-async def test_list_resource_version_matrix(wc_sides: Sides, population: Population) -> None:
+async def test_list_resource_version_matrix(wc_sides: Sides, population: Population, cache_proxy: RunningProxy) -> None:
     """Every resourceVersion x resourceVersionMatch x limit of the seeds' table, in JSON, cluster-wide
     and in one namespace (the full matrix for pods, most of it for configmaps and secrets): same
     status, same Status bytes, same items (parsed and as encoded), same continue presence and
-    remainingItemCount, and a list resourceVersion the request allows."""
+    remainingItemCount, and a list resourceVersion the request allows. The resourceVersion=0 ones,
+    at least, were answered by the cache."""
+    cached_before = reads_total(cache_proxy.metrics(), resource="pods", verb="list", served="cache")
     work = []
     for where, path in _paths(population).items():
         full = where.startswith("pods")
@@ -137,6 +139,9 @@ async def test_list_resource_version_matrix(wc_sides: Sides, population: Populat
     work += [diff(wc_sides, path, p) for path in ("/api/v1/pods", _paths(population)["configmaps-ns"]) for p in odd]
     found = await gather_limited(work, CONCURRENCY)
     assert not found, found.report()
+    # resourceVersion=0 with no match or NotOlderThan, any limit: 2 pod paths x 2 matches x 4 limits.
+    cached = reads_total(cache_proxy.metrics(), resource="pods", verb="list", served="cache") - cached_before
+    assert cached >= 16, f"only {cached} of the pod lists were served from the cache"
 
 
 async def test_list_encodings(wc_sides: Sides, population: Population) -> None:

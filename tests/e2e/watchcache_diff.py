@@ -45,6 +45,7 @@ __all__ = [
     "first_values",
     "gather_limited",
     "list_view",
+    "load_yaml",
     "query_path",
     "reads_total",
     "semantics_of",
@@ -64,6 +65,11 @@ class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignor
 for _tag in ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"):  # plain "=" and "<<" values
     _YamlLoader.add_constructor(_tag, lambda loader, node: loader.construct_scalar(node))
 _YAML_LOADER: Any = _YamlLoader
+
+
+def load_yaml(text: str | bytes) -> Any:
+    """YAML as go-yaml writes it (kubectl -o yaml, the apiserver's application/yaml)."""
+    return yaml.load(text, Loader=_YAML_LOADER)
 
 
 def codec() -> ProtobufCodec:
