@@ -851,6 +851,34 @@ async def test_fresh_kproxy_serves_complete_lists(
     assert not found, found.report()
 
 
+async def test_impersonation_headers_are_honoured(
+    control_plane: ControlPlaneInfo, wc_sides: Sides, forward_cache_proxy: RunningProxy, population: Population
+) -> None:
+    """A request carrying Impersonate-User/-Group is the impersonated user's request: the apiserver
+    answers it as that user (here: 403, the user has no RBAC). A cached answer must not ignore the
+    headers and serve the caller's (or kproxy's own) view instead; whatever kproxy does (pass the
+    request on, or authorize the impersonated identity), the answer must be the apiserver's."""
+    a = population.namespaces[0]
+    bearer = BearerSides(control_plane, forward_cache_proxy, control_plane.admin_token)
+    headers_sets = [
+        {"Impersonate-User": control_plane.user_name},
+        {"Impersonate-User": control_plane.user_name, "Impersonate-Group": "system:authenticated"},
+        {"Impersonate-User": "system:serviceaccount:default:nobody"},
+    ]
+    try:
+        work = [
+            diff(sides, path, p, headers=h, is_list=not path.endswith("pod-00"))
+            for sides in (wc_sides, bearer)
+            for h in headers_sets
+            for path in ("/api/v1/pods", f"/api/v1/namespaces/{a}/pods", f"/api/v1/namespaces/{a}/pods/pod-00")
+            for p in ([("resourceVersion", "0")], [], [("limit", "2")])
+        ]
+        found = await gather_limited(work, CONCURRENCY)
+    finally:
+        await bearer.close()
+    assert not found, found.report()
+
+
 # --------------------------------------------------------------------------- custom resources
 
 
