@@ -761,6 +761,61 @@ async def test_read_your_writes_with_concurrent_writers(wc_sides: Sides, namespa
     assert not problems, "\n".join(problems)
 
 
+async def test_field_selectors_follow_writes(wc_sides: Sides, namespace: str) -> None:
+    """Selectable fields that change after creation (status.phase by a status write, spec.nodeName
+    by a binding, metadata.name by a delete and re-create) and a delete-collection: a consistent
+    list with that field selector through kproxy, right after each write, answers as the apiserver."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    json_ct = {"Content-Type": "application/json"}
+    found = Mismatches()
+
+    async def admin(method: str, target: str, body: dict[str, Any] | None, via_proxy: bool = False) -> None:
+        ct = {"Content-Type": "application/merge-patch+json"} if method == "PATCH" else json_ct
+        data = json.dumps(body).encode() if body is not None else None
+        answer = await wc_sides.request(method, target, via_proxy=via_proxy, headers=ct, data=data)
+        assert answer.status in (200, 201), f"{method} {target}: {answer.body[:300]!r}"
+
+    async def compare(step: str, selectors: list[str]) -> None:
+        for sel in selectors:
+            m = await diff(wc_sides, pods, [("fieldSelector", sel)])
+            found.found.extend(f"after {step}: {f}" for f in m.found)
+
+    spec = {"containers": [{"name": "c", "image": "registry.example/app:1"}]}
+    try:
+        for n in range(6):
+            await admin(
+                "POST",
+                pods,
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"f-{n}"}, "spec": spec},
+                n % 2 == 0,
+            )
+        await compare("created", ["status.phase=Pending", "spec.nodeName=", "metadata.name=f-3"])
+        for n, phase in enumerate(("Running", "Succeeded", "Failed", "Running")):
+            await admin("PATCH", f"{pods}/f-{n}/status", {"status": {"phase": phase}})
+            await compare(f"phase {phase}", [f"status.phase={phase}", "status.phase!=Pending"])
+        for n, node in ((4, "node-x"), (5, "node-y")):
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": f"f-{n}"},
+                "target": {"kind": "Node", "name": node},
+            }
+            await admin("POST", f"{pods}/f-{n}/binding", binding)
+            await compare(f"bound to {node}", [f"spec.nodeName={node}", "spec.nodeName=", "spec.nodeName!=node-x"])
+        await admin("DELETE", f"{pods}/f-3", None, via_proxy=True)
+        await compare("f-3 deleted", ["metadata.name=f-3", "metadata.name!=f-3"])
+        await admin("POST", pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "f-3"}, "spec": spec}, True)
+        await compare("f-3 re-created", ["metadata.name=f-3", "status.phase=Pending"])
+        answer = await wc_sides.request("DELETE", f"{pods}?fieldSelector=spec.nodeName%3D", via_proxy=True)
+        assert answer.status == 200, answer.body[:300]
+        await compare("unbound ones deleted", ["spec.nodeName=", "status.phase=Running"])
+    finally:
+        await wc_sides.request(
+            "DELETE", pods, via_proxy=False, headers=json_ct, data=json.dumps({"gracePeriodSeconds": 0}).encode()
+        )
+    assert not found, found.report()
+
+
 async def test_paging_is_a_snapshot_across_writes(wc_sides: Sides, namespace: str) -> None:
     """Pages after the first come from the first page's snapshot, as the apiserver's do: objects
     deleted, added or changed between pages do not show (and remainingItemCount does not move)."""
