@@ -24,7 +24,8 @@ Figures:
   whole window (the patches cost the same for both peers, so the difference is the watch
   encoding), and bytes on each hop.
 * the transcoder alone, in this process (one core, gc on): MB/s of JSON output for the whole
-  LIST body fed in 64 KiB chunks, and for the same pods as 1,000 watch frames.
+  LIST body fed in 64 KiB chunks, and for the same pods as 1,000 watch frames, each with the
+  wire reader (the default) and with the upb path (``wire=False``), taking turns.
 
 Goals from the issue: at least 2x less apiserver CPU per LIST through kproxy, and at least 60 MB/s
 of JSON output per core for the transcoder.
@@ -42,7 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,41 +211,56 @@ class Bench:
         return row
 
 
-def transcoder_speed(pb_list: bytes, codec: ProtobufCodec, repeat: int = 5) -> tuple[float, int]:
-    """MB/s of JSON output per core for the list transcoder fed 64 KiB chunks (median)."""
-    speeds = []
-    size = 0
+def _speeds(fns: dict[str, Callable[[], int]], repeat: int = 7) -> dict[str, float]:
+    """MB/s of JSON output per core of each fn (which returns its output's size), the median of
+    `repeat` rounds in which they take turns after one warm-up each (the same load for all)."""
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
-        t = codec.list_transcoder()
-        c0 = time.process_time()
-        out = 0
-        for i in range(0, len(pb_list), 65536):
-            out += len(t.feed(pb_list[i : i + 65536]))
-        out += len(t.finish())
-        speeds.append(out / (time.process_time() - c0) / 1e6)
-        size = out
-    return statistics.median(speeds), size
+        for name, fn in fns.items():
+            c0 = time.process_time()
+            out = fn()
+            samples[name].append(out / (time.process_time() - c0) / 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def watch_transcoder_speed(json_list: bytes, codec: ProtobufCodec, events: int) -> tuple[float, int]:
-    """MB/s of JSON output per core for the watch transcoder over ``events`` pod frames."""
+def transcoder_speeds(pb_list: bytes, json_list: bytes, events: int) -> dict[str, tuple[float, int]]:
+    """The list transcoder fed 64 KiB chunks and the watch transcoder over ``events`` pod
+    frames, with the wire reader (kproxy's default) and with the upb path (``wire=False``)."""
+    wire = ProtobufCodec()
+    upb = ProtobufCodec(wire.schema, wire=False)
     items = json.loads(json_list)["items"][:events]
     for it in items:
         it.setdefault("kind", "Pod")
         it.setdefault("apiVersion", "v1")
-    frames = b"".join(codec.encode_watch_event("MODIFIED", it) for it in items)
-    speeds = []
-    size = 0
-    for _ in range(5):
-        w = codec.watch_transcoder()
-        c0 = time.process_time()
-        out = 0
-        for i in range(0, len(frames), 65536):
-            out += len(w.feed(frames[i : i + 65536]))
-        out += len(w.finish())
-        speeds.append(out / (time.process_time() - c0) / 1e6)
-        size = out
-    return statistics.median(speeds), size
+    frames = b"".join(wire.encode_watch_event("MODIFIED", it) for it in items)
+
+    def listed(codec: ProtobufCodec) -> Callable[[], int]:
+        def go() -> int:
+            t = codec.list_transcoder()
+            out = sum(len(t.feed(pb_list[i : i + 65536])) for i in range(0, len(pb_list), 65536))
+            return out + len(t.finish())
+
+        return go
+
+    def watched(codec: ProtobufCodec) -> Callable[[], int]:
+        def go() -> int:
+            w = codec.watch_transcoder()
+            out = sum(len(w.feed(frames[i : i + 65536])) for i in range(0, len(frames), 65536))
+            return out + len(w.finish())
+
+        return go
+
+    list_size, watch_size = listed(wire)(), watched(wire)()
+    speeds = _speeds({"list": listed(wire), "list upb": listed(upb), "watch": watched(wire), "watch upb": watched(upb)})
+    body = f"LIST body ({_mb(len(pb_list))} MB protobuf), 64 KiB chunks"
+    return {
+        body: (speeds["list"], list_size),
+        "same, upb path (wire reader off)": (speeds["list upb"], list_size),
+        f"{events} watch frames (one pod each)": (speeds["watch"], watch_size),
+        "same frames, upb path (wire reader off)": (speeds["watch upb"], watch_size),
+    }
 
 
 def _ms(x: float) -> str:
@@ -302,7 +318,7 @@ def report(
         )
     lines += [
         "",
-        "## Transcoder alone (this process, one core, gc on)",
+        "## Transcoder alone (this process, one core, gc on; rows taking turns, median of 7)",
         "",
         "| input | JSON out MB | MB/s of JSON per core |",
         "| --- | ---: | ---: |",
@@ -345,12 +361,7 @@ async def amain(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, rp: Runn
             log(f"WATCH {peer} done")
     finally:
         await b.close()
-    codec = ProtobufCodec()
-    speeds = {
-        f"LIST body ({_mb(len(pb_list))} MB protobuf), 64 KiB chunks": transcoder_speed(pb_list, codec),
-        f"{args.events} watch frames (one pod each)": watch_transcoder_speed(json_list, codec, args.events),
-    }
-    return report(args, lists, watches, speeds, k8s)
+    return report(args, lists, watches, transcoder_speeds(pb_list, json_list, args.events), k8s)
 
 
 def main(argv: list[str] | None = None) -> int:
