@@ -105,6 +105,10 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     q = ex.query
     if ex.method != "GET":
         return Pass("method")
+    if any(k.lower().startswith("impersonate-") for k in ex.headers):
+        # The apiserver answers as someone else (after checking the caller may impersonate them);
+        # in credentials: impersonate the caller's own headers are gone before the chain.
+        return Pass("impersonation")
     scope = _scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope

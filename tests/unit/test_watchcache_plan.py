@@ -102,6 +102,20 @@ def test_reads_that_go_to_the_apiserver(target: str, reason: str, accept: str | 
     assert _plan(target, accept) == Pass(reason)
 
 
+def test_impersonation_goes_to_the_apiserver() -> None:
+    for header in ("Impersonate-User", "impersonate-group", "Impersonate-Extra-Scopes"):
+        path = "/api/v1/pods?resourceVersion=0"
+        ex = Exchange(
+            "GET",
+            "/api/v1/pods",
+            "resourceVersion=0",
+            CIMultiDict({header: "bob"}),
+            BytesBody(b""),
+            request_info_from_target("GET", path),
+        )
+        assert plan(ex, protobuf=True, selectable=PODS) == Pass("impersonation")
+
+
 def test_methods_and_scopes() -> None:
     assert _plan("/api/v1/pods", method="HEAD") == Pass("method")
     assert _plan("/api/v1/namespaces/ns/nodes?resourceVersion=0", namespaced=False) == Pass("scope")
