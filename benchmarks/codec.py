@@ -133,6 +133,7 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
     assert watch(upb)() == watch(codec)(), "watch transcoder (upb path) differs"
 
     cold = ProtobufCodec(codec.schema, memo_size=0)
+    fallbacks = codec.wire_fallbacks
     paired = cpu_rounds(
         {
             "to_json": lambda: codec.to_json(pb),
@@ -145,6 +146,7 @@ def run(pb: bytes, js: bytes, repeat: int) -> str:
         },
         repeat,
     )
+    assert codec.wire_fallbacks == fallbacks, "the wire reader left objects of the benchmark to upb"
     rows: list[tuple[str, float, int, str]] = [
         ("kproxy.codec to_json (whole list)", paired["to_json"], out_len, "JSON out"),
         ("same, upb path (wire reader off)", paired["to_json upb"], out_len, "JSON out"),

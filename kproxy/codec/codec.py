@@ -29,6 +29,12 @@ Filler = Callable[[Any, dict[str, Any]], dict[str, Any]]
 _Kind = tuple[Any, Filler, WireFiller | None]
 
 
+# How many objects (or batches of list items) the wire reader left to the upb path, in this
+# process: damaged input, or encodings the apiserver does not write. A count that grows with
+# ordinary traffic means a slow path is being taken (ProtobufCodec.wire_fallbacks).
+WIRE_FALLBACKS = [0]
+
+
 def _fill(cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
     """One object's JSON dict: read from its bytes, or (wire off, or anything the wire reader
     leaves to upb) through a upb message, which also gives every error."""
@@ -41,7 +47,7 @@ def _fill(cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kin
         try:
             return wire(raw, 0, len(raw), d)
         except Exception:  # anything unusual: the upb path decides, and raises its own errors
-            pass
+            WIRE_FALLBACKS[0] += 1
     msg = decode_message(cls, raw, kind)
     d = {}
     if kind:
@@ -98,6 +104,11 @@ class ProtobufCodec:
         self._event_kinds: dict[bytes, tuple[Any, Filler, WireFiller | None, str, str]] = {}
 
     # -- kinds --------------------------------------------------------------------------------
+    @property
+    def wire_fallbacks(self) -> int:
+        """Objects (or batches of list items) the wire reader left to the upb path, process-wide."""
+        return WIRE_FALLBACKS[0]
+
     def knows(self, api_version: str, kind: str) -> bool:
         """True for the built-in kinds the schema can encode (not CRs, not aggregated APIs)."""
         return self.schema.lookup_kind(api_version, kind) is not None
@@ -187,7 +198,7 @@ class ProtobufCodec:
                         try:
                             return _wire_items(span, item_wire)
                         except Exception:  # anything unusual: upb decides
-                            pass
+                            WIRE_FALLBACKS[0] += 1
                     return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
 
                 def list_meta(b: bytes) -> Any:

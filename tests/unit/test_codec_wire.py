@@ -69,7 +69,16 @@ def test_fixtures_are_read_by_the_wire_reader_and_match_upb(name: str) -> None:
     _, _, wire = WIRE._kind(WIRE._frag, env.api_version, env.kind)
     assert wire is not None
     wire(env.raw, 0, len(env.raw), {})  # no Fallback raised: the fast path read it all
+    before = WIRE.wire_fallbacks
     assert _same(body) == UPB.to_json(body)
+    assert WIRE.wire_fallbacks == before
+
+
+def test_fallbacks_are_counted() -> None:
+    before = WIRE.wire_fallbacks
+    merged = _pod(META, _ld(1, _ld(2, b"gen-")))  # metadata twice: left to upb, which merges
+    assert json.loads(WIRE.to_json(merged))["metadata"] == {"name": "name", "generateName": "gen-", "namespace": "ns"}
+    assert WIRE.wire_fallbacks == before + 1
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
