@@ -12,7 +12,9 @@ scheduler):
   decoded and checked against the uncompressed list (same items).
 * a watch on the namespace while ``--updates`` pod updates are written, through kproxy without
   and with watch compression (``Accept-Encoding: gzip`` and ``zstd``): bytes per event and
-  kproxy CPU per event per watcher (``--watchers`` watchers at once).
+  kproxy CPU per event per watcher (``--watchers`` watchers at once); then zstd watches through
+  kproxy with its default watch state and through a second kproxy with the previous one (64 KiB
+  window, 2^11 hash), ``--ab-pairs`` rounds each, alternating (medians and ranges).
 * the codecs themselves on the list body (MB/s of input, ratio), which is how the default
   levels and threshold were chosen.
 """
@@ -24,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import random
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -274,6 +277,41 @@ async def measure_watch(
     return rows
 
 
+#: The watch state kproxy used before (``watch_zstd_window_log``/``hash_log``), measured against
+#: the default in the same run.
+PREVIOUS_WATCH_STATE = {"watch_zstd_window_log": 16, "watch_zstd_hash_log": 11}
+
+
+async def measure_watch_ab(
+    info: envtest.ControlPlaneInfo,
+    sides: dict[str, tuple[str, str, int]],
+    updates: int,
+    watchers: int,
+    pairs: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """zstd watch rounds through each of ``sides`` (name -> kproxy url, admin url, pid), taking
+    turns ``pairs`` times (the order flips every pair): the same load lands on both."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    ssl_ctx = info.ssl_context()
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    async with (
+        aiohttp.ClientSession(auto_decompress=False, timeout=timeout) as px,
+        aiohttp.ClientSession(base_url=info.server, connector=aiohttp.TCPConnector(ssl=ssl_ctx)) as api,
+    ):
+        async with api.get(path, params={"limit": str(updates)}) as r:
+            names = [p["metadata"]["name"] for p in (await r.json())["items"]]
+        round_no = 10
+        for pair in range(pairs):
+            for name in list(sides) if pair % 2 == 0 else list(reversed(sides)):
+                url, admin_url, pid = sides[name]
+                round_no += 1
+                w = _WatchRound(px, api, url + path, "zstd", updates, watchers)
+                rows[name].append(await w.run(admin_url, pid, names, round_no))
+                log(f"WATCH zstd, {name}: {rows[name][-1]['compression_cpu_us_per_event_per_watcher']:.1f} us/event")
+    return rows
+
+
 class _WatchRound:
     """``watchers`` watches with one Accept-Encoding, counting events and wire bytes."""
 
@@ -408,9 +446,10 @@ def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, An
         ("gzip isal L0 (kproxy watch default)", gzip_codec(0)),
         ("gzip isal L1", gzip_codec(1)),
         ("zstd 1, 64 KiB window, hash 2^12", zstd_codec(1, 16, 12)),
-        ("zstd -1, 64 KiB window, hash 2^11 (kproxy watch)", zstd_codec(-1, 16, 11)),
+        ("zstd -1, 64 KiB window, hash 2^11 (previous kproxy watch)", zstd_codec(-1, 16, 11)),
+        ("zstd -1, 16 KiB window, hash 2^10 (kproxy watch)", zstd_codec(-1, 14, 10)),
+        ("zstd -1, 32 KiB window, hash 2^10", zstd_codec(-1, 15, 10)),
         ("zstd 1, level's own state", zstd_codec(1)),
-        ("zstd -1, 64 KiB window, hash 2^12", zstd_codec(-1, 16, 12)),
     ):
         encs = [c.new_encoder() for _ in range(watchers)]
         out = 0
@@ -421,9 +460,18 @@ def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, An
         secs = time.thread_time() - t
         n = len(events) * watchers
         per_event.append(
-            {"codec": name, "us_per_event": secs / n * 1e6, "bytes_per_event": out / n, "cold_us": _cold(c, events)}
+            {
+                "codec": name,
+                "us_per_event": secs / n * 1e6,
+                "bytes_per_event": out / n,
+                "cool_us": _cold(c, events, other_mb=1),
+                "cold_us": _cold(c, events),
+            }
         )
-    per_event.insert(0, {"codec": "none", "us_per_event": 0.0, "bytes_per_event": plain / len(events), "cold_us": 0.0})
+    per_event.insert(
+        0,
+        {"codec": "none", "us_per_event": 0.0, "bytes_per_event": plain / len(events), "cool_us": 0.0, "cold_us": 0.0},
+    )
 
     small = []
     for size in (256, 512, 1024, 2048, 4096):
@@ -440,13 +488,13 @@ def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, An
     return table, per_event, small
 
 
-def _cold(c: Any, events: list[bytes], watchers: int = 10, count: int = 300) -> float:
-    """us per event with the caches cold: 8 MB read before each codec call (the codec alone is
+def _cold(c: Any, events: list[bytes], watchers: int = 10, count: int = 300, other_mb: int = 8) -> float:
+    """us per event with the caches cold: 8 MB (``other_mb``) read before each codec call (the codec alone is
     timed). In a proxy serving many watches every call starts with the watcher's compressor
     state evicted by everything else that ran since its last event; this is harsher than what
     kproxy sees in the watch benchmark (where the codec costs between the two columns) and
     ranks the settings by their cold cost, which warm figures do not."""
-    other = bytes(8 << 20)
+    other = bytes(other_mb << 20)
     encs = [c.new_encoder() for _ in range(watchers)]
     secs = 0.0
     for ev in events[:count]:
@@ -468,6 +516,7 @@ def report(
     per_event: list[dict[str, Any]],
     small: list[dict[str, Any]],
     pods: int,
+    ab: dict[str, list[dict[str, Any]]] | None = None,
 ) -> str:
     out: list[str] = []
     plain = lists[0]["plain_bytes"]
@@ -503,6 +552,21 @@ def report(
             f"| {r['kproxy_cpu_us_per_event_per_watcher']:.1f} us "
             f"| {r['compression_cpu_us_per_event_per_watcher']:.1f} us |"
         )
+    if ab:
+        pairs = len(next(iter(ab.values())))
+        out.append(
+            f"\nzstd watch state, {pairs} rounds each through two kproxy processes taking turns (median, range):\n"
+        )
+        out.append("| zstd watch state | bytes / event | kproxy CPU / event / watcher | of which compressing |")
+        out.append("|---|---|---|---|")
+        for state, state_rows in ab.items():
+            in_codec: list[float] = [r["compression_cpu_us_per_event_per_watcher"] for r in state_rows]
+            whole: list[float] = [r["kproxy_cpu_us_per_event_per_watcher"] for r in state_rows]
+            size = statistics.median(float(r["bytes_per_event"]) for r in state_rows)
+            out.append(
+                f"| {state} | {size:.0f} | {statistics.median(whole):.1f} us ({min(whole):.0f}-{max(whole):.0f}) "
+                f"| {statistics.median(in_codec):.1f} us ({min(in_codec):.1f}-{max(in_codec):.1f}) |"
+            )
     out.append("\nCodecs on the same list body (one core, best of 3):\n")
     out.append("| codec | MB/s of input | ratio |")
     out.append("|---|---|---|")
@@ -510,12 +574,15 @@ def report(
         out.append(f"| {r['codec']} | {r['mb_per_s']:.0f} | {r['ratio']:.1f} |")
     out.append(
         "\nPer watch event, flushed after each (the list's items as MODIFIED events), "
-        "ten encoders used in turn (one per watcher); cold: 8 MB read before each call:\n"
+        "ten encoders used in turn (one per watcher); 1 MB or 8 MB read before each call:\n"
     )
-    out.append("| codec | us / event | us / event, caches cold | bytes / event |")
-    out.append("|---|---|---|---|")
+    out.append("| codec | us / event | us / event, 1 MB between | us / event, caches cold (8 MB) | bytes / event |")
+    out.append("|---|---|---|---|---|")
     for r in per_event:
-        out.append(f"| {r['codec']} | {r['us_per_event']:.1f} | {r['cold_us']:.1f} | {r['bytes_per_event']:.0f} |")
+        out.append(
+            f"| {r['codec']} | {r['us_per_event']:.1f} | {r['cool_us']:.1f} | {r['cold_us']:.1f} "
+            f"| {r['bytes_per_event']:.0f} |"
+        )
     out.append("\nSmall bodies (the threshold): cost and size, one-shot:\n")
     out.append("| body | gzip us | gzip bytes | zstd us | zstd bytes |")
     out.append("|---|---|---|---|---|")
@@ -527,15 +594,25 @@ def report(
 async def run(args: argparse.Namespace, info: envtest.ControlPlaneInfo, work: Path) -> str:
     await seed_pods(info, args.pods)
     proc, url = start_kproxy_compression(work, info)
+    prev_work = work / "previous-watch-state"
+    prev_work.mkdir()
+    prev, prev_peer = start_kproxy(prev_work, info, [{"name": "compression", "watch": True, **PREVIOUS_WATCH_STATE}])
     try:
         cfg = yaml.safe_load((work / "kproxy.yaml").read_text())
         admin_url = "http://" + cfg["admin_listen"]
+        prev_admin = "http://" + yaml.safe_load((prev_work / "kproxy.yaml").read_text())["admin_listen"]
         lists, body = await measure_list(info, url, admin_url, proc.proc.pid, args.fetches)
         watches = await measure_watch(info, url, admin_url, proc.proc.pid, args.updates, args.watchers)
+        sides = {
+            "default (16 KiB window, hash 2^10)": (url, admin_url, proc.proc.pid),
+            "previous (64 KiB window, hash 2^11)": (prev_peer.base_url, prev_admin, prev.proc.pid),
+        }
+        ab = await measure_watch_ab(info, sides, args.updates, args.watchers, args.ab_pairs)
     finally:
         proc.stop()
+        prev.stop()
     codecs, per_event, small = measure_codecs(body)
-    return report(lists, watches, codecs, per_event, small, args.pods)
+    return report(lists, watches, codecs, per_event, small, args.pods, ab)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -545,6 +622,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--fetches", type=int, default=5, help="LIST fetches per case (after one warm-up)")
     p.add_argument("--updates", type=int, default=1000)
     p.add_argument("--watchers", type=int, default=10)
+    p.add_argument("--ab-pairs", type=int, default=3, help="zstd watch rounds per watch state, alternating")
     p.add_argument("--output", type=Path)
     return p.parse_args(argv)
 

@@ -152,6 +152,23 @@ async def test_watch_zstd_level(level: int | None) -> None:
     assert b"".join([dec.decompress(p) async for p in reply.body.chunks()]) == events  # type: ignore[union-attr]
 
 
+def _zstd_window_log(frame: bytes) -> int:
+    """The window a zstd frame header announces (RFC 8878 3.1.1.1.2; streams have no single segment)."""
+    assert frame[:4] == b"\x28\xb5\x2f\xfd" and not frame[4] & 0x20
+    return 10 + (frame[5] >> 3)
+
+
+@pytest.mark.parametrize(("settings", "window_log"), [({}, 14), ({"watch_zstd_window_log": 16}, 16)])
+def test_watch_zstd_state(settings: dict[str, int], window_log: int) -> None:
+    """Watch streams' zstd window (default 2^14: a small per-watcher state); lists keep level 1's."""
+    flt = build_filters(parse_config({"filters": [{"name": "compression", "watch": True, **settings}]}))[0]
+    event = b'{"type":"ADDED","object":{"pad":"%s"}}\n' % (b"p" * 300)
+    watch = flt.watch_codecs["zstd"].new_encoder().compress_flush(event)  # type: ignore[attr-defined]
+    assert _zstd_window_log(watch) == window_log
+    listing = flt.codecs["zstd"].new_encoder()  # type: ignore[attr-defined]
+    assert _zstd_window_log(listing.compress(BIG) + listing.finish()) == 19
+
+
 async def test_upstream_gzip_passed_through_or_decoded() -> None:
     gz = gzip.compress(BIG)
 
@@ -175,6 +192,8 @@ def test_config_errors() -> None:
         ({"encodings": ["gzip", "gzip"]}, "filters[0].encodings"),
         ({"gzip_level": 9}, "filters[0]: gzip level 9"),
         ({"watch_zstd_level": 23}, "filters[0]: zstd level 23"),
+        ({"watch_zstd_window_log": 9}, "filters[0].watch_zstd_window_log"),
+        ({"watch_zstd_hash_log": 27}, "filters[0].watch_zstd_hash_log"),
         ({"min_size": -1}, "filters[0].min_size"),
         ({"level": 1}, "filters[0].level"),
     ):
