@@ -274,6 +274,8 @@ HELPERS: dict[str, Any] = {
     "_i64": int64,
     "_skip": skip,
     "_wtime": wtime,
+    "_tc": _times,
+    "_qc": _quantities,
     "_wmicro": wmicro,
     "_wq": wquantity,
     "_wios": wios,
@@ -385,11 +387,33 @@ class WireJsonGenerator:
             self._pending.append(full_name)
         return idx
 
+    def _memoised(self, full_name: str) -> bool:
+        from .tojson import MEMO_TYPES
+
+        return bool(self.gen.memo_size) and full_name.rsplit(".", 1)[-1] in MEMO_TYPES
+
+    def _assign(self, go: GoType, fd: FieldDescriptor, target: str) -> list[str] | None:
+        """Lines setting target to the JSON of a present message value in b[p:q]: the lookups
+        of memoised types and cached leaves written inline (no call when they hit)."""
+        expr = self._message_value(go, fd)
+        if expr is None:
+            return None
+        while go.kind == "ptr" and go.elem is not None:
+            go = go.elem
+        if go.kind in ("struct", "other") and self._memoised(fd.message_type.full_name):
+            idx = self._ref(fd.message_type.full_name)
+            get = f"{target} = _wmemo_{idx}.get(k)"
+            return ["k = b[p:q]", get, f"if {target} is None:", f"    {target} = _wmiss_{idx}(k)"]
+        if go.kind == "special" and go.name in ("time", "quantity"):
+            cache, miss = ("_tc", "_U") if go.name == "time" else ("_qc", "None")
+            return [f"{target} = {cache}.get(b[p:q], {miss})", f"if {target} is {miss}:", f"    {target} = {expr}"]
+        return [f"{target} = {expr}"]
+
     def _wenc(self, fd: FieldDescriptor) -> str:
         return f"wenc_{self._ref(fd.message_type.full_name)}"
 
     def _generate(self, full_name: str) -> str:
-        from .tojson import MEMO_TYPES, NESTED_TYPE_META, is_list_kind
+        from .tojson import NESTED_TYPE_META, is_list_kind
 
         idx = self._ids[full_name]
         schema = self.gen.schema
@@ -462,16 +486,19 @@ class WireJsonGenerator:
         lines += ["    " + line for line in emit]
         lines.append("    return d")
         memo = self.gen.memo_size
-        if memo and full_name.rsplit(".", 1)[-1] in MEMO_TYPES:
+        if self._memoised(full_name):
             lines += [
                 f"_wmemo_{idx} = {{}}",
                 f"def wenc_{idx}(b, p, q):",
                 "    k = b[p:q]",
                 f"    r = _wmemo_{idx}.get(k)",
                 "    if r is None:",
-                f"        if len(_wmemo_{idx}) >= {memo}:",
-                f"            _wmemo_{idx}.clear()",
-                f"        r = _wmemo_{idx}[k] = _fragment(_dumps(wfill_{idx}(k, 0, len(k), {{}})))",
+                f"        r = _wmiss_{idx}(k)",
+                "    return r",
+                f"def _wmiss_{idx}(k):",
+                f"    if len(_wmemo_{idx}) >= {memo}:",
+                f"        _wmemo_{idx}.clear()",
+                f"    r = _wmemo_{idx}[k] = _fragment(_dumps(wfill_{idx}(k, 0, len(k), {{}})))",
                 "    return r",
             ]
         else:
@@ -580,8 +607,11 @@ class WireJsonGenerator:
                 if expr is None:
                     return None
                 if list_items and self.gen.fragments:
-                    expr = f"_fragment(_dumps({expr}))"
-                read = [*_LD, f"x = {expr}", "p = q"]
+                    read = [*_LD, f"x = _fragment(_dumps({expr}))", "p = q"]
+                else:
+                    assign = self._assign(elem, fd, "x")
+                    assert assign is not None
+                    read = [*_LD, *assign, "p = q"]
             elif elem.kind == "bytes" and fd.type == FieldDescriptor.TYPE_BYTES:
                 read = [*_LD, "x = _wb64(b[p:q])", "p = q"]
             elif elem.kind in ("scalar", "other"):
@@ -604,7 +634,9 @@ class WireJsonGenerator:
             if expr is None:
                 return None
             check = [f"if {slot} is not _U:", "    raise _Fallback"]
-            read = [*_LD, *check, f"{slot} = {expr}", "p = q"]
+            assign = self._assign(go, fd, slot)
+            assert assign is not None
+            read = [*_LD, *check, *assign, "p = q"]
             if go.kind == "ptr":
                 emit = [f"if {slot} is not _U:", f"    d[{key!r}] = {slot}", *null]
             elif go.kind == "special":
