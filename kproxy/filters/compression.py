@@ -37,16 +37,16 @@ Coding = Literal["zstd", "gzip"]
 #: Bodies held whole above this size are compressed on a worker thread (both backends release
 #: the GIL), so a large BytesBody some filter produced does not stall the event loop.
 THREAD_ABOVE = 1 << 20
-#: zstd state for watch streams: a 16 KiB window and 1 Ki-entry hash table instead of level 1's
-#: 512 KiB and 16 Ki. What costs CPU per event is the watcher's compressor state coming back
-#: cold into the caches (ten watchers interleaved; zstd's stream buffer is twice the window), so
-#: it is kept small while still holding the last three 4.6 KB pod events to match against
-#: (benchmarks/compression.py, 1,000 events, ten encoders in turn, level -1): against the
-#: previous 64 KiB / 2^11, the same 4 us warm, 8 vs 11 us with 256 KB of other work between a
-#: watcher's events, 12 vs 14.6 us with 1 MB; 217 bytes per event instead of 166 (21x smaller
-#: than the event instead of 28x). An 8 KiB window loses the previous event: 880 bytes.
-WATCH_WINDOW_LOG = 14
-WATCH_HASH_LOG = 10
+#: zstd state for watch streams: a 64 KiB window and 2 Ki-entry hash table instead of level 1's
+#: 512 KiB and 16 Ki. A watcher's compressor stays small (memory, and what each event touches
+#: in the CPU caches: with ten watchers interleaved, compressing cost twice the isolated figure
+#: with the full state) while holding a dozen recent events to match against. Smaller still
+#: (16 KiB, 2^10) is cheaper in the codec benchmark with 1 MB of other work between a watcher's
+#: events (19.5 vs 28.3 us), but not inside kproxy serving ten watches (13.2 vs 13.0 us per
+#: event, two processes taking turns: the state is cold either way there) and costs 27% more
+#: bytes per event (205 vs 161), so this stays the default (``watch_zstd_window_log``/``hash_log``).
+WATCH_WINDOW_LOG = 16
+WATCH_HASH_LOG = 11
 #: zstd level for watch streams. Measured on the apiserver's 4.6 KB pod events, ten encoders in
 #: turn (benchmarks/compression.py): level -1 with a 2^11 hash is 160 bytes per event against
 #: level 1's 137 (both far past the issue's 3x), and 15-20% less CPU with the caches cold (in
@@ -78,9 +78,9 @@ class CompressionSettings(BaseModel):
     watch_gzip_level: int | None = None
     #: zstd level for watch streams (flushed per event). None: -1 (WATCH_ZSTD_LEVEL).
     watch_zstd_level: int | None = None
-    #: log2 of a watch stream's zstd window (per watcher state). None: 14 (WATCH_WINDOW_LOG).
+    #: log2 of a watch stream's zstd window (per watcher state). None: 16 (WATCH_WINDOW_LOG).
     watch_zstd_window_log: int | None = Field(default=None, ge=10, le=27)
-    #: log2 of a watch stream's zstd hash table entries. None: 10 (WATCH_HASH_LOG).
+    #: log2 of a watch stream's zstd hash table entries. None: 11 (WATCH_HASH_LOG).
     watch_zstd_hash_log: int | None = Field(default=None, ge=6, le=26)
     #: Compress watch streams (and followed logs), flushed after every batch of events.
     watch: bool = False

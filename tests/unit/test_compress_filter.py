@@ -158,9 +158,9 @@ def _zstd_window_log(frame: bytes) -> int:
     return 10 + (frame[5] >> 3)
 
 
-@pytest.mark.parametrize(("settings", "window_log"), [({}, 14), ({"watch_zstd_window_log": 16}, 16)])
+@pytest.mark.parametrize(("settings", "window_log"), [({}, 16), ({"watch_zstd_window_log": 14}, 14)])
 def test_watch_zstd_state(settings: dict[str, int], window_log: int) -> None:
-    """Watch streams' zstd window (default 2^14: a small per-watcher state); lists keep level 1's."""
+    """Watch streams' zstd window (default 2^16: a small per-watcher state); lists keep level 1's."""
     flt = build_filters(parse_config({"filters": [{"name": "compression", "watch": True, **settings}]}))[0]
     event = b'{"type":"ADDED","object":{"pad":"%s"}}\n' % (b"p" * 300)
     watch = flt.watch_codecs["zstd"].new_encoder().compress_flush(event)  # type: ignore[attr-defined]
