@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from .errors import CodecError
+from .gofloat import format_float_g
 
 try:
     _Base: Any = yaml.CSafeDumper
@@ -32,7 +33,7 @@ _GO_SPECIAL = frozenset(
         *("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"),
         *("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"),
         *("~", "null", "Null", "NULL", ".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF"),
-        *("+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", "<<"),
+        *("+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF"),
     }
 )
 _GO_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
@@ -60,10 +61,31 @@ def _str(dumper: Any, value: str) -> Any:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     if _go_quotes(value):
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+    # Plain for go-yaml, but maybe not a string to pyyaml's YAML 1.1 resolver ("=", "<<", some
+    # timestamps): tagged as what pyyaml reads, so its emitter leaves it plain and untagged too.
+    return dumper.represent_scalar(dumper.resolve(yaml.ScalarNode, value, (True, False)), value)
 
 
 _Dumper.add_representer(str, _str)
+
+_GO_FLOAT_SPECIAL = {"+Inf": ".inf", "-Inf": "-.inf", "NaN": ".nan"}
+
+
+def _float(dumper: Any, value: float) -> Any:
+    """go-yaml v2's floatv: ``strconv.FormatFloat(f, 'g', -1, 64)``, plain (``1e+21``, not pyyaml's
+    ``1.0e+21``; ``1.2345675e+06``, not ``1234567.5``)."""
+    text = _GO_FLOAT_SPECIAL.get(format_float_g(value), format_float_g(value))
+    # Tagged as what pyyaml itself reads the text as (1 is an int, 1e+21 a string to YAML 1.1's
+    # resolver), so that the emitter writes it plain and untagged, as go-yaml does.
+    return dumper.represent_scalar(dumper.resolve(yaml.ScalarNode, text, (True, False)), text)
+
+
+_Dumper.add_representer(float, _float)
+
+# A single-quoted scalar that ends in a Unicode line break (NEL, LS, PS): libyaml writes the
+# indentation after it before the closing quote, go-yaml v2 does not.
+_TRAILING_BREAK = re.compile("([\u0085\u2028\u2029]) +'(?!')")
+_BREAKS = ("\u0085", "\u2028", "\u2029")
 
 
 def _go_key_less(a: str, b: str) -> bool:
@@ -130,6 +152,8 @@ def to_yaml(obj: Any) -> bytes:
         width=80,  # go-yaml v2's best width: long scalars fold the same way
         encoding="utf-8",
     )
+    if any(b.encode() in out for b in _BREAKS):
+        out = _TRAILING_BREAK.sub("\\1'", out.decode()).encode()
     return out
 
 

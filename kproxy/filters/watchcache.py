@@ -22,7 +22,7 @@ from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.context import FilterContext
-from kproxy.negotiation import PROTOBUF, YAML
+from kproxy.negotiation import PROTOBUF, SERVED, YAML, negotiate
 from kproxy.status import StatusCause, StatusError, not_found, timeout
 from kproxy.watchcache.encode import CONTENT_TYPES, list_body, object_body
 from kproxy.watchcache.metrics import CacheMetrics, cache_metrics
@@ -254,7 +254,7 @@ class WatchCacheFilter(FilterBase):
         except StatusError as err:
             if reads is not None:
                 reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
-            return self._status_reply(err, decided)
+            return self._status_reply(err, decided, ex)
         if reply is None:
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", "stale").inc()
@@ -263,9 +263,11 @@ class WatchCacheFilter(FilterBase):
             reads.labels(label, info.verb, "cache", decided.mode).inc()
         return _gzip_as_the_apiserver(ex, reply, self._gzip)
 
-    def _status_reply(self, err: StatusError, read: Read) -> Reply:
-        """A Status in the media type the client negotiated, as the apiserver writes errors."""
-        media = read.media_type
+    def _status_reply(self, err: StatusError, read: Read, ex: Exchange) -> Reply:
+        """A Status in the media type the client negotiated, as the apiserver writes errors: a
+        Status has a protobuf form even where the resource has none (custom resources)."""
+        chosen = negotiate(ex.headers.get("Accept"), SERVED)
+        media = chosen.media_type if chosen is not None and chosen.convert is None else read.media_type
         if media == PROTOBUF and self._codec is not None:
             data = self._codec.from_json(err.to_dict())
         elif media == YAML:
