@@ -1,42 +1,55 @@
 """The watchcache filter end to end: LIST from kproxy's cache vs the apiserver's own watch cache.
 
     python -m benchmarks.watchcache [--envtest-dir DIR] [--pods 5000] [--lists 9]
-                                    [--clients 50] [--loadgen-procs 5] [--duration 20]
-                                    [--warmup 5] [--output FILE]
+                                    [--clients 50] [--loadgen-procs 5] [--duration 60]
+                                    [--warmup 15] [--no-write-cost] [--output FILE]
+    python -m benchmarks.watchcache write-cost [SIZE_MIB] [CLIENTS] [RESPONSES]
 
 Peers, measured in the same run on the same pods (benchmarks.compression's realistic pods,
-~3 KB of JSON each, created here in namespace ``bench-watchcache``):
+~3 KB of JSON each as created, created here in namespace ``bench-watchcache``):
 
 * ``direct``: the kube-apiserver, HTTPS with the admin client certificate; with
   ``resourceVersion=0`` it answers from its own watch cache (the cacher);
 * ``kproxy``: ``kproxy run`` with ``credentials: proxy``, plain HTTP, and one filter,
-  ``watchcache`` caching ``pods``.
+  ``watchcache`` caching ``pods``;
+* ``kproxy TLS+forward``: the same filter with ``credentials: forward`` over HTTPS, the client
+  sending a bearer token (TokenReview + SubjectAccessReview, cached), so the client pays TLS as
+  it does from the apiserver.
 
 Phases, in this order (the order matters for memory):
 
-1. Memory baseline: the apiserver's RSS (``VmRSS`` of ``/proc/<pid>/status``) with the namespace
-   empty, then kproxy started and its RSS once its pod cache is ready (no bench pods yet).
-2. The pods are created straight at the apiserver; once kproxy's cache holds all of them, both
-   RSS again (kproxy then holds each pod as protobuf only), then one JSON LIST through kproxy
-   (kproxy makes each pod's JSON lazily, and keeps the encoded list body) and kproxy's RSS, then
-   one JSON LIST direct and the apiserver's RSS. Each RSS is the minimum of a few samples a
-   second apart (Go returns freed memory to the OS lazily).
+1. Memory baseline: 50 pods in ``bench-watchcache-warm`` are listed through every peer (kproxy's
+   codec builds its JSON encoders once), then the RSS (``VmRSS`` of ``/proc/<pid>/status``) of the
+   apiserver and of the proxy-mode kproxy, the bench namespace empty.
+2. The pods are created straight at the apiserver in two halves; RSS of both after each half
+   (kproxy then holds each pod as protobuf only: the readiness check LISTs protobuf), then one
+   JSON LIST through kproxy (each pod's JSON made lazily, the list body kept) and kproxy's RSS,
+   then one JSON LIST direct and the apiserver's RSS. Each RSS is the minimum of 5 samples a
+   second apart (Go returns freed memory lazily). Per pod: growth from the baseline and, needing
+   no baseline, growth over the second half.
 3. Single LISTs, one at a time, ``--lists`` per cell, peer order rotating: ``resourceVersion=0``
    and consistent (no resourceVersion), JSON and protobuf. The first request of each cell after
-   the pods were created is reported on its own (kproxy's first JSON LIST encodes 5,000 pods).
+   the pods were created is reported on its own (kproxy's first JSON LIST encodes every pod).
    Latency is request sent to last body byte read by this process (aiohttp); CPU is the
-   apiserver's and kproxy's utime+stime (10 ms ticks, so averaged over the cell).
-4. ``--clients`` concurrent clients LISTing ``resourceVersion=0`` JSON in a loop, direct and then
-   through kproxy: ``--loadgen-procs`` load-generator processes (``python -m benchmarks.watchcache
+   apiserver's and kproxy's utime+stime (10 ms ticks, so averaged over the cell). kproxy's items
+   are checked byte for byte against the apiserver's, and its metrics must count every LIST as
+   served from the cache.
+4. ``--clients`` concurrent clients LISTing ``resourceVersion=0`` JSON in a loop, one peer at a
+   time: ``--loadgen-procs`` load-generator processes (``python -m benchmarks.watchcache
    loadgen``), each one aiohttp session with clients/procs keep-alive connections, all measuring
-   the same wall-clock window (``--warmup`` s of load first, then ``--duration`` s counted). This
-   process samples the CPU time of the apiserver, etcd, kproxy and the whole machine at the
-   window's edges and kproxy's RSS every 0.5 s. kproxy's metrics must show every LIST of the
-   window served from the cache, else the run fails.
+   the same wall-clock window (``--warmup`` s of load first, then ``--duration`` s counted).
+   Throughput is body bytes read inside the window over one LIST's size (a direct LIST under this
+   load can outlast the window); latencies are those of LISTs completed inside it. This process
+   samples the CPU time of the apiserver, etcd, kproxy and the whole machine at the window's
+   edges, and RSS every 0.5 s.
+5. ``write-cost`` (unless ``--no-write-cost``): a bare aiohttp + uvloop server writing a body of
+   the LIST's size whole (as kproxy's server does) vs in memoryview slices, over HTTP and HTTPS:
+   where kproxy's CPU and RSS under load go.
 
 Goals from issue 4: LIST from kproxy >= 2x faster than from the apiserver for the same encoding;
 apiserver CPU with the clients through kproxy >= 10x lower than direct; kproxy RSS per cached
-object <= the apiserver's per-object growth.
+object <= the apiserver's per-object growth. Exit status 0 when all are met, 1 when not, 2 when
+the benchmark could not run.
 """
 
 from __future__ import annotations
