@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +23,11 @@ WATCH_EVENT = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent"
 LIST_META = "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"
 
 
-# (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object)
-ListPlan = tuple[Callable[[bytes], list[bytes]], Callable[[bytes], Any]]
+# (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object, and the wire
+# reader's walk over the complete items at the start of some bytes -> (their JSON, bytes used))
+ListPlan = tuple[
+    Callable[[bytes], list[bytes]], Callable[[bytes], Any], Callable[[bytes], tuple[list[bytes], int]] | None
+]
 Filler = Callable[[Any, dict[str, Any]], dict[str, Any]]
 # A kind's message class, its upb-path filler, and its wire filler (None: upb only).
 _Kind = tuple[Any, Filler, WireFiller | None]
@@ -59,23 +63,35 @@ def _fill(cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kin
 
 def _wire_items(span: bytes, enc: Callable[[bytes, int, int], Any]) -> list[bytes]:
     """Consecutive list items (field 2, as the list transcoder batches them) -> their JSON."""
-    dumps = orjson.dumps
-    out = []
-    p = 0
-    end = len(span)
-    while p < end:
-        if span[p] != 0x12:
-            raise ValueError("not an item")
-        n = span[p + 1]
-        p += 2
-        if n > 127:
-            n, p = varint_tail(span, p, n)
-        q = p + n
-        if q > end:
-            raise ValueError("item runs past the span")
-        out.append(dumps(enc(span, p, q)))
-        p = q
+    out, used = _wire_prefix(span, enc)
+    if used != len(span):
+        raise ValueError("not only whole items")
     return out
+
+
+def _wire_prefix(data: bytes, enc: Callable[[bytes, int, int], Any]) -> tuple[list[bytes], int]:
+    """The list items (field 2) that data starts with, up to the first other field, the first
+    item not complete in data or the first the wire reader leaves to upb: (their JSON, the
+    bytes they span). Not escaped here: the transcoder escapes each batch once."""
+    dumps = orjson.dumps
+    out: list[bytes] = []
+    p = 0
+    end = len(data)
+    try:
+        while p < end and data[p] == 0x12:
+            if p + 4 > end:
+                break
+            n = data[p + 1]
+            q = p + 2
+            if n > 127:
+                n, q = varint_tail(data, q, n)
+            if q + n > end:
+                break
+            out.append(dumps(enc(data, q, q + n)))
+            p = q + n
+    except Exception:  # this item is left to the general path (and upb)
+        WIRE_FALLBACKS[0] += 1
+    return out, p
 
 
 class ProtobufCodec:
@@ -191,6 +207,7 @@ class ProtobufCodec:
                 meta_enc = self._frag.encoder(LIST_META)
                 dumps = orjson.dumps
                 item_wire = self._wire.encoder(item_full) if self._wire is not None else None
+                prefix = functools.partial(_wire_prefix, enc=item_wire) if item_wire is not None else None
 
                 def items_json(span: bytes) -> list[bytes]:
                     # Not escaped here: the transcoder escapes each batch once (go_escape).
@@ -204,7 +221,7 @@ class ProtobufCodec:
                 def list_meta(b: bytes) -> Any:
                     return meta_enc(decode_message(meta_cls, b, "ListMeta"))
 
-                result = (items_json, list_meta)
+                result = (items_json, list_meta, prefix)
         self._list_plans[key] = result
         return result
 

@@ -47,6 +47,7 @@ class ListTranscoder:
         self._count = 0
         self._items: Callable[[bytes], list[bytes]] | None = None
         self._meta: Callable[[bytes], Any] | None = None
+        self._prefix: Callable[[bytes], tuple[list[bytes], int]] | None = None
         self._out: list[bytes] = []
 
     @property
@@ -190,7 +191,7 @@ class ListTranscoder:
             self._state = "whole"
             self._raw_left = n
             return
-        self._items, self._meta = plan
+        self._items, self._meta, self._prefix = plan
         self._state = "items"
         self._raw_end = start + n
         self._header = {"kind": self._kind, "apiVersion": self._api_version} if self._kind else {}
@@ -220,6 +221,8 @@ class ListTranscoder:
         batch_end = -1
         try:
             while self._pos < self._raw_end:
+                if self._prefix is not None and batch_start < 0 and self._fast_items():
+                    continue
                 at = self._pos
                 num, start, stop = self._read_ld(self._raw_end)
                 if start < 0 or num != 2:
@@ -251,12 +254,36 @@ class ListTranscoder:
         self._state = "outer"
         return True
 
+    def _fast_items(self) -> bool:
+        """The complete items at the buffer's position read by the wire reader in one walk (no
+        per-item parse of their tags here); False when it read none (another field, an item
+        not complete yet, or one it leaves to upb: the general path takes it)."""
+        buf = self._buf
+        pos = self._pos
+        end = min(len(buf), self._raw_end)
+        if pos >= end or buf[pos] != 0x12:
+            return False
+        with memoryview(buf) as view, view[pos:end] as part:
+            data = bytes(part)
+        assert self._prefix is not None
+        items, used = self._prefix(data)
+        if not used:
+            return False
+        self._pos = pos + used
+        self._emit_json(items)
+        return True
+
     def _emit_items(self, start: int, end: int) -> None:
         """Items whose fields (tags included) span buf[start:end]."""
+        assert self._items is not None
+        with memoryview(self._buf) as view, view[start:end] as part:
+            span = bytes(part)
+        self._emit_json(self._items(span))
+
+    def _emit_json(self, items: list[bytes]) -> None:
+        """The JSON of consecutive items, not escaped yet."""
         if not self._started:
             self._open_list()
-        assert self._items is not None
-        items = self._items(bytes(self._buf[start:end]))
         if items:
             if self._count:
                 self._out.append(b",")
