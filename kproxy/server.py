@@ -77,6 +77,23 @@ class _ReadyCache:
     at: float = field(default=-1e9)
 
 
+_SLICE = 1 << 20
+
+
+async def _write_sliced(request: web.BaseRequest, reply: Reply, data: bytes) -> web.StreamResponse:
+    resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+    resp.content_length = len(data)
+    await resp.prepare(request)
+    view = memoryview(data)
+    try:
+        for i in range(0, len(view), _SLICE):
+            await resp.write(view[i : i + _SLICE])
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client went away mid-body; nothing to tell it
+    return resp
+
+
 class ProxyServer:
     """kproxy: listener + chain + upstream + admin listener."""
 
@@ -360,6 +377,10 @@ class ProxyServer:
                 # A HEAD answer has no body but keeps the Content-Length of the GET it stands for.
                 return _Response(status=reply.status, reason=reply.reason, headers=reply.headers), 0
             reply.headers.popall("Content-Length", None)
+            if len(body.data) > _SLICE:
+                # A big body (a cached list) written whole would be copied into the transport's
+                # buffer once per slow connection; in slices, each awaited, memory stays flat.
+                return await _write_sliced(request, reply, body.data), len(body.data)
             resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
             return resp, len(body.data)
         if isinstance(body, UpgradeBody):

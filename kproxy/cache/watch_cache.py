@@ -68,8 +68,10 @@ class WatchCache:
         self._sorted_keys: list[str] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
-        # Encoded whole-list bodies of the current state, dropped on any change.
-        self.bodies: dict[tuple[object, ...], bytes] = {}
+        # What readers encoded from the current objects (whole-list item parts), dropped when an
+        # object changes (not when only the resource version moves). ``generation`` counts changes.
+        self.bodies: dict[tuple[object, ...], object] = {}
+        self.generation = 0
 
     # -- feeding ----------------------------------------------------------------------------------
     def replace(self, objects: Iterable[CachedObject], rv: int) -> list[CacheEvent]:
@@ -133,7 +135,6 @@ class WatchCache:
         if in_order and rv > self.applied_rv:
             self.applied_rv = rv
         if rv > self.rv:
-            self.bodies.clear()
             self._snapshot = None
             self._advance(rv)
 
@@ -150,6 +151,7 @@ class WatchCache:
     def _changed(self, *, sort: bool) -> None:
         self._snapshot = None
         self.bodies.clear()
+        self.generation += 1
         if sort:
             self._sorted_keys = None
 

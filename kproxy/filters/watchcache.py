@@ -22,9 +22,9 @@ from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.context import FilterContext
-from kproxy.negotiation import PROTOBUF, SERVED, YAML, negotiate
+from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate
 from kproxy.status import StatusCause, StatusError, not_found, timeout
-from kproxy.watchcache.encode import CONTENT_TYPES, list_body, object_body
+from kproxy.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
 from kproxy.watchcache.metrics import CacheMetrics, cache_metrics
 from kproxy.watchcache.plan import Pass, Read, plan
 from kproxy.watchcache.resource_cache import ResourceCache
@@ -61,6 +61,11 @@ class WatchCacheSettings(BaseModel):
     )
     page_size: int = Field(500, ge=1, description="Page size of upstream lists when streaming lists are unavailable.")
     rediscovery_interval: float = Field(30.0, gt=0, description="Seconds between discovery refreshes with `*`.")
+    encode_ahead: bool = Field(
+        True,
+        description="Make each built-in object's JSON in the background as it arrives, so the first "
+        "JSON list is served at cache speed (memory: the JSON is kept next to the protobuf).",
+    )
     authorization: AuthorizationSettings = Field(default_factory=_default_authorization)
 
     @field_validator("resources")
@@ -84,6 +89,10 @@ def too_large_rv(want: int, current: int) -> StatusError:
 
 
 class WatchCacheFilter(FilterBase):
+    """LIST and GET of the configured resources answered from a local cache kept by one upstream
+    streaming list+watch per resource, with the apiserver's resource-version semantics; every
+    cached read authorized first (SubjectAccessReview) outside ``credentials: proxy``."""
+
     name: ClassVar[str] = "watchcache"
     config_model: ClassVar[type[BaseModel]] = WatchCacheSettings
 
@@ -199,6 +208,7 @@ class WatchCacheFilter(FilterBase):
                 max_events=s.history_max_events,
                 page_size=s.page_size,
                 crd_paths=crd_paths,
+                encode_ahead=s.encode_ahead,
             )
             if spec.group == "apiextensions.k8s.io" and spec.resource == "customresourcedefinitions":
                 rc.cache.add_listener(lambda _events: self.rediscover_soon())
@@ -310,12 +320,6 @@ class WatchCacheFilter(FilterBase):
             snap = cache.snapshot()
             start = ""
         assert snap is not None
-        whole = read.limit == 0 and not start
-        body_key = (read.media_type, read.pretty, read.namespace, read.label_text, read.field_text)
-        if whole and snap.rv == cache.rv:
-            body = cache.bodies.get(body_key)
-            if body is not None:
-                return _reply(body, read.media_type)
         labels, fields = read.labels, read.fields
         predicate = None
         if labels is not None or fields is not None:
@@ -323,11 +327,23 @@ class WatchCacheFilter(FilterBase):
             def predicate(o: Any) -> bool:
                 return (labels is None or labels.matches(o.labels)) and (fields is None or fields.matches(o.fields))
 
+        if read.limit == 0 and not start and snap.rv == cache.rv:
+            # A whole list of the current state: its items are kept encoded until an object
+            # changes; the body around them (resource version) is cheap to make again.
+            items_media = PROTOBUF if read.media_type == PROTOBUF else JSON  # YAML is made from JSON
+            key = (items_media, read.namespace, read.label_text, read.field_text)
+            found = cache.bodies.get(key)
+            if not isinstance(found, _Whole):
+                page = select(snap, namespace=read.namespace, predicate=predicate)
+                found = _Whole(items_part(kind, page.items, items_media))
+                if len(cache.bodies) >= _MAX_BODIES:
+                    cache.bodies.clear()
+                cache.bodies[key] = found
+            body = found.body(kind, snap.rv, read.media_type, read.pretty)
+            return _reply(body, read.media_type)
         page = select(snap, namespace=read.namespace, predicate=predicate, limit=read.limit, start=start)
         remaining = page.remaining if not read.filtered else None
         body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
-        if whole and snap.rv == cache.rv:
-            cache.bodies[body_key] = body
         return _reply(body, read.media_type)
 
 
@@ -350,6 +366,27 @@ def _gzip_as_the_apiserver(ex: Exchange, reply: Reply, gzip: Codec) -> Reply:
     reply.headers["Content-Encoding"] = "gzip"
     reply.headers.add("Vary", "Accept-Encoding")
     return reply
+
+
+_MAX_BODIES = 64  # whole lists kept per resource (per media type, namespace, selectors)
+
+
+class _Whole:
+    """One whole list's encoded items, and the last body made around them (one per rv)."""
+
+    __slots__ = ("_last", "items")
+
+    def __init__(self, items: bytes) -> None:
+        self.items = items
+        self._last: tuple[int, str, bool, bytes] | None = None
+
+    def body(self, kind: Any, rv: int, media_type: str, pretty: bool) -> bytes:
+        last = self._last
+        if last is not None and last[:3] == (rv, media_type, pretty):
+            return last[3]
+        data = assemble(kind, self.items, rv, "", None, media_type, pretty)
+        self._last = (rv, media_type, pretty, data)
+        return data
 
 
 def _path_key(spec: ResourceSpec) -> tuple[str, str, str]:

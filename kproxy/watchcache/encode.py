@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import orjson
 
 from kproxy.cache import CachedObject, Kind
-from kproxy.codec import encode_envelope, to_yaml
+from kproxy.codec import MAGIC, encode_envelope, to_yaml
 from kproxy.codec.envelope import encode_varint
 from kproxy.negotiation import JSON, PROTOBUF, YAML
 from kproxy.status import go_json_dumps
@@ -40,15 +40,45 @@ def list_meta_proto(rv: int, cont: str, remaining: int | None) -> bytes:
     return out
 
 
+def items_part(kind: Kind, items: Sequence[CachedObject], media_type: str) -> bytes:
+    """The items of a list, encoded and joined: what does not depend on the list's resource
+    version or continue token, so it can be kept while only the resource version moves."""
+    if media_type == PROTOBUF:
+        parts = []
+        for o in items:
+            assert o.proto is not None
+            parts.append(b"\x12" + encode_varint(len(o.proto)))
+            parts.append(o.proto)
+        return b"".join(parts)
+    return b",".join([o.item_json for o in items])
+
+
 def list_body(
     kind: Kind, items: Sequence[CachedObject], rv: int, cont: str, remaining: int | None, media_type: str, pretty: bool
 ) -> bytes:
+    return assemble(kind, items_part(kind, items, media_type), rv, cont, remaining, media_type, pretty)
+
+
+def assemble(
+    kind: Kind, items: bytes, rv: int, cont: str, remaining: int | None, media_type: str, pretty: bool
+) -> bytes:
+    """A whole list body around an :func:`items_part` (one copy of the items)."""
     if media_type == PROTOBUF:
-        parts = [_ld(0x0A, list_meta_proto(rv, cont, remaining))]
-        for o in items:
-            assert o.proto is not None
-            parts.append(_ld(0x12, o.proto))
-        return encode_envelope(kind.api_version, kind.list_kind, b"".join(parts))
+        meta = _ld(0x0A, list_meta_proto(rv, cont, remaining))
+        raw_len = len(meta) + len(items)
+        type_meta = _ld(0x0A, kind.api_version.encode()) + _ld(0x12, kind.list_kind.encode())
+        # encode_envelope's layout, without first joining the list message on its own.
+        return b"".join(
+            (
+                MAGIC,
+                _ld(0x0A, type_meta),
+                b"\x12",
+                encode_varint(raw_len),
+                meta,
+                items,
+                b"\x1a\x00\x22\x00",
+            )
+        )
     if not kind.protobuf:
         return _reshape(_unstructured_list(kind, items, rv, cont, remaining), media_type, pretty)
     data = b"".join(
@@ -60,14 +90,14 @@ def list_body(
             b'","metadata":',
             list_meta_json(rv, cont, remaining),
             b',"items":[',
-            b",".join([o.item_json for o in items]),
+            items,
             b"]}\n",
         )
     )
     return _reshape(data, media_type, pretty)
 
 
-def _unstructured_list(kind: Kind, items: Sequence[CachedObject], rv: int, cont: str, remaining: int | None) -> bytes:
+def _unstructured_list(kind: Kind, items: bytes, rv: int, cont: str, remaining: int | None) -> bytes:
     """A custom resource list as the apiserver encodes an unstructured list: a Go map, so keys in
     sorted order, and ``continue`` always present (empty when the list is complete)."""
     meta = b'{"continue":"' + cont.encode() + b'"'
@@ -79,7 +109,7 @@ def _unstructured_list(kind: Kind, items: Sequence[CachedObject], rv: int, cont:
             b'{"apiVersion":"',
             kind.api_version.encode(),
             b'","items":[',
-            b",".join([o.item_json for o in items]),
+            items,
             b'],"kind":"',
             kind.list_kind.encode(),
             b'","metadata":',

@@ -17,6 +17,8 @@ from kproxy.cache.fields import SelectableFields
 from kproxy.codec import Envelope, ProtobufCodec
 from kproxy.codec.envelope import read_varint, skip_field
 
+_MAX_SHARED = 1 << 16
+
 
 class ObjectError(ValueError):
     """The upstream sent something that is not an object of this kind."""
@@ -42,6 +44,18 @@ class ObjectFactory:
                 raise ObjectError(f"no protobuf schema for {self.kind.kind} {self.kind.api_version}")
             self._cls: Any = self.codec.schema.message_class(full)
             self._head = self.kind.type_meta_json
+        # Equal label sets and field values are held once (replicas share them): ~1.5 KB a pod.
+        self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+    def _share(self, d: dict[str, str]) -> dict[str, str]:
+        key = tuple(d.items())
+        found = self._shared.get(key)
+        if found is not None:
+            return found
+        if len(self._shared) >= _MAX_SHARED:
+            self._shared.clear()
+        self._shared[key] = d
+        return d
 
     def _encode(self, raw: bytes) -> bytes:
         data = self.codec.envelope_to_json(Envelope(self.kind.api_version, self.kind.kind, raw))
@@ -62,8 +76,8 @@ class ObjectFactory:
             ns,
             name,
             _rv(meta.resourceVersion),
-            dict(meta.labels),
-            self.fields.from_message(msg),
+            self._share(dict(meta.labels)),
+            self._share(self.fields.from_message(msg)),
             proto=raw,
             encode=self._encode,
         )
@@ -76,14 +90,14 @@ class ObjectFactory:
             raise ObjectError("not a JSON object")
         meta = obj.get("metadata") or {}
         ns, name = meta.get("namespace") or "", meta.get("name") or ""
-        labels = meta.get("labels") or {}
+        labels = self._share(meta.get("labels") or {})
         return CachedObject(
             object_key(ns, name),
             ns,
             name,
             _rv(meta.get("resourceVersion") or "0"),
             labels,
-            self.fields.from_dict(obj),
+            self._share(self.fields.from_dict(obj)),
             json=bytes(raw),
         )
 

@@ -146,16 +146,17 @@ def test_progress_moves_the_resource_version_only_forwards() -> None:
     cache = WatchCache(POD, clock=Clock())
     cache.replace([obj("ns/a", 3)], 10)
     before = cache.snapshot()
-    cache.bodies[("json",)] = b"list at 10"
+    cache.bodies[("json",)] = b"items"
+    generation = cache.generation
     cache.progress(20)
     assert cache.rv == 20 and cache.applied_rv == 20
-    assert cache.bodies == {}  # a whole-list body carries the list's resourceVersion
+    # Only the resource version moved: what was encoded from the objects stays good.
+    assert cache.bodies == {("json",): b"items"} and cache.generation == generation
     after = cache.snapshot()
     assert before is not None and after is not None
     assert after.rv == 20 and after.objects == before.objects
-    cache.bodies[("json",)] = b"list at 20"
     cache.progress(15)
-    assert cache.rv == 20 and cache.bodies == {("json",): b"list at 20"}
+    assert cache.rv == 20 and cache.bodies == {("json",): b"items"}
     # Events the bookmark covered are repeats.
     assert cache.apply(ADDED, obj("ns/b", 18)) is None
 
@@ -187,12 +188,12 @@ def test_cached_list_bodies_are_dropped_on_every_change() -> None:
         lambda: cache.apply(ADDED, obj("ns/b", 11)),
         lambda: cache.apply(MODIFIED, obj("ns/b", 12)),
         lambda: cache.apply(DELETED, obj("ns/b", 13)),
-        lambda: cache.progress(14),
         lambda: cache.replace([obj("ns/a", 3)], 20),
     ):
         cache.bodies[("k",)] = b"old"
+        generation = cache.generation
         change()
-        assert cache.bodies == {}
+        assert cache.bodies == {} and cache.generation == generation + 1
     cache.bodies[("k",)] = b"kept"
     cache.apply(MODIFIED, obj("ns/a", 19))  # a repeat changes nothing
     cache.progress(5)
