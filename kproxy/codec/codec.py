@@ -42,23 +42,29 @@ WIRE_FALLBACKS = [0]
 def _fill(cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kind: str, raw: bytes) -> dict[str, Any]:
     """One object's JSON dict: read from its bytes, or (wire off, or anything the wire reader
     leaves to upb) through a upb message, which also gives every error."""
-    if wire is not None and type(raw) is bytes:
-        d: dict[str, Any] = {}
-        if kind:
-            d["kind"] = kind
-        if api_version:
-            d["apiVersion"] = api_version
+    return _fill_at(cls, fill, wire, api_version, kind, raw, 0, len(raw))
+
+
+def _fill_at(
+    cls: Any, fill: Filler, wire: WireFiller | None, api_version: str, kind: str, data: bytes, p: int, q: int
+) -> dict[str, Any]:
+    """_fill of the object in data[p:q], read in place (sliced only for upb)."""
+    if wire is not None and type(data) is bytes:
         try:
-            return wire(raw, 0, len(raw), d)
+            return wire(data, p, q, _head(kind, api_version))
         except Exception:  # anything unusual: the upb path decides, and raises its own errors
             WIRE_FALLBACKS[0] += 1
-    msg = decode_message(cls, raw, kind)
-    d = {}
+    msg = decode_message(cls, data[p:q] if p or q != len(data) else data, kind)
+    return fill(msg, _head(kind, api_version))
+
+
+def _head(kind: str, api_version: str) -> dict[str, Any]:
+    d: dict[str, Any] = {}
     if kind:
         d["kind"] = kind
     if api_version:
         d["apiVersion"] = api_version
-    return fill(msg, d)
+    return d
 
 
 def _wire_items(span: bytes, enc: Callable[[bytes, int, int], Any]) -> list[bytes]:
@@ -256,12 +262,12 @@ class ProtobufCodec:
                         head = self._event_heads.get(data[start + 2 : t_end])
                         kind = self._event_kinds.get(data[p + 6 : tm_end])
                         if head is not None and kind is not None:
-                            fast = head, kind, data[q : q + n]
+                            fast = head, kind, q, q + n
         if fast is None:
             return self._watch_frame_to_json(data[start:stop])
-        head, (cls, fill, wire, api_version, kind_name), raw = fast
-        obj = _fill(cls, fill, wire, api_version, kind_name, raw)
-        return head + go_escape(orjson.dumps(obj)) + b"}\n"
+        head, (cls, fill, wire, api_version, kind_name), p, q = fast
+        obj = _fill_at(cls, fill, wire, api_version, kind_name, data, p, q)
+        return b"".join((head, go_escape(orjson.dumps(obj)), b"}\n"))
 
     def _learn_event(self, type_: str, env: Envelope) -> None:
         """Fill the fast path's caches from an event the general parsers accepted."""

@@ -707,13 +707,16 @@ class WireJsonGenerator:
             return None
         fast = conv.format(p="vt + 2", q="q")
         slow = conv.format(p="vp", q="vq")
+        fast_lines = [f"x = {fast}"]
+        if conv == "_wq(b, {p}, {q})":  # resource lists: the Quantity cache looked up inline
+            fast_lines = ["x = _qc.get(b[vt + 2 : q])", "if x is None:", f"    x = {fast}"]
         read = [
             *_LD,
             "kl = b[p + 1]",
             "vt = p + 2 + kl",
             "if b[p] == 10 and kl < 128 and b[vt] == 18 and b[vt + 1] < 128 and vt + 2 + b[vt + 1] == q:",
             "    k = b[p + 2 : vt].decode()",
-            f"    x = {fast}",
+            *("    " + line for line in fast_lines),
             "else:",
             "    k, vp, vq = _went(b, p, q)",
             f"    x = {slow}",
