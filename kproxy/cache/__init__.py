@@ -8,7 +8,16 @@ from .continue_token import ContinueToken, decode_continue, encode_continue
 from .history import ADDED, DELETED, MODIFIED, CacheEvent, EventHistory
 from .listing import Page, select
 from .objects import CachedObject, Kind, object_key
-from .reflector import BOOKMARK, Expired, ListerWatcher, ListPage, Reflector, StreamingListUnsupported, UpstreamEvent
+from .reflector import (
+    BOOKMARK,
+    Expired,
+    ListerWatcher,
+    ListPage,
+    NotServed,
+    Reflector,
+    StreamingListUnsupported,
+    UpstreamEvent,
+)
 from .watch_cache import Snapshot, WatchCache
 
 __all__ = [
@@ -24,6 +33,7 @@ __all__ = [
     "Kind",
     "ListPage",
     "ListerWatcher",
+    "NotServed",
     "Page",
     "Reflector",
     "Snapshot",

@@ -33,6 +33,10 @@ class Expired(Exception):
     """The upstream no longer has the requested resource version (410 / Expired)."""
 
 
+class NotServed(Exception):
+    """The upstream no longer serves the resource (404: its CustomResourceDefinition is gone)."""
+
+
 class StreamingListUnsupported(Exception):
     """The upstream refused ``sendInitialEvents`` (WatchList disabled): list by pages instead."""
 
@@ -217,6 +221,11 @@ class Reflector:
                 self._need_list = True
                 self._relist_reason = "expired"
             except Exception as err:
+                if isinstance(err, NotServed) and self.cache.ready:
+                    # Readers go to the apiserver (and get its 404) until it serves it again.
+                    log.info("%s: no longer served upstream; the cache is not ready", self.name)
+                    self.cache.unready()
+                    self._need_list = True
                 if self._delivered != delivered:
                     backoff = first_backoff  # the stream worked for a while: this is a new failure
                 self.last_error = f"{type(err).__name__}: {err}"

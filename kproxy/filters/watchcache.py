@@ -106,6 +106,8 @@ class WatchCacheFilter(FilterBase):
         self._sync: asyncio.Task[None] | None = None
         self._discovered = asyncio.Event()
         self._kicked: asyncio.Task[None] | None = None
+        self._sync_lock = asyncio.Lock()
+        self._stopped = False
         self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -119,10 +121,12 @@ class WatchCacheFilter(FilterBase):
         self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
 
     async def stop(self) -> None:
-        if self._sync is not None:
-            self._sync.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sync
+        self._stopped = True
+        for task in (self._sync, self._kicked):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for rc in list(self.caches.values()):
             await rc.stop()
         self.caches.clear()
@@ -145,13 +149,15 @@ class WatchCacheFilter(FilterBase):
         delay = 0.5
         while True:
             try:
-                await self._sync_once()
-                delay = self.settings.rediscovery_interval if wildcard else 0
+                missing = await self._sync_once()
+                if missing:
+                    # Others are cached meanwhile; these may appear (a CRD not yet installed).
+                    log.warning("watchcache: not in the apiserver's discovery (yet): %s", ", ".join(missing))
+                    delay = min(max(delay * 2, 1.0), 10.0)
+                else:
+                    delay = self.settings.rediscovery_interval if wildcard else 0
             except asyncio.CancelledError:
                 raise
-            except ConfigError as err:
-                log.error("watchcache: %s; retrying", err)
-                delay = min(max(delay * 2, 1.0), 30.0)
             except Exception as err:
                 log.warning("watchcache: discovery failed (%s); retrying", err)
                 delay = min(max(delay * 2, 1.0), 30.0)
@@ -166,7 +172,7 @@ class WatchCacheFilter(FilterBase):
         asyncio.get_running_loop().call_later(5.0, self._kick)
 
     def _kick(self) -> None:
-        if self._sync is not None and not self._sync.done():
+        if self._sync is not None and not self._stopped:
             self._kicked = asyncio.create_task(self._sync_guarded())
 
     async def _sync_guarded(self) -> None:
@@ -175,11 +181,16 @@ class WatchCacheFilter(FilterBase):
         except Exception as err:
             log.warning("watchcache: discovery failed (%s)", err)
 
-    async def _sync_once(self) -> None:
+    async def _sync_once(self) -> list[str]:
+        """Bring the caches in line with discovery; the configured names it does not have."""
+        async with self._sync_lock:  # the loop and a CRD-triggered refresh never interleave
+            return await self._sync_locked()
+
+    async def _sync_locked(self) -> list[str]:
         assert self.ctx is not None and self._codec is not None and self._metrics is not None
         codec = self._codec
         served = await discover(self._fetch, codec.knows)
-        specs = resolve(self.settings.resources, served, codec.knows)
+        specs, missing = resolve(self.settings.resources, served, codec.knows)
         wanted = {s.key: s for s in specs}
         for key in [k for k in self.caches if k not in wanted]:
             rc = self.caches.pop(key)
@@ -216,6 +227,7 @@ class WatchCacheFilter(FilterBase):
             self._by_path[_path_key(spec)] = rc
             rc.start()
         self._discovered.set()
+        return missing
 
     async def _crd_paths(self, spec: ResourceSpec) -> tuple[str, ...] | None:
         """A custom resource's selectableFields (jsonPaths) for the cached version; None for a

@@ -102,9 +102,11 @@ async def discover(fetch: Fetch, knows_protobuf: Callable[[str, str], bool]) -> 
 
 def resolve(
     names: Iterable[str], served: list[_Served], knows_protobuf: Callable[[str, str], bool]
-) -> list[ResourceSpec]:
-    """The specs for the configured names; ConfigError for a name discovery does not have."""
+) -> tuple[list[ResourceSpec], list[str]]:
+    """The specs for the configured names, and the names discovery does not have (yet: a custom
+    resource whose definition is not installed)."""
     specs: dict[tuple[str, str, str], ResourceSpec] = {}
+    missing: list[str] = []
 
     def spec(s: _Served) -> ResourceSpec:
         e = s.entry
@@ -134,7 +136,8 @@ def resolve(
             and (s.version == version if version is not None else s.preferred)
         ]
         if not found:
-            raise ConfigError(f"{name!r}: no such resource with list and watch in the apiserver's discovery")
+            missing.append(name)
+            continue
         sp = spec(found[0])
         specs.setdefault(sp.key, sp)
-    return list(specs.values())
+    return list(specs.values()), missing

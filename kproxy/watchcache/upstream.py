@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import msgspec
 import orjson
 
-from kproxy.cache import BOOKMARK, Expired, ListPage, StreamingListUnsupported, UpstreamEvent
+from kproxy.cache import BOOKMARK, Expired, ListPage, NotServed, StreamingListUnsupported, UpstreamEvent
 from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
 from kproxy.context import ApiClient
@@ -48,6 +48,8 @@ def _status_error(status: int, body: bytes) -> Exception:
         isinstance(obj, dict) and (obj.get("code") == 410 or obj.get("reason") in ("Expired", "Gone"))
     ):
         return Expired(message)
+    if status == 404:
+        return NotServed(message)
     return UpstreamError(f"upstream answered {status}: {message}")
 
 

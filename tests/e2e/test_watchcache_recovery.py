@@ -177,3 +177,39 @@ def test_wildcard_follows_custom_resource_definitions(
     # Once discovery no longer has it, kproxy drops the cache and the apiserver's own 404 comes back.
     wait_for(lambda: rp.get(gone)[0] == 404, 30, "kproxy to drop the deleted custom resource's cache")
     assert rp.get(gone) == cp.request("GET", gone)
+
+
+def test_named_custom_resource_installed_later_and_removed(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    """A configured custom resource whose definition is not there yet does not hold up the
+    others; it is cached once installed, and after its definition is deleted reads get the
+    apiserver's own 404 again (the cache stops answering)."""
+    cp = control_plane
+    crd = json.loads(json.dumps(CRD).replace("gizmo", "gadget").replace("Gizmo", "Gadget"))
+    crd["metadata"]["name"] = "gadgets.wc.kproxy.test"
+    rp = proxy_factory(
+        extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "gadgets.wc.kproxy.test"]}]}
+    )
+    cms = f"/api/v1/namespaces/{namespace}/configmaps?resourceVersion=0"
+    wait_for(lambda: rp.get(cms)[0] == 200 and 'resource="configmaps",served="cache"' in rp.metrics(), 30, "configmaps")
+    base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gadgets"
+    assert rp.get(f"{base}?resourceVersion=0") == cp.request("GET", f"{base}?resourceVersion=0")  # 404 both
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    assert cp.request("POST", crds, body=json.dumps(crd).encode())[0] == 201
+    try:
+        body = {"apiVersion": "wc.kproxy.test/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"n": 1}}
+        wait_for(
+            lambda: cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409), 30, "the CRD served"
+        )
+        cached = r'kproxy_watchcache_reads_total\{reason="any",resource="gadgets.wc.kproxy.test",served="cache"'
+        wait_for(
+            lambda: b'"g1"' in rp.get(f"{base}?resourceVersion=0")[1] and _metric(rp, cached + r',verb="list"\}') > 0,
+            40,
+            "kproxy to cache the custom resource once it is installed",
+        )
+    finally:
+        cp.request("DELETE", f"{crds}/gadgets.wc.kproxy.test")
+    gone = f"{base}?resourceVersion=0"
+    wait_for(lambda: rp.get(gone)[0] == 404, 40, "reads of the removed resource to get the apiserver's 404")
+    assert rp.get(gone) == cp.request("GET", gone)
