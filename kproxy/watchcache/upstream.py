@@ -16,11 +16,11 @@ from kproxy.cache import BOOKMARK, Expired, ListPage, NotServed, StreamingListUn
 from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
 from kproxy.context import ApiClient
+from kproxy.negotiation import PROTOBUF
 
 from .objects import ObjectFactory, list_meta_rv, split_list
 from .resources import ResourceSpec
 
-PROTOBUF = "application/vnd.kubernetes.protobuf"
 # A name no object can have (names are DNS subdomains): a selector that matches nothing.
 _NOTHING = "metadata.name=.kproxy-matches-nothing"
 _MAX_FRAME = 64 << 20
@@ -80,10 +80,9 @@ class HttpListerWatcher:
             meta, items = split_list(decode_envelope(body).raw)
             rv, cont = list_meta_rv(meta)
             return ListPage([factory.from_proto(i) for i in items], rv, cont)
-        doc = msgspec.json.decode(body, type=dict[str, Any])
-        meta_obj = doc.get("metadata") or {}
-        raws = msgspec.json.decode(body, type=_RawList).items
-        objects = [factory.from_json(bytes(r)) for r in raws]
+        doc = msgspec.json.decode(body, type=_RawList)  # items kept as their exact bytes
+        meta_obj = doc.metadata
+        objects = [factory.from_json(bytes(r)) for r in doc.items]
         return ListPage(objects, int(meta_obj.get("resourceVersion") or 0), meta_obj.get("continue") or "")
 
     async def list(self, *, limit: int, continue_token: str) -> ListPage:
@@ -181,4 +180,5 @@ class HttpListerWatcher:
 
 
 class _RawList(msgspec.Struct):
+    metadata: dict[str, Any] = {}
     items: list[msgspec.Raw] = []
