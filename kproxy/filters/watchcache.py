@@ -99,7 +99,6 @@ class WatchCacheFilter(FilterBase):
     def __init__(self, settings: WatchCacheSettings) -> None:
         self.settings = settings
         self.caches: dict[tuple[str, str, str], ResourceCache] = {}
-        self._by_path: dict[tuple[str, str, str], ResourceCache] = {}
         self._metrics: CacheMetrics | None = None
         self._reviewer: AccessReviewer | None = None
         self._codec: ProtobufCodec | None = None
@@ -130,7 +129,6 @@ class WatchCacheFilter(FilterBase):
         for rc in list(self.caches.values()):
             await rc.stop()
         self.caches.clear()
-        self._by_path.clear()
 
     def ready(self) -> bool:
         return self._discovered.is_set()
@@ -194,7 +192,6 @@ class WatchCacheFilter(FilterBase):
         wanted = {s.key: s for s in specs}
         for key in [k for k in self.caches if k not in wanted]:
             rc = self.caches.pop(key)
-            self._by_path.pop(_path_key(rc.spec), None)
             log.info("watchcache: %s no longer served; dropping its cache", rc.spec.label)
             self._metrics.objects.labels(rc.spec.label).set(0)
             await rc.stop()
@@ -208,7 +205,6 @@ class WatchCacheFilter(FilterBase):
                 # The CRD's selectable fields changed: objects must be read again with the new set.
                 log.info("watchcache: %s: selectable fields changed; caching it again", spec.label)
                 del self.caches[key]
-                self._by_path.pop(_path_key(spec), None)
                 await old.stop()
             rc = ResourceCache(
                 spec,
@@ -224,7 +220,6 @@ class WatchCacheFilter(FilterBase):
             if spec.group == "apiextensions.k8s.io" and spec.resource == "customresourcedefinitions":
                 rc.cache.add_listener(lambda _events: self.rediscover_soon())
             self.caches[key] = rc
-            self._by_path[_path_key(spec)] = rc
             rc.start()
         self._discovered.set()
         return missing
@@ -252,7 +247,7 @@ class WatchCacheFilter(FilterBase):
         info = ex.info
         if not info.is_resource_request or info.subresource or info.verb not in ("list", "get"):
             return await call_next(ex)
-        rc = self._by_path.get((info.api_group, info.api_version, info.resource))
+        rc = self.caches.get((info.api_group, info.api_version, info.resource))
         if rc is None:
             return await call_next(ex)
         reads = self._metrics.reads if self._metrics is not None else None
@@ -399,10 +394,6 @@ class _Whole:
         data = assemble(kind, self.items, rv, "", None, media_type, pretty)
         self._last = (rv, media_type, pretty, data)
         return data
-
-
-def _path_key(spec: ResourceSpec) -> tuple[str, str, str]:
-    return (spec.group, spec.version, spec.resource)
 
 
 def _reply(body: bytes, media_type: str) -> Reply:
