@@ -5,7 +5,6 @@ and a custom resource in JSON, give the objects the apiserver lists, with their 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -15,6 +14,7 @@ from kproxy.cache.fields import builtin_fields, crd_fields
 from kproxy.codec import ProtobufCodec
 from kproxy.context import ApiClient
 from kproxy.kubeconfig import from_kubeconfig
+from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.upstream import Upstream
 from kproxy.watchcache.objects import ObjectFactory
@@ -23,24 +23,7 @@ from kproxy.watchcache.upstream import HttpListerWatcher
 
 pytestmark = pytest.mark.e2e
 
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "doohickeys.lw.kproxy.test"},
-    "spec": {
-        "group": "lw.kproxy.test",
-        "names": {"plural": "doohickeys", "singular": "doohickey", "kind": "Doohickey"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-            }
-        ],
-    },
-}
+CRD = crds.crd("lw.kproxy.test", "doohickeys", "Doohickey")
 
 
 @pytest.fixture
@@ -102,20 +85,12 @@ async def test_builtin_kind_in_protobuf(api: ApiClient, control_plane: ControlPl
 
 async def test_custom_resource_in_json(api: ApiClient, control_plane: ControlPlaneInfo, namespace: str) -> None:
     cp = control_plane
-    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    status, _ = cp.request("POST", crds, body=json.dumps(CRD).encode())
-    assert status in (201, 409)
+    crds.install(cp, CRD)
     try:
         base = f"/apis/lw.kproxy.test/v1/namespaces/{namespace}/doohickeys"
-        deadline = time.monotonic() + 30
-        made = 0
-        while made < 5 and time.monotonic() < deadline:
-            body = {"apiVersion": "lw.kproxy.test/v1", "kind": "Doohickey", "metadata": {"name": f"d{made}"}, "x": made}
-            if cp.request("POST", base, body=json.dumps(body).encode())[0] == 201:
-                made += 1
-            else:
-                time.sleep(0.2)
-        assert made == 5
+        for i in range(5):
+            body = {"apiVersion": "lw.kproxy.test/v1", "kind": "Doohickey", "metadata": {"name": f"d{i}"}, "x": i}
+            assert cp.request("POST", base, body=json.dumps(body).encode())[0] == 201
         kind = Kind("lw.kproxy.test/v1", "Doohickey", "DoohickeyList", False)
         spec = ResourceSpec("lw.kproxy.test", "v1", "doohickeys", True, kind)
         lw = _lister(api, spec, ProtobufCodec(), crd=True)
@@ -123,7 +98,8 @@ async def test_custom_resource_in_json(api: ApiClient, control_plane: ControlPla
         # Custom resources are kept as the apiserver's exact bytes.
         page = await lw.list(limit=500, continue_token="")
         status, one = cp.request("GET", f"{base}/d0")
+        assert status == 200
         mine = next(o for o in page.objects if o.name == "d0" and o.namespace == namespace)
         assert mine.item_json + b"\n" == one
     finally:
-        cp.request("DELETE", f"{crds}/doohickeys.lw.kproxy.test")
+        crds.uninstall(cp, "doohickeys.lw.kproxy.test")

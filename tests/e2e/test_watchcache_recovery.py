@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
+from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
@@ -107,35 +108,9 @@ def test_outage_and_compaction_relist_and_converge(
     assert "cm3" not in str(_via(rp, base))
 
 
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "gizmos.wc.kproxy.test"},
-    "spec": {
-        "group": "wc.kproxy.test",
-        "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {"color": {"type": "string"}, "n": {"type": "integer"}},
-                            }
-                        },
-                    }
-                },
-                "selectableFields": [{"jsonPath": ".spec.color"}],
-            }
-        ],
-    },
-}
+CRD = crds.crd(
+    "wc.kproxy.test", "gizmos", "Gizmo", spec_fields={"color": "string", "n": "integer"}, selectable=[".spec.color"]
+)
 
 
 def test_wildcard_follows_custom_resource_definitions(
@@ -144,8 +119,7 @@ def test_wildcard_follows_custom_resource_definitions(
     cp = control_plane
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["*"]}]})
     wait_for(lambda: 'resource="configmaps"' in rp.metrics(), 30, "discovery to fill the cache")
-    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    assert cp.request("POST", crds, body=json.dumps(CRD).encode())[0] == 201
+    crds.install(cp, CRD)
     try:
         base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos"
 
@@ -172,7 +146,7 @@ def test_wildcard_follows_custom_resource_definitions(
             == 1
         )
     finally:
-        cp.request("DELETE", f"{crds}/gizmos.wc.kproxy.test")
+        crds.uninstall(cp, "gizmos.wc.kproxy.test")
     gone = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos?resourceVersion=0"
     # Once discovery no longer has it, kproxy drops the cache and the apiserver's own 404 comes back.
     wait_for(lambda: rp.get(gone)[0] == 404, 30, "kproxy to drop the deleted custom resource's cache")
@@ -186,8 +160,7 @@ def test_named_custom_resource_installed_later_and_removed(
     others; it is cached once installed, and after its definition is deleted reads get the
     apiserver's own 404 again (the cache stops answering)."""
     cp = control_plane
-    crd = json.loads(json.dumps(CRD).replace("gizmo", "gadget").replace("Gizmo", "Gadget"))
-    crd["metadata"]["name"] = "gadgets.wc.kproxy.test"
+    crd = crds.crd("wc.kproxy.test", "gadgets", "Gadget")
     rp = proxy_factory(
         extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "gadgets.wc.kproxy.test"]}]}
     )
@@ -195,8 +168,7 @@ def test_named_custom_resource_installed_later_and_removed(
     wait_for(lambda: rp.get(cms)[0] == 200 and 'resource="configmaps",served="cache"' in rp.metrics(), 30, "configmaps")
     base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gadgets"
     assert rp.get(f"{base}?resourceVersion=0") == cp.request("GET", f"{base}?resourceVersion=0")  # 404 both
-    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    assert cp.request("POST", crds, body=json.dumps(crd).encode())[0] == 201
+    crds.install(cp, crd)
     try:
         body = {"apiVersion": "wc.kproxy.test/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"n": 1}}
         wait_for(
@@ -209,7 +181,7 @@ def test_named_custom_resource_installed_later_and_removed(
             "kproxy to cache the custom resource once it is installed",
         )
     finally:
-        cp.request("DELETE", f"{crds}/gadgets.wc.kproxy.test")
+        crds.uninstall(cp, "gadgets.wc.kproxy.test")
     gone = f"{base}?resourceVersion=0"
     wait_for(lambda: rp.get(gone)[0] == 404, 40, "reads of the removed resource to get the apiserver's 404")
     assert rp.get(gone) == cp.request("GET", gone)
