@@ -13,6 +13,7 @@ import contextlib
 import logging
 from typing import Any, ClassVar
 
+import orjson
 from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +33,7 @@ from kproxy.watchcache.resources import ConfigError, ResourceSpec, discover, par
 
 log = logging.getLogger("kproxy.watchcache")
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 
 
 class AuthorizationSettings(BaseModel):
@@ -217,7 +219,7 @@ class WatchCacheFilter(FilterBase):
                 crd_paths=crd_paths,
                 encode_ahead=s.encode_ahead,
             )
-            if spec.group == "apiextensions.k8s.io" and spec.resource == "customresourcedefinitions":
+            if key == _CRD_KEY:
                 rc.cache.add_listener(lambda _events: self.rediscover_soon())
             self.caches[key] = rc
             rc.start()
@@ -229,18 +231,22 @@ class WatchCacheFilter(FilterBase):
         built-in or aggregated resource (no CustomResourceDefinition of that name)."""
         if spec.kind.protobuf or not spec.group or "." not in spec.group:
             return None
+        name = f"{spec.resource}.{spec.group}"
+        crd_cache = self.caches.get(_CRD_KEY)
+        held = crd_cache.cache.get(name) if crd_cache is not None and crd_cache.cache.ready else None
+        if held is not None:  # with "*" the definitions are cached too: no request per refresh
+            assert crd_cache is not None
+            crd = orjson.loads(held.object_json(crd_cache.spec.kind))
+            return _selectable_paths(crd, spec.version)
         try:
-            crd = await self._fetch(f"{_CRDS}/{spec.resource}.{spec.group}")
+            crd = await self._fetch(f"{_CRDS}/{name}")
         except Exception as err:
             # Unknown selectable fields: only metadata ones are served, the rest pass through.
             log.warning("watchcache: %s: cannot read its CRD (%s)", spec.label, err)
             return ()
         if not isinstance(crd, dict):
             return None
-        for version in (crd.get("spec") or {}).get("versions") or []:
-            if version.get("name") == spec.version:
-                return tuple(f.get("jsonPath", "") for f in version.get("selectableFields") or [])
-        return ()
+        return _selectable_paths(crd, spec.version)
 
     # -- requests ---------------------------------------------------------------------------------
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
@@ -352,6 +358,13 @@ class WatchCacheFilter(FilterBase):
         remaining = page.remaining if not read.filtered else None
         body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
         return _reply(body, read.media_type)
+
+
+def _selectable_paths(crd: dict[str, Any], version: str) -> tuple[str, ...]:
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == version:
+            return tuple(f.get("jsonPath", "") for f in v.get("selectableFields") or [])
+    return ()
 
 
 _GZIP_THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: compressed only when strictly larger
