@@ -26,7 +26,7 @@ from .errors import CodecError
 from .gotypes import GoType
 from .schema import FieldPlan, MessagePlan, Schema
 from .wellknown import GO_ZERO_UNIX, format_duration, format_micro_time, format_time
-from .wirejson import compiled
+from .wirejson import TypeIds, compiled
 
 MAGIC = b"k8s\x00"
 
@@ -111,7 +111,7 @@ def is_list_kind(plan: MessagePlan) -> bool:
     )
 
 
-class JsonGenerator:
+class JsonGenerator(TypeIds):
     """Compiles and caches the per-message functions for one schema and one flavour."""
 
     def __init__(
@@ -120,8 +120,7 @@ class JsonGenerator:
         self.schema = schema
         self.fragments = fragments
         self.memo_size = memo_size if fragments else 0
-        self._ids: dict[str, int] = {}
-        self._pending: list[str] = []
+        TypeIds.__init__(self)
         self._helpers: set[str] = set()
         self._extra: list[str] = []
         self.ns: dict[str, Any] = {
@@ -216,14 +215,6 @@ class JsonGenerator:
         self._extra = []
         if sources:
             exec(compiled("\n".join(sources), f"<kproxy.codec json {len(self._ids)}>"), self.ns)
-
-    def _ref(self, full_name: str) -> int:
-        idx = self._ids.get(full_name)
-        if idx is None:
-            idx = len(self._ids)
-            self._ids[full_name] = idx
-            self._pending.append(full_name)
-        return idx
 
     def _generate(self, full_name: str) -> str:
         idx = self._ids[full_name]

@@ -334,7 +334,24 @@ def _append(slot: str, val: str) -> list[str]:
     return [f"if {slot} is None:", f"    {slot} = [{val}]", "else:", f"    {slot}.append({val})"]
 
 
-class WireJsonGenerator:
+class TypeIds:
+    """A number per message type for the generated functions' names (``fill_<n>``...); a type
+    referred to but not yet generated waits in ``_pending``."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._pending: list[str] = []
+
+    def _ref(self, full_name: str) -> int:
+        idx = self._ids.get(full_name)
+        if idx is None:
+            idx = len(self._ids)
+            self._ids[full_name] = idx
+            self._pending.append(full_name)
+        return idx
+
+
+class WireJsonGenerator(TypeIds):
     """Generates wfill_<n>/wenc_<n> into the fragments JsonGenerator's namespace, so that a
     field left to upb runs that generator's own code (enc_<n>, fill_<n>...) unchanged.
 
@@ -346,8 +363,7 @@ class WireJsonGenerator:
         self.gen = gen
         self.ns = gen.ns
         self.ns.update(HELPERS)
-        self._ids: dict[str, int] = {}
-        self._pending: list[str] = []
+        TypeIds.__init__(self)
 
     def filler(self, full_name: str) -> WireFiller:
         idx = self._ensure(full_name)
@@ -377,14 +393,6 @@ class WireJsonGenerator:
         # The upb path's functions that fields left to upb call (generated first: same exec).
         self.gen.flush()
         exec(compiled("\n".join(sources), f"<kproxy.codec wire {full_name}>"), self.ns)
-        return idx
-
-    def _ref(self, full_name: str) -> int:
-        idx = self._ids.get(full_name)
-        if idx is None:
-            idx = len(self._ids)
-            self._ids[full_name] = idx
-            self._pending.append(full_name)
         return idx
 
     def _memoised(self, full_name: str) -> bool:
