@@ -221,7 +221,7 @@ def _converged(inf: Informer, py: PyWatcher, writer: Writer, what: str, timeout:
         last["direct"] = direct = writer.state()
         last["informer"] = inf.store()
         last["python"] = py.snapshot()
-        return last["informer"] == direct and last["python"] == direct
+        return bool(last["informer"] == direct and last["python"] == direct)
 
     try:
         wait_for(same, timeout, what, interval=0.3)
