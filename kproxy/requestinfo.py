@@ -271,7 +271,7 @@ def _go_parse_int64(s: str) -> bool:
 _FALSE_FOLDS = ("fF", "aA", "lL", "sS\u017f", "eE")
 
 
-def _param_bool(value: str) -> bool:
+def param_bool(value: str) -> bool:
     """``runtime.Convert_Slice_string_To_bool`` for a present parameter: only ``0``/``false`` are false."""
     if value == "0":
         return False
@@ -325,7 +325,7 @@ def _list_or_watch(query: Mapping[str, str]) -> tuple[str, str]:
     if field_selector is None and (watch_value is None or watch_value.isascii()):
         # Whether the decode succeeds can only matter for a selector name (there is none) or for a
         # non-ASCII watch value (EqualFold vs ToLower); skip the selector parsing on this hot path.
-        return ("watch" if watch_value is not None and _param_bool(watch_value) else "list"), ""
+        return ("watch" if watch_value is not None and param_bool(watch_value) else "list"), ""
     timeout = query.get("timeoutSeconds")
     limit = query.get("limit")
     label_selector = query.get("labelSelector")
@@ -339,7 +339,7 @@ def _list_or_watch(query: Mapping[str, str]) -> tuple[str, str]:
         # Fallback branch: strings.ToLower(values[0]) compared with "false"/"0".
         is_watch = watch_value is not None and watch_value.lower() not in ("false", "0")
         return ("watch" if is_watch else "list"), ""
-    is_watch = watch_value is not None and _param_bool(watch_value)
+    is_watch = watch_value is not None and param_bool(watch_value)
     if name is None or not _is_valid_path_segment_name(name):
         name = ""
     return ("watch" if is_watch else "list"), name

@@ -11,6 +11,7 @@ path goes to one handler, which keeps the per-request cost of the proxy itself s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
@@ -26,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
 from kproxy.context import ApiClient, FilterContext
+from kproxy.eventstream import EventStreamBody, TransportSink
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
@@ -383,6 +385,8 @@ class ProxyServer:
                 return await _write_sliced(request, reply, body.data), len(body.data)
             resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
             return resp, len(body.data)
+        if isinstance(body, EventStreamBody):
+            return await self._serve_events(request, reply, body)
         if isinstance(body, UpgradeBody):
             self.metrics.upgrades.inc()
             try:
@@ -427,6 +431,38 @@ class ProxyServer:
             body.abort()
             if watch:
                 self.metrics.open_watches.dec()
+
+    async def _serve_events(
+        self, request: web.BaseRequest, reply: Reply, body: EventStreamBody
+    ) -> tuple[web.StreamResponse, int]:
+        """A watch kproxy serves itself: headers out at once (as the apiserver flushes them
+        before the first event), then its frames go straight to the transport until the watch
+        ends (timeout, slow client, shutdown) or the client goes away."""
+        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        chunked = request.version >= aiohttp.HttpVersion11
+        if chunked:
+            resp.enable_chunked_encoding()
+        else:
+            resp.force_close()
+        stream = _OpenStream(body, True)
+        self._streams.add(stream)
+        self.metrics.open_watches.inc()
+        try:
+            await resp.prepare(request)
+            transport = request.transport
+            if transport is None:
+                return resp, 0
+            sink = TransportSink(transport, request.protocol, chunked=chunked)
+            body.attach(sink)
+            await sink.done
+            if not sink.closing():
+                with contextlib.suppress(*_STREAM_ERRORS):
+                    await resp.write_eof()
+            return resp, 0
+        finally:
+            self._streams.discard(stream)
+            body.abort()
+            self.metrics.open_watches.dec()
 
     # ----------------------------------------------------------------- admin listener
 

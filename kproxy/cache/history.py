@@ -51,6 +51,7 @@ class EventHistory:
         # eviction, then the RV of the last evicted event).
         self.complete_after = 0
         self.evicted = 0
+        self._evicted_at_reset = 0
 
     def __len__(self) -> int:
         return len(self._events)
@@ -59,6 +60,7 @@ class EventHistory:
         """A relist at ``rv``: the history starts again (older snapshots are gone)."""
         self._events.clear()
         self.complete_after = rv
+        self._evicted_at_reset = self.evicted
 
     def add(self, event: CacheEvent) -> None:
         self._events.append(event)
@@ -93,6 +95,14 @@ class EventHistory:
                 hi = mid
         for i in range(lo, len(events)):
             yield events[i]
+
+    def too_old_bound(self) -> int:
+        """The M of the apiserver's ``too old resource version: N (M)``: the oldest resource
+        version a watch can start after minus one (``watch_cache_history.go`` ``GetIntervalLocked``:
+        the list's resource version until something is evicted, then the oldest buffered event's)."""
+        if self.evicted > self._evicted_at_reset and self._events:
+            return self._events[0].rv - 1
+        return self.complete_after
 
     @property
     def oldest_rv(self) -> int:

@@ -77,12 +77,24 @@ class CachedObject:
         if data is None:
             assert self.proto is not None and self._encode is not None
             data = self._json = self._encode(self.proto)
-            self._encode = None
         return data
 
     @property
     def has_json(self) -> bool:
         return self._json is not None
+
+    def at_rv(self, rv: int) -> CachedObject:
+        """The same object with ``metadata.resourceVersion`` = ``rv`` (a DELETED event's form)."""
+        from .resource_version import json_with_resource_version, proto_with_resource_version
+
+        if self.proto is not None:
+            proto = proto_with_resource_version(self.proto, rv)
+            return CachedObject(
+                self.key, self.namespace, self.name, rv, self.labels, self.fields, proto=proto, encode=self._encode
+            )
+        assert self._json is not None
+        data = json_with_resource_version(self._json, rv)
+        return CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, json=data)
 
     def object_json(self, kind: Kind) -> bytes:
         """The object as a GET returns it (compact, no trailing newline)."""

@@ -68,6 +68,7 @@ class WatchCache:
         self._sorted_keys: list[str] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
+        self._reset_listeners: list[Callable[[], None]] = []
         # What readers encoded from the current objects (whole-list item parts), dropped when an
         # object changes (not when only the resource version moves). ``generation`` counts changes.
         self.bodies: dict[tuple[object, ...], object] = {}
@@ -76,28 +77,49 @@ class WatchCache:
     # -- feeding ----------------------------------------------------------------------------------
     def replace(self, objects: Iterable[CachedObject], rv: int) -> list[CacheEvent]:
         """A (re)list at ``rv``: the new state replaces the old one. Returns the differences as
-        events (nothing on the first list), so watchers can be brought to the new state."""
+        events (nothing on the first list); they go into the history and to the listeners like
+        any other events, so open watches are brought to the new state instead of being ended.
+
+        Their resource versions keep every watcher's next resume valid: deletions (whose real
+        resource versions the list does not tell) come first, at the first version after
+        everything delivered so far; then additions and changes in the order of the objects'
+        own resource versions. A watcher that resumes from any of them gets the rest."""
         now = self._clock()
         new = {o.key: o for o in objects}
         events: list[CacheEvent] = []
-        if self.ready or self.store:
+        relist = self.ready or bool(self.store)
+        if relist:
+            base = max(self.applied_rv, self.rv) + 1
+            changed: list[CacheEvent] = []
             for key, old in self.store.items():
                 cur = new.get(key)
                 if cur is None:
-                    events.append(CacheEvent(DELETED, old, old, rv, now))
+                    events.append(CacheEvent(DELETED, old.at_rv(base), old, base, now))
                 elif cur.rv != old.rv:
-                    events.append(CacheEvent(MODIFIED, cur, old, cur.rv, now))
+                    changed.append(CacheEvent(MODIFIED, cur, old, max(cur.rv, base), now))
             for key, cur in new.items():
                 if key not in self.store:
-                    events.append(CacheEvent(ADDED, cur, None, cur.rv, now))
+                    changed.append(CacheEvent(ADDED, cur, None, max(cur.rv, base), now))
+            changed.sort(key=lambda e: e.rv)
+            events.extend(changed)
             self.relists += 1
         self.store = new
-        self.history.reset(rv)
+        back_in_time = relist and rv < self.applied_rv
+        if not relist or back_in_time:
+            # The first list, or the upstream went back in time (etcd restored from a backup):
+            # no history before this list is valid any more, nor is any open watch.
+            self.history.reset(rv)
+            events = []
+        else:
+            for event in events:
+                self.history.add(event)
         self._changed(sort=True)
-        self.rv = max(rv, self.rv) if self.ready else rv
+        self.rv = max(rv, self.rv) if self.ready and not back_in_time else rv
         self.applied_rv = rv
         self.ready = True
         self._wake()
+        if back_in_time:
+            self._reset()
         if events:
             self._notify(events)
         return events
@@ -139,10 +161,25 @@ class WatchCache:
             self._advance(rv)
 
     def unready(self) -> None:
+        """The upstream no longer serves the resource: readers go to it, open watches end."""
         self.ready = False
+        self._reset()
 
     def add_listener(self, listener: Listener) -> None:
+        """``listener(events)`` after every change, with the events it made (in order)."""
         self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def add_reset_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` when the history no longer leads to the current state (the upstream went
+        back in time, or stopped serving the resource): watches must start again."""
+        self._reset_listeners.append(listener)
+
+    def _reset(self) -> None:
+        for listener in list(self._reset_listeners):
+            listener()
 
     def _notify(self, events: list[CacheEvent]) -> None:
         for listener in self._listeners:

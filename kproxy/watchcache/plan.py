@@ -78,7 +78,7 @@ def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
     return chosen.media_type, pretty
 
 
-def _utf8(raw_query: str) -> bool:
+def utf8_query(raw_query: str) -> bool:
     try:
         unquote_to_bytes(raw_query).decode("utf-8")
     except UnicodeDecodeError:
@@ -86,7 +86,7 @@ def _utf8(raw_query: str) -> bool:
     return True
 
 
-def _scope(ex: Exchange, namespaced: bool) -> str | Pass:
+def request_scope(ex: Exchange, namespaced: bool) -> str | Pass:
     """The namespace the read is in, or Pass for a path the apiserver has no route for (a
     cluster-scoped resource under a namespace, a namespaced object by name without one)."""
     info = ex.info
@@ -109,11 +109,11 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         # The apiserver answers as someone else (after checking the caller may impersonate them);
         # in credentials: impersonate the caller's own headers are gone before the chain.
         return Pass("impersonation")
-    scope = _scope(ex, namespaced)
+    scope = request_scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope
     raw = ex.raw_query
-    if ";" in raw or ("%" in raw and not _utf8(raw)):
+    if ";" in raw or ("%" in raw and not utf8_query(raw)):
         # Go's query parsing differs from Python's here (semicolons, bytes that are not UTF-8).
         return Pass("encoding")
     if any(len(q.getall(k)) > 1 for k in q):

@@ -63,21 +63,39 @@ def test_a_relist_diffs_old_and_new_state_into_events() -> None:
     seen = listed(cache)
     new_change = obj("ns/change", 30)
     events = cache.replace([obj("ns/keep", 11), new_change, obj("ns/new", 35)], 40)
-    got = {(e.type, e.obj.key, e.rv) for e in events}
-    assert got == {(MODIFIED, "ns/change", 30), (DELETED, "ns/gone", 40), (ADDED, "ns/new", 35)}
+    # Deletions first, at the first version after what was delivered (11); then by resource version.
+    assert [(e.type, e.obj.key, e.rv) for e in events] == [
+        (DELETED, "ns/gone", 12),
+        (MODIFIED, "ns/change", 30),
+        (ADDED, "ns/new", 35),
+    ]
     by_key = {e.obj.key: e for e in events}
     assert by_key["ns/change"].obj is new_change and by_key["ns/change"].prev is not None
     assert by_key["ns/change"].prev.rv == 4
-    assert by_key["ns/gone"].prev is not None and by_key["ns/gone"].prev.rv == 5
+    gone = by_key["ns/gone"]
+    assert gone.prev is not None and gone.prev.rv == 5
+    # The DELETED object is the last state at the deletion's resource version, as the apiserver sends it.
+    assert gone.obj.rv == 12 and b'"resourceVersion":"12"' in gone.obj.item_json
     assert by_key["ns/new"].prev is None
     assert seen == events
     assert cache.relists == 1
     assert cache.rv == 40 and cache.applied_rv == 40
     assert state(cache.snapshot()) == {"ns/change": 30, "ns/keep": 11, "ns/new": 35}
-    # The history starts again at the relist: older snapshots are gone.
-    assert len(cache.history) == 0
-    assert cache.snapshot(39) is None
+    # The history goes on through the relist: a watcher resuming from any version before it gets
+    # the differences, and snapshots before the relist can still be rebuilt.
+    assert [e.rv for e in cache.history.since(10)] == [11, 12, 30, 35]
+    assert state(cache.snapshot(11)) == {"ns/keep": 11, "ns/change": 4, "ns/gone": 5}
     assert state(cache.snapshot(40)) == state(cache.snapshot())
+
+
+def test_a_relist_that_goes_back_in_time_starts_the_history_again() -> None:
+    cache = WatchCache(POD, clock=Clock())
+    cache.replace([obj("ns/a", 30)], 50)
+    resets: list[int] = []
+    cache.add_reset_listener(lambda: resets.append(cache.rv))
+    assert cache.replace([obj("ns/a", 3)], 20) == []
+    assert len(cache.history) == 0 and not cache.history.covers(19)
+    assert resets == [20] and cache.rv == 20
 
 
 def test_a_relist_with_nothing_changed_gives_no_events() -> None:

@@ -1,0 +1,562 @@
+"""Broadcaster: every client watch of one resource served from its WatchCache.
+
+The apiserver's cacher, in one asyncio loop (``cacher.go``, ``cache_watcher.go``,
+``time_budget.go``, ``caching_object.go``):
+
+* A watcher is registered synchronously with what it must get first (the objects of a snapshot
+  as ADDED events, or the history after a resource version), so no event falls between the two.
+* Each event is looked at once per *group* of watchers with the same namespace and selectors (the
+  selector transitions: an object that starts matching is ADDED for that group, one that stops
+  matching is DELETED, with its last content at the event's resource version), encoded once per
+  wire format, and the same bytes are queued to every watcher of the group that wants that format.
+* Queued frames are written once per loop pass: every event a watcher got during the pass goes out
+  in one write (``coalesced``).
+* Watchers whose connection does not take data keep their frames queued, at most ``buffer`` of
+  them; past that, a shared time budget (50 ms a second, at most 100 ms, as the cacher's) bounds how
+  long they may stay behind before they are closed (the client sees its stream end and re-watches
+  from the last resource version it got). Nobody else waits for them.
+* Bookmarks for watchers that asked: about every ``bookmark_interval`` seconds and 2 s before the
+  watch's timeout; never queued behind a full buffer.
+
+Writing is the HTTP side's business (a ``Sink``); framing the wire format is a ``Frames``'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .history import ADDED, DELETED, MODIFIED, CacheEvent
+from .objects import CachedObject
+from .watch_cache import WatchCache
+
+log = logging.getLogger("kproxy.cache")
+
+Predicate = Callable[[CachedObject], bool]
+
+#: Initial events are written in batches of about this many bytes, each when the last has drained.
+INITIAL_BATCH = 256 * 1024
+#: Watch deadlines are checked (and bookmarks sent) on this tick, jittered by a quarter.
+TICK = 1.0
+
+
+class Sink(Protocol):
+    """One client connection a watch writes to."""
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` (one or more complete frames) for the client, without waiting."""
+
+    def writable(self) -> bool:
+        """The connection takes data (its buffer is below its high-water mark)."""
+
+    async def drain(self) -> None:
+        """Wait until the connection is writable again."""
+
+    def closing(self) -> bool:
+        """The client went away."""
+
+    def close(self) -> None:
+        """End the stream cleanly (called once)."""
+
+
+class Frames(Protocol):
+    """A wire format's frames for one kind (``kproxy.watchcache.frames.FrameEncoder``)."""
+
+    def event(self, type_: str, obj: CachedObject, media_type: str) -> bytes: ...
+
+    def bookmark(self, rv: int, media_type: str, *, initial_events_end: bool = False) -> bytes: ...
+
+
+class Counters(Protocol):
+    """Where the broadcaster reports (prometheus children in kproxy; plain counters in tests)."""
+
+    def delivered(self, deliveries: int, writes: int, coalesced: int) -> None: ...
+
+    def latency(self, seconds: float) -> None: ...
+
+    def slow_closed(self) -> None: ...
+
+    def watchers(self, count: int) -> None: ...
+
+    def events_in(self, count: int) -> None: ...
+
+
+class _NoCounters:
+    def delivered(self, deliveries: int, writes: int, coalesced: int) -> None:
+        pass
+
+    def latency(self, seconds: float) -> None:
+        pass
+
+    def slow_closed(self) -> None:
+        pass
+
+    def watchers(self, count: int) -> None:
+        pass
+
+    def events_in(self, count: int) -> None:
+        pass
+
+
+class TimeBudget:
+    """``time_budget.go``: time the dispatcher may give blocked watchers; refills ``refresh``
+    seconds per second up to ``maximum``."""
+
+    def __init__(self, clock: Callable[[], float], refresh: float = 0.05, maximum: float = 0.1) -> None:
+        self._clock = clock
+        self.refresh = refresh
+        self.maximum = maximum
+        self.budget = maximum
+        self._last = clock()
+
+    def take_available(self) -> float:
+        now = self._clock()
+        self.budget = min(self.budget + (now - self._last) * self.refresh, self.maximum)
+        self._last = now
+        taken, self.budget = self.budget, 0.0
+        return taken
+
+    def return_unused(self, unused: float) -> None:
+        if unused > 0:
+            self.budget = min(self.budget + unused, self.maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a watcher sees: a namespace ("" = all) and a predicate over labels and fields.
+    ``key`` identifies equal selections (namespace and selector texts), which share the work."""
+
+    namespace: str = ""
+    predicate: Predicate | None = None
+    key: tuple[str, ...] = ("", "", "")
+
+    def matches(self, obj: CachedObject) -> bool:
+        if self.namespace and obj.namespace != self.namespace:
+            return False
+        return self.predicate is None or self.predicate(obj)
+
+
+@dataclass(eq=False, slots=True)
+class Watcher:
+    """One client watch. ``after``: events at or below it are not for this watcher (a watch
+    from a resource version the cache has not reached yet waits for the events after it);
+    every other event that arrives after it was registered is (it is not in what it got first).
+    ``start_rv``: where it started; bookmarks go out only above it."""
+
+    sink: Sink
+    selection: Selection
+    media_type: str
+    bookmarks: bool
+    deadline: float
+    after: int
+    start_rv: int
+    pending: list[bytes] = field(default_factory=list)
+    initial: bool = False  # its initial events are still being written
+    closed: bool = False
+    dirty: bool = False
+    draining: bool = False
+    overfull_at: float | None = None
+    next_bookmark: float | None = None
+    timer: asyncio.TimerHandle | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class _Group:
+    __slots__ = ("by_media", "selection")
+
+    def __init__(self, selection: Selection) -> None:
+        self.selection = selection
+        self.by_media: dict[str, dict[Watcher, None]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(ws) for ws in self.by_media.values())
+
+
+class Broadcaster:
+    def __init__(
+        self,
+        cache: WatchCache,
+        frames: Frames,
+        *,
+        buffer: int = 100,
+        bookmark_interval: float = 60.0,
+        counters: Counters | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self.frames = frames
+        self.buffer = buffer
+        self.bookmark_interval = bookmark_interval
+        self.counters: Counters = counters or _NoCounters()
+        self._clock = clock
+        self.budget = TimeBudget(clock)
+        self._groups: dict[tuple[str, ...], _Group] = {}
+        self._watchers: set[Watcher] = set()
+        self._dirty: list[Watcher] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._latencies: list[float] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        cache.add_listener(self._on_events)
+        cache.add_reset_listener(self.close_all)
+
+    def __len__(self) -> int:
+        return len(self._watchers)
+
+    # -- watchers ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._ticker is None:
+            self._ticker = asyncio.create_task(self._tick_loop(), name="kproxy-watch-ticker")
+
+    async def stop(self) -> None:
+        self.close_all()
+        self.cache.remove_listener(self._on_events)
+        tasks = [t for t in (self._ticker, *self._tasks) if t is not None]
+        self._ticker = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def watch_initial(
+        self,
+        sink: Sink,
+        selection: Selection,
+        media_type: str,
+        *,
+        bookmarks: bool,
+        initial_events_end: bool,
+        timeout: float,
+        initial_body: Callable[[Sequence[CachedObject]], bytes] | None = None,
+    ) -> Watcher:
+        """A watch that starts with the current state as ADDED events (resourceVersion 0 or unset,
+        or sendInitialEvents), then, when asked, the initial-events-end bookmark at that state's
+        resource version, then live events. ``initial_body`` may supply the initial frames
+        already joined (a body shared by several watchers of the same state)."""
+        snap = self.cache.snapshot()
+        assert snap is not None
+        lo, hi = snap.namespace_range(selection.namespace)
+        pred = selection.predicate
+        objects: Sequence[CachedObject] = snap.objects[lo:hi]
+        if pred is not None:
+            objects = [o for o in objects if pred(o)]
+        w = self._register(sink, selection, media_type, bookmarks, timeout, snap.rv)
+        w.initial = True
+        w.after = 0
+        end = self.frames.bookmark(snap.rv, media_type, initial_events_end=True) if initial_events_end else b""
+        head = initial_body(objects) if initial_body is not None else None
+        w.task = self._spawn(self._write_initial(w, objects, head, end))
+        return w
+
+    def watch_since(
+        self, sink: Sink, selection: Selection, media_type: str, *, bookmarks: bool, timeout: float, rv: int
+    ) -> Watcher:
+        """A watch from resource version ``rv``: every event after it from the history (the
+        caller has checked that the history covers it), then live events."""
+        w = self._register(sink, selection, media_type, bookmarks, timeout, rv)
+        for event in self.cache.history.since(rv):
+            self._deliver_one(w, event)
+        w.after = rv if rv > self.cache.rv else 0
+        if w.pending:
+            self._mark(w)
+        return w
+
+    def _register(
+        self, sink: Sink, selection: Selection, media_type: str, bookmarks: bool, timeout: float, rv: int
+    ) -> Watcher:
+        now = self._clock()
+        w = Watcher(sink, selection, media_type, bookmarks, now + timeout, 0, rv)
+        if bookmarks:
+            w.next_bookmark = self._next_bookmark(w, now)
+        group = self._groups.get(selection.key)
+        if group is None:
+            group = self._groups[selection.key] = _Group(selection)
+        group.by_media.setdefault(media_type, {})[w] = None
+        self._watchers.add(w)
+        loop = asyncio.get_running_loop()
+        w.timer = loop.call_later(max(timeout, 0.0), self.close, w)
+        self.counters.watchers(len(self._watchers))
+        return w
+
+    def _next_bookmark(self, w: Watcher, now: float) -> float | None:
+        """``nextBookmarkTime``: every interval, but the last one 2 s before the deadline."""
+        at = now + self.bookmark_interval
+        at = min(at, w.deadline - 2.0)
+        return at if at >= now else None
+
+    def close(self, w: Watcher, *, flush: bool = True) -> None:
+        """End a watch: what is queued is written first (``flush``), then the stream ends."""
+        if w.closed:
+            return
+        w.closed = True
+        self._watchers.discard(w)
+        group = self._groups.get(w.selection.key)
+        if group is not None:
+            ws = group.by_media.get(w.media_type)
+            if ws is not None:
+                ws.pop(w, None)
+                if not ws:
+                    del group.by_media[w.media_type]
+            if not group.by_media:
+                del self._groups[w.selection.key]
+        if w.timer is not None:
+            w.timer.cancel()
+        if w.task is not None and not w.task.done() and w.task is not asyncio.current_task():
+            w.task.cancel()
+        if flush and w.pending and not w.initial and not w.sink.closing():
+            self._write(w)
+        w.pending = []
+        self.counters.watchers(len(self._watchers))
+        w.sink.close()
+
+    def close_all(self) -> None:
+        for w in list(self._watchers):
+            self.close(w)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def _on_events(self, events: list[CacheEvent]) -> None:
+        self.counters.events_in(len(events))
+        if not self._groups:
+            return
+        for event in events:
+            self._dispatch(event)
+            self._latencies.append(event.time)
+        self._schedule_flush()
+
+    def _dispatch(self, event: CacheEvent) -> None:
+        memo: dict[tuple[str, str], bytes] = {}
+        moved: CachedObject | None = None  # prev at the event's rv, for a watcher it no longer matches
+        obj, prev = event.obj, event.prev
+        ev_rv = event.rv
+        for group in self._groups.values():
+            sel = group.selection
+            if sel.namespace and obj.namespace != sel.namespace:
+                continue
+            pred = sel.predicate
+            if pred is None:
+                type_, out = event.type, obj
+            else:
+                now_matches = event.type != DELETED and pred(obj)
+                was_matching = prev is not None and pred(prev)
+                if now_matches:
+                    type_, out = (MODIFIED if was_matching else ADDED), obj
+                elif was_matching:
+                    type_ = DELETED
+                    if event.type == DELETED:
+                        out = obj
+                    else:
+                        assert prev is not None
+                        if moved is None:
+                            moved = prev.at_rv(ev_rv)
+                        out = moved
+                else:
+                    continue
+            for media, watchers in group.by_media.items():
+                frame = memo.get((type_, media))
+                if frame is None:
+                    frame = memo[(type_, media)] = self.frames.event(type_, out, media)
+                for w in watchers:
+                    if ev_rv > w.after:
+                        w.pending.append(frame)
+                        if not w.dirty:
+                            w.dirty = True
+                            self._dirty.append(w)
+
+    def _deliver_one(self, w: Watcher, event: CacheEvent) -> None:
+        """One history event for one watcher (a resumed watch), with the same transitions."""
+        sel = w.selection
+        obj, prev = event.obj, event.prev
+        now_matches = event.type != DELETED and sel.matches(obj)
+        was_matching = prev is not None and sel.matches(prev)
+        if now_matches:
+            type_, out = (MODIFIED if was_matching else ADDED), obj
+        elif was_matching:
+            type_ = DELETED
+            out = obj if event.type == DELETED else prev.at_rv(event.rv)  # type: ignore[union-attr]
+        else:
+            return
+        w.pending.append(self.frames.event(type_, out, w.media_type))
+
+    def _mark(self, w: Watcher) -> None:
+        if not w.dirty:
+            w.dirty = True
+            self._dirty.append(w)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is None and self._dirty:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what every watcher got during this loop pass, one write each."""
+        self._flush_handle = None
+        dirty, self._dirty = self._dirty, []
+        deliveries = writes = coalesced = 0
+        overfull: list[Watcher] = []
+        for w in dirty:
+            w.dirty = False
+            if w.closed or not w.pending:
+                continue
+            sink = w.sink
+            if sink.closing():
+                self.close(w, flush=False)
+                continue
+            if w.initial or not sink.writable():
+                if len(w.pending) > self.buffer and w.overfull_at is None:
+                    overfull.append(w)
+                if not w.initial:
+                    self._wait_writable(w)
+                continue
+            n = len(w.pending)
+            self._write(w)
+            deliveries += n
+            writes += 1
+            if n > 1:
+                coalesced += 1
+        if writes:
+            self.counters.delivered(deliveries, writes, coalesced)
+        if self._latencies:
+            now = self._clock()
+            for t in self._latencies:
+                self.counters.latency(now - t)
+            self._latencies = []
+        if overfull:
+            self._give_budget(overfull)
+
+    def _write(self, w: Watcher) -> None:
+        frames, w.pending = w.pending, []
+        w.overfull_at = None
+        w.sink.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def _wait_writable(self, w: Watcher) -> None:
+        if not w.draining:
+            w.draining = True
+            self._spawn(self._drain(w))
+
+    async def _drain(self, w: Watcher) -> None:
+        try:
+            await w.sink.drain()
+        except (ConnectionError, RuntimeError):
+            self.close(w, flush=False)
+            return
+        finally:
+            w.draining = False
+        if not w.closed and w.pending:
+            self._mark(w)
+
+    def _give_budget(self, overfull: list[Watcher]) -> None:
+        """The cacher's ``dispatchEvent``: blocked watchers share what is left of the time budget;
+        those still blocked when it runs out are closed."""
+        now = self._clock()
+        for w in overfull:
+            w.overfull_at = now
+        grace = self.budget.take_available()
+        asyncio.get_running_loop().call_later(grace, self._expire_overfull, overfull, grace)
+
+    def _expire_overfull(self, overfull: list[Watcher], grace: float) -> None:
+        closed = 0
+        for w in overfull:
+            if w.closed or w.overfull_at is None:
+                continue  # it caught up meanwhile
+            if len(w.pending) > self.buffer:
+                log.info(
+                    "Forcing %s watcher close due to unresponsiveness (%d events queued)",
+                    self.cache.kind.kind,
+                    len(w.pending),
+                )
+                self.close(w, flush=False)
+                self.counters.slow_closed()
+                closed += 1
+            else:
+                w.overfull_at = None
+        if not closed:
+            self.budget.return_unused(grace)
+
+    # -- initial events ---------------------------------------------------------------------------
+    async def _write_initial(self, w: Watcher, objects: Sequence[CachedObject], head: bytes | None, end: bytes) -> None:
+        """The initial events, in batches that each wait for the connection to take the last one
+        (a large state is never copied whole into one connection's buffer); then what came in
+        meanwhile."""
+        sink = w.sink
+        try:
+            if head is not None:
+                view = memoryview(head)
+                for i in range(0, len(view), INITIAL_BATCH):
+                    await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
+            else:
+                await self._send_objects(sink, w.media_type, objects)
+            if end:
+                sink.write(end)
+        except (ConnectionError, RuntimeError):
+            self.close(w, flush=False)
+            return
+        w.initial = False
+        w.task = None
+        if w.pending:
+            self._mark(w)
+
+    async def _send_objects(self, sink: Sink, media_type: str, objects: Iterable[CachedObject]) -> None:
+        batch: list[bytes] = []
+        size = 0
+        event = self.frames.event
+        for obj in objects:
+            frame = event(ADDED, obj, media_type)
+            batch.append(frame)
+            size += len(frame)
+            if size >= INITIAL_BATCH:
+                await self._send(sink, b"".join(batch))
+                batch, size = [], 0
+        if batch:
+            sink.write(b"".join(batch))
+
+    async def _send(self, sink: Sink, data: bytes) -> None:
+        if sink.closing():
+            raise ConnectionError("client went away")
+        sink.write(data)
+        if not sink.writable():
+            await sink.drain()
+        else:
+            await asyncio.sleep(0)  # let live events and other watchers through between batches
+
+    # -- bookmarks and deadlines ------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK * (1 + random.random() / 4))
+            try:
+                self.tick()
+            except Exception:  # a bug here must not stop every watch's bookmarks
+                log.exception("watch bookmark tick failed")
+
+    def tick(self) -> None:
+        """Send due bookmarks; close watchers whose clients went away."""
+        now = self._clock()
+        rv = self.cache.rv
+        memo: dict[str, bytes] = {}
+        for w in list(self._watchers):
+            if w.sink.closing():
+                self.close(w, flush=False)
+                continue
+            at = w.next_bookmark
+            if at is None or at > now or w.initial:
+                continue
+            w.next_bookmark = self._next_bookmark(w, now)
+            if rv <= w.start_rv or len(w.pending) >= self.buffer:
+                continue  # nothing newer than where it started; or its buffer is full: dropped
+            frame = memo.get(w.media_type)
+            if frame is None:
+                frame = memo[w.media_type] = self.frames.bookmark(rv, w.media_type)
+            w.pending.append(frame)
+            self._mark(w)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,137 @@
+"""Watch streams kproxy serves itself, and the two ways their frames reach a client.
+
+An ``EventStreamBody`` is the reply body of a watch served from the watch cache (DESIGN's "event
+stream" body). It holds no data: ``attach(sink)`` registers the watch with whatever feeds it (the
+watch cache's broadcaster) and frames are pushed into the sink from then on.
+
+* The server attaches a ``TransportSink``: frames go straight to the client's transport with HTTP/1.1
+  chunked framing, one write per batch, the same bytes object for every watcher that wants that
+  encoding; no per-watcher task, no per-watcher queue.
+* A filter that must see the bytes (the ``compression`` filter, with ``watch: true``) reads
+  ``chunks()`` like any ``StreamBody``: that attaches a ``QueueSink`` and yields what it gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from kproxy.chain import StreamBody
+
+#: ``start(sink)`` registers the watch; it returns the function that ends it.
+Starter = Callable[[Any], Callable[[], None]]
+
+
+class EventStreamBody(StreamBody):
+    __slots__ = ("_start", "_stop")
+
+    def __init__(self, media_type: str, start: Starter) -> None:
+        super().__init__(self._queued(), media_type=media_type)
+        self._start = start
+        self._stop: Callable[[], None] | None = None
+
+    def attach(self, sink: Any) -> None:
+        """Start the watch; from now on its frames are written to ``sink``."""
+        if self._stop is not None:
+            raise RuntimeError("event stream already attached")
+        self._stop = self._start(sink)
+
+    def abort(self) -> None:
+        """End the watch cleanly (shutdown, or the client went away)."""
+        if self._stop is not None:
+            self._stop()
+
+    async def _queued(self) -> AsyncIterator[bytes]:
+        sink = QueueSink()
+        self.attach(sink)
+        try:
+            while True:
+                data = await sink.get()
+                if data is None:
+                    return
+                yield data
+        finally:
+            self.abort()
+
+
+class QueueSink:
+    """Frames kept for a reader that pulls (``chunks()``); everything written since the last
+    pull comes out as one chunk. Writable while less than ``high_water`` bytes wait."""
+
+    def __init__(self, high_water: int = 1 << 20) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._closed = False
+        self._high = high_water
+        self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def write(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._size += len(data)
+        self._ready.set()
+        if self._size > self._high:
+            self._drained.clear()
+
+    def writable(self) -> bool:
+        return self._size <= self._high
+
+    async def drain(self) -> None:
+        await self._drained.wait()
+
+    def closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    async def get(self) -> bytes | None:
+        while not self._parts:
+            if self._closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        parts, self._parts = self._parts, []
+        self._size = 0
+        self._drained.set()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class TransportSink:
+    """Frames written straight to the client's transport, each batch as one HTTP/1.1 chunk
+    (``chunked``) or raw (an HTTP/1.0 client: the stream ends with the connection)."""
+
+    __slots__ = ("_protocol", "_transport", "chunked", "done")
+
+    def __init__(self, transport: asyncio.Transport, protocol: Any, *, chunked: bool) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self.chunked = chunked
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            return
+        if self.chunked:
+            transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
+        else:
+            transport.write(data)
+
+    def writable(self) -> bool:
+        return not self._protocol.writing_paused
+
+    async def drain(self) -> None:
+        if self._transport.is_closing():
+            raise ConnectionError("client went away")
+        await self._protocol._drain_helper()
+
+    def closing(self) -> bool:
+        return self._transport.is_closing() or self._protocol.transport is None
+
+    def close(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)

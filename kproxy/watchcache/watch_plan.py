@@ -1,0 +1,164 @@
+"""Which watches the cache serves, decided from the request alone (``plan.py`` is the same for reads).
+
+Options are read and validated as the apiserver does (``get.go`` ``ListResource``,
+``internalversion/defaults.go``, ``internalversion/validation/validation.go``): anything it would
+refuse, and anything the cache cannot serve exactly, passes through untouched, so the apiserver's
+own answer reaches the client.
+
+What a served watch starts with (wire doc 3.7, 1.34+ with WatchList):
+
+* ``sendInitialEvents=true`` (also what resourceVersion "" and "0" default to): the state as
+  ADDED events, then the initial-events-end bookmark when bookmarks are allowed, then live events;
+  the state is any (``0``), consistent (unset: the upstream's current resource version first) or
+  at least N.
+* ``sendInitialEvents=false``: no initial events; from the current resource version ("" is
+  consistent, "0" any) or after N.
+* resourceVersion N (no sendInitialEvents): every event after N from the history (410 in an ERROR
+  event when the history no longer reaches back to N).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kproxy.cache.fields import FieldSelector, SelectableFields, parse_field_selector
+from kproxy.cache.labels import LabelSelector, SelectorError, parse_label_selector
+from kproxy.chain import Exchange
+from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
+from kproxy.requestinfo import param_bool
+
+from .plan import Pass, request_scope, utf8_query
+
+_RV = re.compile(r"0|[1-9][0-9]{0,18}")
+_INT = re.compile(r"[+-]?[0-9]{1,19}")
+_WATCH_PARAMS = frozenset(
+    {
+        "watch",
+        "resourceVersion",
+        "resourceVersionMatch",
+        "allowWatchBookmarks",
+        "sendInitialEvents",
+        "timeoutSeconds",
+        "labelSelector",
+        "fieldSelector",
+        "timeout",  # ignored for watches (get.go): only timeoutSeconds counts
+        "pretty",  # watch frames are never pretty-printed
+    }
+)
+
+
+@dataclass(slots=True)
+class WatchRead:
+    """A watch the cache serves."""
+
+    namespace: str
+    initial: bool  # starts with the state as ADDED events
+    consistency: str  # any | consistent | min (at least ``rv``) | since (events after ``rv``)
+    rv: int
+    bookmarks: bool
+    initial_events_end: bool
+    timeout_seconds: int  # 0: the apiserver's randomised default
+    labels: LabelSelector | None
+    fields: FieldSelector | None
+    label_text: str
+    field_text: str
+    media_type: str
+
+    @property
+    def mode(self) -> str:
+        """For metrics: how it starts."""
+        return ("initial-" if self.initial else "") + self.consistency
+
+
+def _media(ex: Exchange, protobuf: bool) -> str | Pass:
+    """``NegotiateOutputMediaType`` (406 and conversions pass through), then the stream
+    serializer (``NegotiateOutputMediaTypeStream``: YAML has none)."""
+    accept = ex.headers.get("Accept")
+    if not router_accepts(accept):
+        return Pass("media type")
+    served = SERVED if protobuf else (JSON, YAML)
+    chosen = negotiate(accept, served)
+    if chosen is None or chosen.convert is not None:
+        return Pass("media type")
+    streamed = negotiate(accept, (JSON, PROTOBUF) if protobuf else (JSON,))
+    if streamed is None or streamed.convert is not None:
+        return Pass("media type")
+    return streamed.media_type
+
+
+def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool) -> WatchRead | Pass:
+    info = ex.info
+    q = ex.query
+    if ex.method != "GET":
+        return Pass("method")
+    if any(k.lower().startswith("impersonate-") for k in ex.headers):
+        return Pass("impersonation")
+    if info.name:
+        return Pass("name")  # a watch of one object (the apiserver adds a metadata.name selector)
+    scope = request_scope(ex, namespaced)
+    if isinstance(scope, Pass):
+        return scope
+    raw = ex.raw_query
+    if ";" in raw or ("%" in raw and not utf8_query(raw)):
+        return Pass("encoding")
+    if any(len(q.getall(k)) > 1 for k in q):
+        return Pass("parameters")
+    if set(q) - _WATCH_PARAMS:
+        return Pass("parameters")
+    rv = q.get("resourceVersion", "")
+    match = q.get("resourceVersionMatch", "")
+    if rv and not _RV.fullmatch(rv):
+        return Pass("invalid")
+    send_initial = param_bool(q["sendInitialEvents"]) if "sendInitialEvents" in q else None
+    bookmarks = param_bool(q["allowWatchBookmarks"]) if "allowWatchBookmarks" in q else False
+    if send_initial is None and not match and rv in ("", "0"):
+        send_initial, match = True, "NotOlderThan"  # the WatchList defaulting
+    if send_initial is not None and match != "NotOlderThan":
+        return Pass("invalid")
+    if send_initial is None and match:
+        return Pass("invalid")
+    timeout_seconds = 0
+    if "timeoutSeconds" in q:
+        if not _INT.fullmatch(q["timeoutSeconds"]):
+            return Pass("invalid")
+        timeout_seconds = int(q["timeoutSeconds"])
+        if timeout_seconds < 0:
+            return Pass("timeout")
+    label_text = q.get("labelSelector", "")
+    field_text = q.get("fieldSelector", "")
+    try:
+        labels = parse_label_selector(label_text) if label_text else None
+        fields = parse_field_selector(field_text, selectable) if field_text else None
+    except SelectorError:
+        return Pass("selector")
+    if labels is not None and labels.empty:
+        labels = None
+    if fields is not None and fields.empty:
+        fields = None
+    media = _media(ex, protobuf)
+    if isinstance(media, Pass):
+        return media
+    n = int(rv) if rv else 0
+    if send_initial:
+        consistency = "consistent" if rv == "" else "any" if rv == "0" else "min"
+        initial = True
+    elif send_initial is False and rv in ("", "0"):
+        consistency = "consistent" if rv == "" else "any"
+        initial = False
+    else:
+        consistency, initial = "since", False
+    return WatchRead(
+        scope,
+        initial,
+        consistency,
+        n,
+        bookmarks,
+        bool(send_initial) and bookmarks,
+        timeout_seconds,
+        labels,
+        fields,
+        label_text,
+        field_text,
+        media,
+    )
