@@ -1,0 +1,117 @@
+"""Which watches the watch cache serves (and how they start), and which go to the apiserver."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict
+
+from kproxy.cache.fields import builtin_fields
+from kproxy.chain import BytesBody, Exchange
+from kproxy.negotiation import JSON, PROTOBUF
+from kproxy.requestinfo import request_info_from_target
+from kproxy.watchcache.plan import Pass
+from kproxy.watchcache.watch_plan import WatchRead, plan_watch
+
+PODS = builtin_fields("", "pods")
+
+
+def _plan(target: str, accept: str | None = None, *, protobuf: bool = True, **headers: str) -> WatchRead | Pass:
+    path, _, query = target.partition("?")
+    h = CIMultiDict({"Accept": accept} if accept else {})
+    h.update(headers)
+    ex = Exchange("GET", path, query, h, BytesBody(b""), request_info_from_target("GET", target))
+    return plan_watch(ex, protobuf=protobuf, selectable=PODS, namespaced=True)
+
+
+@pytest.mark.parametrize(
+    ("query", "initial", "consistency", "rv", "end"),
+    [
+        ("watch=1", True, "consistent", 0, False),  # WatchList defaulting of an unset resourceVersion
+        ("watch=1&allowWatchBookmarks=true", True, "consistent", 0, True),
+        ("watch=1&resourceVersion=0", True, "any", 0, False),
+        ("watch=1&resourceVersion=0&allowWatchBookmarks=1", True, "any", 0, True),
+        ("watch=1&resourceVersion=12", False, "since", 12, False),
+        ("watch=1&resourceVersion=12&allowWatchBookmarks=true", False, "since", 12, False),
+        ("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=12", True, "min", 12, False),
+        (
+            "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+            True,
+            "consistent",
+            0,
+            True,
+        ),
+        ("watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan", False, "consistent", 0, False),
+        ("watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=0", False, "any", 0, False),
+        (
+            "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&resourceVersion=9",
+            False,
+            "since",
+            9,
+            False,
+        ),
+        ("watch=1&resourceVersion=12&timeout=5s&pretty=true", False, "since", 12, False),
+    ],
+)
+def test_watches_the_cache_serves(query: str, initial: bool, consistency: str, rv: int, end: bool) -> None:
+    read = _plan(f"/api/v1/namespaces/ns/pods?{query}")
+    assert isinstance(read, WatchRead), read
+    assert (read.initial, read.consistency, read.rv, read.initial_events_end) == (initial, consistency, rv, end)
+    assert read.namespace == "ns" and read.media_type == JSON
+
+
+def test_watch_details() -> None:
+    read = _plan("/api/v1/watch/pods?labelSelector=app%3Dx&fieldSelector=spec.nodeName%3Dn1&timeoutSeconds=7")
+    assert isinstance(read, WatchRead)
+    assert read.namespace == "" and read.timeout_seconds == 7
+    assert read.labels is not None and read.fields is not None
+    assert read.label_text == "app=x" and read.field_text == "spec.nodeName=n1"
+
+
+@pytest.mark.parametrize(
+    ("accept", "protobuf", "media"),
+    [
+        ("application/vnd.kubernetes.protobuf, application/json", True, PROTOBUF),
+        ("application/vnd.kubernetes.protobuf;stream=watch", True, PROTOBUF),
+        ("application/json;stream=watch", True, JSON),
+        ("application/yaml, application/json", True, JSON),  # YAML has no stream form: the next one
+        ("*/*", True, JSON),
+        ("application/vnd.kubernetes.protobuf, application/json", False, JSON),  # a custom resource
+    ],
+)
+def test_watch_media_types(accept: str, protobuf: bool, media: str) -> None:
+    read = _plan("/api/v1/pods?watch=1", accept, protobuf=protobuf)
+    assert isinstance(read, WatchRead), read
+    assert read.media_type == media
+
+
+@pytest.mark.parametrize(
+    ("target", "accept", "reason"),
+    [
+        ("/api/v1/pods?watch=1&resourceVersionMatch=Exact&resourceVersion=5", None, "invalid"),
+        ("/api/v1/pods?watch=1&sendInitialEvents=true", None, "invalid"),
+        ("/api/v1/pods?watch=1&resourceVersionMatch=NotOlderThan&resourceVersion=5", None, "invalid"),
+        ("/api/v1/pods?watch=1&resourceVersion=abc", None, "invalid"),
+        ("/api/v1/pods?watch=1&timeoutSeconds=x", None, "invalid"),
+        ("/api/v1/pods?watch=1&timeoutSeconds=-1", None, "timeout"),
+        ("/api/v1/pods?watch=1&continue=abc", None, "parameters"),
+        ("/api/v1/pods?watch=1&limit=5", None, "parameters"),
+        ("/api/v1/pods?watch=1&labelSelector=a%3D%3D%3Db", None, "selector"),
+        ("/api/v1/pods?watch=1&fieldSelector=spec.unknown%3Dx", None, "selector"),
+        ("/api/v1/pods?watch=1", "application/yaml", "media type"),
+        ("/api/v1/pods?watch=1", "application/json;as=Table;g=meta.k8s.io;v=v1", "media type"),
+        ("/api/v1/pods?watch=1", "text/html", "media type"),
+        ("/api/v1/namespaces/ns/pods/p1?watch=1", None, "name"),
+        ("/api/v1/pods?watch=1&watch=1", None, "parameters"),
+        ("/api/v1/pods?watch=1;x=1", None, "encoding"),
+    ],
+)
+def test_watches_passed_to_the_apiserver(target: str, accept: str | None, reason: str) -> None:
+    assert _plan(target, accept) == Pass(reason)
+
+
+def test_impersonation_passes_through() -> None:
+    assert _plan("/api/v1/pods?watch=1", None, **{"Impersonate-User": "bob"}) == Pass("impersonation")
+
+
+def test_protobuf_alone_for_a_custom_resource_gets_the_apiservers_406() -> None:
+    assert _plan("/api/v1/pods?watch=1", "application/vnd.kubernetes.protobuf", protobuf=False) == Pass("media type")
