@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_watchcache_outage import CACHE_PODS, Writer, served_watches
+from test_watchcache_outage import CACHE_PODS, Writer, metric
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 pytestmark = pytest.mark.e2e
+
+
+def watches(rp: RunningProxy, served: str) -> float:
+    """Pod watches kproxy counted as served by ``served`` (``cache`` or ``upstream``)."""
+    reason = {"reason": "media type"} if served == "upstream" else {}
+    return metric(rp, "kproxy_watchcache_reads_total", resource="pods", verb="watch", served=served, **reason)
 
 
 class KubectlWatch:
@@ -94,15 +100,21 @@ def kubectl_watches(tmp_path: Path) -> Iterator[Callable[..., KubectlWatch]]:
         kw.stop()
 
 
-CASES: list[tuple[list[str], Callable[[str], Any], Callable[[Any], int]]] = [
-    ([], table, lambda rows: len(rows) - 1),
-    (["--output-watch-events"], table, lambda rows: len(rows) - 1),
-    (["-o", "json"], objects, len),
-    (["-o", "json", "--output-watch-events"], objects, len),
+#: (kubectl flags, output parser, how many pods/events printed, who serves the watch). kubectl's
+#: default table output asks the apiserver for ``as=Table`` (server-side printing): a conversion the
+#: cache leaves to the apiserver, counted as ``served="upstream",reason="media type"``; with
+#: ``--server-print=false`` or ``-o json`` kubectl watches plain JSON, which the cache serves.
+CASES: list[tuple[list[str], Callable[[str], Any], Callable[[Any], int], str]] = [
+    ([], table, lambda rows: len(rows) - 1, "upstream"),
+    (["--output-watch-events"], table, lambda rows: len(rows) - 1, "upstream"),
+    (["--server-print=false"], table, lambda rows: len(rows) - 1, "cache"),
+    (["--server-print=false", "--output-watch-events"], table, lambda rows: len(rows) - 1, "cache"),
+    (["-o", "json"], objects, len, "cache"),
+    (["-o", "json", "--output-watch-events"], objects, len, "cache"),
 ]
 
 
-@pytest.mark.parametrize(("extra", "parse", "count"), CASES, ids=[" ".join(c[0]) or "table" for c in CASES])
+@pytest.mark.parametrize(("extra", "parse", "count", "served"), CASES, ids=[" ".join(c[0]) or "table" for c in CASES])
 def test_kubectl_get_watch_through_cache(
     proxy_factory: Callable[..., RunningProxy],
     control_plane: ControlPlaneInfo,
@@ -111,6 +123,7 @@ def test_kubectl_get_watch_through_cache(
     extra: list[str],
     parse: Callable[[str], Any],
     count: Callable[[Any], int],
+    served: str,
 ) -> None:
     cp = control_plane
     writer = Writer(cp, namespace)
@@ -118,7 +131,7 @@ def test_kubectl_get_watch_through_cache(
     writer.create("b")
     rp = proxy_factory(extra=CACHE_PODS)
     wait_for(lambda: rp.get(f"/api/v1/namespaces/{namespace}/pods")[0] == 200, 60, "the pods cache to be ready")
-    before = served_watches(rp)
+    before = watches(rp, served)
 
     args = ["get", "pods", "-n", namespace, "--watch", *extra]
     direct = kubectl_watches(cp, cp.admin_kubeconfig, args)
@@ -129,7 +142,7 @@ def test_kubectl_get_watch_through_cache(
             return count(parse(kw.text())) >= 2
 
         wait_for(initial, 30, "kubectl to print the initial pods")
-    wait_for(lambda: served_watches(rp) >= before + 1, 30, "kproxy to serve kubectl's watch from its cache")
+    wait_for(lambda: watches(rp, served) >= before + 1, 30, f"kubectl's watch counted as served={served!r}")
 
     writer.modify("a")  # MODIFIED a
     writer.create("c")  # ADDED c
@@ -147,7 +160,10 @@ def test_kubectl_get_watch_through_cache(
     if parse is objects:
         names = [doc.get("object", doc)["metadata"]["name"] for doc in printed]
     else:
-        names = [row[1] if extra else row[0] for row in printed[1:]]
+        column = printed[0].index("NAME")
+        names = [row[column] for row in printed[1:]]
     assert names == ["a", "b", "a", "c", "b", "b"], printed
     assert via.proc.poll() is None, "kubectl's watch through kproxy ended"
-    assert served_watches(rp) >= before + 1
+    assert watches(rp, served) == before + 1
+    other = "cache" if served == "upstream" else "upstream"
+    assert watches(rp, other) == 0, f"a watch was also served={other!r}"
