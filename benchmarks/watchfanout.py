@@ -1,0 +1,668 @@
+"""Watch fan-out: thousands of pod watches on the apiserver itself vs served from kproxy's cache.
+
+    python -m benchmarks.watchfanout [--envtest-dir DIR] [--watchers 100,1000,5000]
+                                     [--capacity-watchers 1000,5000] [--rate 100] [--writers 8]
+                                     [--procs 4] [--duration 20] [--warmup 5] [--quick] [--output FILE]
+
+Peers, measured in the same run:
+
+* ``direct``: every watcher on the kube-apiserver, HTTPS with the admin client certificate;
+* ``kproxy``: every watcher on ``kproxy run`` with ``filters: [{name: watchcache, resources:
+  [pods]}]``, ``credentials: proxy``, plain HTTP (one upstream watch of pods, whatever the number
+  of clients). kproxy's ``kproxy_watchcache_reads_total{verb="watch",served="cache"}`` must count
+  every watcher, else the run is not a measurement of the cache.
+
+Load: ``--pods`` (100) small pods in namespace ``bench-fanout``; a writer process (own CPU,
+``benchmarks.watchfanout_writer``) patching them round robin at ``--rate`` (100) patches/s straight
+at the apiserver, each patch writing the wall clock into an annotation. ``N`` watchers
+(``benchmarks.watchfanout_client``: ``--procs`` processes, each one uvloop loop of raw HTTP/1.1
+connections) all watch that namespace's pods, JSON, ``watch=1&resourceVersion=<current>`` (the
+resourceVersion of a LIST taken just before, so no initial events). Once every watcher has its
+response head the writer starts; after ``--warmup`` s, ``--duration`` s are measured.
+
+Per (watchers, peer): apiserver and kproxy CPU in cores (``/proc/PID/stat``, all threads, over
+the window), kproxy RSS (highest ``VmRSS`` of samples every 0.5 s), deliveries/s (event lines all
+watchers received inside the window / window), delivery latency p50/p99 (the annotation's
+timestamp to the client's ``time.time()`` when the read that completed the event returned; 0.1 ms
+buckets), the CPU of the watcher processes and the writer, and how much of the machine other
+processes used.
+
+A second table, kproxy's fan-out capacity: ``--capacity-watchers`` watchers through kproxy with
+``--writers`` writer connections patching back to back (as fast as the apiserver allows):
+deliveries per kproxy CPU-second, and ``kproxy_watchcache_coalesced_writes_total /
+kproxy_watchcache_watch_writes_total`` over the window.
+
+Goals (issue 5): at 1,000 watchers the apiserver's CPU at least 10x lower through kproxy; kproxy
+at least 500,000 deliveries per CPU-second; p99 delivery latency through kproxy no worse than
+direct. Exit status 0 when every measurement ran cleanly and the goals are met (``--quick``:
+ran cleanly), 1 when not, 2 when the benchmark could not be set up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import platform
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from benchmarks.run import BenchError, Process, control_plane, log, start_kproxy, work_dir
+from benchmarks.watchcache import _admin_port, cpu_seconds, machine_busy_seconds, metric_samples, rss_bytes
+from benchmarks.watchfanout_client import BUCKET, TS_ANNOTATION, ClientResult, ClientSpec, Connected, client_main
+from benchmarks.watchfanout_writer import FIELD_MANAGER, WriterResult, WriterSpec, writer_main
+from kproxy.testing import envtest
+
+NAMESPACE = "bench-fanout"
+PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+DIRECT, KPROXY = "direct", "kproxy"
+_FILTERS = [{"name": "watchcache", "resources": ["pods"]}]
+_CONNECT_TIMEOUT = 300.0
+_MP = multiprocessing.get_context("spawn")
+#: goals of issue 5
+GOAL_API_RATIO = 10.0
+GOAL_DELIVERIES_PER_CPU_S = 500_000.0
+
+
+def _pods(labels: dict[str, str]) -> bool:
+    return labels.get("resource") == "pods"
+
+
+# --------------------------------------------------------------------------- one measurement
+
+
+@dataclass
+class Row:
+    """One (watchers, peer, writer mode) measurement."""
+
+    peer: str
+    watchers: int
+    #: patches/s asked (None: as fast as possible) and writer connections
+    rate: float | None
+    writers: int
+    window: float = 0.0
+    connected: int = 0
+    connect_failed: Counter[str] = field(default_factory=Counter)
+    connect_s: float = 0.0
+    writer: WriterResult = field(default_factory=WriterResult)
+    events: int = 0
+    stamped: int = 0
+    payload_bytes: int = 0
+    reads: int = 0
+    hist: Counter[int] = field(default_factory=Counter)
+    closed_early: Counter[str] = field(default_factory=Counter)
+    min_per_watcher: int = 0
+    max_per_watcher: int = 0
+    #: CPU seconds over the window: apiserver, etcd, kproxy, clients, writer, runner, machine
+    cpu: dict[str, float] = field(default_factory=dict)
+    kproxy_rss_before: int = 0
+    kproxy_rss_max: int = 0
+    apiserver_rss_max: int = 0
+    #: kproxy metric deltas over the window (name -> value), pods only
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: kproxy watches of pods counted as served from the cache / passed upstream, from connect to end
+    served_cache: float = 0.0
+    served_upstream: float = 0.0
+    #: the load average when the measurement started
+    load: float = 0.0
+
+    def cores(self, who: str) -> float:
+        return self.cpu.get(who, float("nan")) / self.window if self.window else float("nan")
+
+    @property
+    def deliveries(self) -> float:
+        return self.events / self.window if self.window else 0.0
+
+    @property
+    def writes(self) -> float:
+        return self.writer.patches / self.window if self.window else 0.0
+
+    def latency(self, q: float) -> float:
+        """Nearest-rank percentile of the delivery latencies, upper edge of its bucket, seconds."""
+        total = sum(self.hist.values())
+        if not total:
+            return float("nan")
+        rank = max(1, -(-total * q // 100))
+        seen = 0
+        for bucket in sorted(self.hist):
+            seen += self.hist[bucket]
+            if seen >= rank:
+                return (bucket + 1) * BUCKET
+        return float("nan")
+
+    @property
+    def others(self) -> float:
+        """Cores the rest of the machine (other helpers' work) used during the window."""
+        ours = sum(v for k, v in self.cpu.items() if k != "machine")
+        return max(0.0, self.cpu.get("machine", 0.0) - ours) / self.window if self.window else float("nan")
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.connected < self.watchers:
+            out.append(f"{self.watchers - self.connected} watchers did not connect ({dict(self.connect_failed)})")
+        if self.peer == KPROXY and self.served_cache < self.connected:
+            out.append(
+                f"kproxy served {self.served_cache:.0f} of {self.connected} watches from its cache "
+                f"({self.served_upstream:.0f} passed to the apiserver)"
+            )
+        if not self.events:
+            out.append("no events received")
+        if self.writer.errors:
+            out.append(f"writer errors {self.writer.errors}")
+        return out
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cp: envtest.ControlPlaneInfo, kproxy: Process, admin: str) -> None:
+        assert cp.apiserver_pid is not None
+        self.args = args
+        self.cp = cp
+        self.kproxy = kproxy
+        self.kproxy_pid = kproxy.proc.pid
+        self.kproxy_url = ""
+        self.admin = admin
+        self.session = aiohttp.ClientSession(
+            base_url=cp.server,
+            connector=aiohttp.TCPConnector(ssl=cp.ssl_context()),
+            timeout=aiohttp.ClientTimeout(total=120),
+        )
+        self.plain = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        self.pod_names: list[str] = []
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.plain.close()
+
+    async def metrics(self) -> list[tuple[str, dict[str, str], float]]:
+        return await metric_samples(self.plain, self.admin)
+
+    async def pod_metric(self, name: str, **want: str) -> float:
+        return sum(
+            v
+            for n, labels, v in await self.metrics()
+            if n == name and _pods(labels) and all(labels.get(k) == x for k, x in want.items())
+        )
+
+    async def resource_version(self) -> str:
+        async with self.session.get(PODS_PATH, params={"limit": "1"}) as r:
+            if r.status != 200:
+                raise BenchError(f"LIST {PODS_PATH}: {r.status} {await r.text()}")
+            return str((await r.json())["metadata"]["resourceVersion"])
+
+    # ------------------------------------------------------------------ seeding
+
+    async def seed(self, count: int) -> None:
+        """Namespace ``bench-fanout`` with exactly ``count`` small pods ``fanout-NNN`` (kept between runs)."""
+        s = self.session
+        async with s.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}) as r:
+            if r.status not in (201, 409):
+                raise BenchError(f"creating namespace {NAMESPACE}: {r.status} {await r.text()}")
+        async with s.get(PODS_PATH) as r:
+            have = {item["metadata"]["name"] for item in (await r.json())["items"]}
+        self.pod_names = [f"fanout-{i:04d}" for i in range(count)]
+        sem = asyncio.Semaphore(16)
+
+        async def create(name: str) -> None:
+            manifest = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "fanout"}, "annotations": {TS_ANNOTATION: "0"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            }
+            async with (
+                sem,
+                s.post(
+                    PODS_PATH,
+                    params={"fieldManager": FIELD_MANAGER},
+                    data=orjson.dumps(manifest),
+                    headers={"Content-Type": "application/json"},
+                ) as r,
+            ):
+                if r.status != 201:
+                    raise BenchError(f"creating pod {name}: {r.status} {await r.text()}")
+
+        missing = [n for n in self.pod_names if n not in have]
+        if missing:
+            log(f"creating {len(missing)} pods in {NAMESPACE} ...")
+            await asyncio.gather(*(create(n) for n in missing))
+
+    async def wait_cache_ready(self) -> None:
+        """Until kproxy's pod cache has caught up (no resource-version lag, the bench pods in it)."""
+        deadline = time.monotonic() + 120
+        while True:
+            samples = await self.metrics()
+            objects = sum(v for n, lb, v in samples if n == "kproxy_watchcache_objects" and _pods(lb))
+            lag = sum(v for n, lb, v in samples if n == "kproxy_watchcache_resource_version_lag" and _pods(lb))
+            if objects >= len(self.pod_names) and lag == 0:
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(f"kproxy's pod cache not ready (objects={objects}, lag={lag})")
+            await asyncio.sleep(0.2)
+
+    # ------------------------------------------------------------------ measuring
+
+    def client_specs(self, peer: str, watchers: int, target: str) -> list[ClientSpec]:
+        procs = max(1, min(self.args.procs, watchers))
+        specs = []
+        for i in range(procs):
+            n = watchers // procs + (1 if i < watchers % procs else 0)
+            if peer == DIRECT:
+                cp = self.cp
+                spec = ClientSpec("127.0.0.1", cp.apiserver_port, target, n, str(cp.ca_file))
+                spec.cert, spec.key = str(cp.admin_cert), str(cp.admin_key)
+            else:
+                host, port = self.kproxy_url.removeprefix("http://").rsplit(":", 1)
+                spec = ClientSpec(host, int(port), target, n)
+            specs.append(spec)
+        return specs
+
+    async def measure(self, peer: str, watchers: int, rate: float | None, writers: int) -> Row:
+        args = self.args
+        row = Row(peer, watchers, rate, writers, load=os.getloadavg()[0])
+        rv = await self.resource_version()
+        target = f"{PODS_PATH}?watch=1&resourceVersion={rv}"
+        served0 = await self.watch_reads() if peer == KPROXY else (0.0, 0.0)
+        row.kproxy_rss_before = rss_bytes(self.kproxy_pid)
+        clients: list[tuple[BaseProcess, Connection]] = []
+        writer: tuple[BaseProcess, Connection] | None = None
+        try:
+            for spec in self.client_specs(peer, watchers, target):
+                parent, child = _MP.Pipe()
+                cproc = _MP.Process(target=client_main, args=(spec, child), daemon=True)
+                cproc.start()
+                child.close()  # so that the child's death reads as EOF here
+                clients.append((cproc, parent))
+            t0 = time.monotonic()
+            for _, conn in clients:
+                msg = await _recv_timeout(conn, _CONNECT_TIMEOUT)
+                assert isinstance(msg, Connected)
+                row.connected += msg.ok
+                row.connect_failed.update(msg.failed)
+            row.connect_s = time.monotonic() - t0
+            if peer == KPROXY:
+                cache, upstream = await self.watch_reads()
+                row.served_cache, row.served_upstream = cache - served0[0], upstream - served0[1]
+            log(
+                f"{peer}: {row.connected}/{watchers} watchers connected in {row.connect_s:.1f} s"
+                + (f" ({dict(row.connect_failed)})" if row.connect_failed else "")
+                + (f"; served from the cache: {row.served_cache:.0f}" if peer == KPROXY else "")
+            )
+
+            wspec = WriterSpec(
+                self.cp.server,
+                str(self.cp.ca_file),
+                str(self.cp.admin_cert),
+                str(self.cp.admin_key),
+                NAMESPACE,
+                self.pod_names,
+                rate,
+                writers,
+            )
+            parent, child = _MP.Pipe()
+            wproc = _MP.Process(target=writer_main, args=(wspec, child), daemon=True)
+            wproc.start()
+            child.close()
+            writer = (wproc, parent)
+            await _recv_timeout(parent, 60)
+            start_at = time.time() + args.warmup
+            end_at = start_at + args.duration
+            for _, conn in [*clients, writer]:
+                conn.send((start_at, end_at))
+
+            pids = {
+                "apiserver": self.cp.apiserver_pid or 0,
+                "etcd": self.cp.etcd_pid or 0,
+                "kproxy": self.kproxy_pid,
+                "writer": wproc.pid or 0,
+                "runner": os.getpid(),
+                **{f"client{i}": p.pid or 0 for i, (p, _) in enumerate(clients)},
+            }
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            c0 = {k: cpu_seconds(p) for k, p in pids.items()}
+            m0 = machine_busy_seconds()
+            t_start = time.monotonic()
+            metrics0 = await self.metric_totals()
+            while time.time() < end_at:
+                row.kproxy_rss_max = max(row.kproxy_rss_max, rss_bytes(self.kproxy_pid))
+                row.apiserver_rss_max = max(row.apiserver_rss_max, rss_bytes(self.cp.apiserver_pid or 0))
+                await asyncio.sleep(min(0.5, max(0.0, end_at - time.time())))
+            c1 = {k: cpu_seconds(p) for k, p in pids.items()}
+            m1 = machine_busy_seconds()
+            row.window = time.monotonic() - t_start
+            metrics1 = await self.metric_totals()
+            row.metrics = {k: metrics1[k] - metrics0.get(k, 0.0) for k in metrics1}
+            cpu = {k: c1[k] - c0[k] for k in pids}
+            row.cpu = {
+                "apiserver": cpu["apiserver"],
+                "etcd": cpu["etcd"],
+                "kproxy": cpu["kproxy"],
+                "writer": cpu["writer"],
+                "runner": cpu["runner"],
+                "clients": sum(v for k, v in cpu.items() if k.startswith("client")),
+                "machine": m1 - m0,
+            }
+            row.window = args.duration  # the clients count exactly [start_at, end_at)
+
+            mins, maxs = [], []
+            for _, conn in clients:
+                res = await _recv_timeout(conn, 60)
+                assert isinstance(res, ClientResult)
+                row.events += res.events
+                row.stamped += res.stamped
+                row.payload_bytes += res.payload_bytes
+                row.reads += res.reads_with_events
+                row.hist.update(res.histogram)
+                row.closed_early.update(res.closed_early)
+                mins.append(res.min_per_watcher)
+                maxs.append(res.max_per_watcher)
+            row.min_per_watcher, row.max_per_watcher = min(mins), max(maxs)
+            wres = await _recv_timeout(writer[1], 60)
+            assert isinstance(wres, WriterResult)
+            row.writer = wres
+        finally:
+            children = [*clients, *([writer] if writer else [])]
+            for _, conn in children:
+                with contextlib.suppress(OSError):
+                    conn.send("stop")
+            for child_proc, _ in children:
+                await asyncio.to_thread(child_proc.join, 30)
+                if child_proc.is_alive():
+                    child_proc.kill()
+                    await asyncio.to_thread(child_proc.join)
+        if peer == KPROXY:
+            await self.wait_watches_closed()
+        log(
+            f"{peer} {watchers} watchers: {row.writes:.0f} writes/s, {row.deliveries:,.0f} deliveries/s, "
+            f"p50 {_ms(row.latency(50))} ms, p99 {_ms(row.latency(99))} ms, apiserver {row.cores('apiserver'):.2f} "
+            f"cores, kproxy {row.cores('kproxy'):.2f} cores, clients {row.cores('clients'):.2f} cores"
+            + (f"; closed early {dict(row.closed_early)}" if row.closed_early else "")
+        )
+        return row
+
+    async def watch_reads(self) -> tuple[float, float]:
+        """kproxy's pod watches so far: (served from the cache, passed to the apiserver)."""
+        cache = upstream = 0.0
+        for n, labels, v in await self.metrics():
+            if n == "kproxy_watchcache_reads_total" and _pods(labels) and labels.get("verb") == "watch":
+                if labels.get("served") == "cache":
+                    cache += v
+                else:
+                    upstream += v
+        return cache, upstream
+
+    async def metric_totals(self) -> dict[str, float]:
+        """kproxy's watch fan-out counters for pods (sums over other labels)."""
+        out: dict[str, float] = {}
+        for n, labels, v in await self.metrics():
+            if n.startswith("kproxy_watchcache_") and n.endswith("_total") and _pods(labels):
+                out[n] = out.get(n, 0.0) + v
+        return out
+
+    async def wait_watches_closed(self) -> None:
+        """Until kproxy counts no open pod watch (its gauge), so the next measurement starts clean."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            samples = await self.metrics()
+            open_ = [v for n, lb, v in samples if n == "kproxy_watchcache_watches" and _pods(lb)]
+            if not open_ or sum(open_) == 0:
+                return
+            await asyncio.sleep(0.2)
+        log("kproxy still counts open pod watches after 60 s")
+
+
+async def _recv_timeout(conn: Connection, timeout: float) -> object:
+    from benchmarks.watchfanout_client import _recv
+
+    try:
+        async with asyncio.timeout(timeout):
+            return await _recv(conn)
+    except TimeoutError:
+        raise BenchError(f"a child process did not answer within {timeout:.0f} s") from None
+    except EOFError:
+        raise BenchError("a child process exited before answering (its traceback is above)") from None
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:.1f}" if x == x else "-"
+
+
+def _mib(x: float) -> str:
+    return f"{x / 2**20:.0f}"
+
+
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**NOT met**"
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def _closed(r: Row) -> str:
+    n = sum(r.closed_early.values())
+    return str(n) if n == 0 else f"{n} ({', '.join(f'{k}: {v}' for k, v in r.closed_early.items())})"
+
+
+def report(
+    args: argparse.Namespace, k8s: str, rows: list[Row], capacity: list[Row], load_before: tuple[float, ...]
+) -> tuple[str, bool]:
+    ncpu = os.cpu_count() or 1
+    event_bytes = [r.payload_bytes / r.events for r in rows + capacity if r.events]
+    lines = [
+        f"# Watch fan-out benchmark ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"kube-apiserver {k8s}, Python {platform.python_version()}, {ncpu} CPUs shared with other work "
+        f"(load average {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f} at the start; "
+        "`others` below is the CPU the rest of the machine used during each window). "
+        f"{len(args.pod_names)} pods in `{NAMESPACE}`, patched round robin straight at the apiserver by a writer "
+        "process (one annotation set to its wall clock per patch; one field manager, so each event's pod carries one "
+        f"`managedFields` entry); a JSON event is ~{(sum(event_bytes) / len(event_bytes)) if event_bytes else 0:.0f} "
+        "bytes. Watchers: `--procs` "
+        f"({args.procs}) processes, each one uvloop loop of raw HTTP/1.1 connections (chunked framing undone by "
+        "hand, events counted with `bytes.count`, timestamps found with `bytes.find`), all watching "
+        f"`{PODS_PATH}?watch=1&resourceVersion=<current>`, JSON. `direct`: the apiserver over HTTPS, admin client "
+        "certificate. `kproxy`: `kproxy run`, `filters: [{name: watchcache, resources: [pods]}]`, `credentials: "
+        f"proxy`, plain HTTP. {args.warmup:g} s of writes, then {args.duration:g} s measured.",
+        "",
+        f"## 1. {args.rate:g} writes/s, N watchers",
+        "",
+        "deliveries/s = event lines all watchers received in the window / window; `of expected` = deliveries / "
+        "(writes/s x watchers). Latency: writer's timestamp in the event to the client's receipt (includes the "
+        "patch's own trip through the apiserver and etcd), 0.1 ms buckets. CPU in cores = CPU seconds over the "
+        "window / window; for `direct`, kproxy's CPU (idle but for its one upstream watch) is in parentheses. "
+        "`closed early` = watch streams that ended before the window did (a server dropping a slow watcher).",
+        "",
+        "| watchers | peer | writes/s | deliveries/s | of expected | p50 ms | p99 ms | apiserver CPU | etcd CPU | "
+        "kproxy CPU | kproxy RSS MiB | clients CPU | writer CPU | others | events per read | closed early |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- |",
+    ]
+    for r in rows:
+        kp = f"{r.cores('kproxy'):.2f}" if r.peer == KPROXY else f"({r.cores('kproxy'):.2f})"
+        lines.append(
+            f"| {r.watchers:,} | {r.peer} | {r.writes:.0f} | {r.deliveries:,.0f} | "
+            f"{_div(r.deliveries, r.writes * r.watchers) * 100:.0f}% | {_ms(r.latency(50))} | {_ms(r.latency(99))} | "
+            f"{r.cores('apiserver'):.2f} | {r.cores('etcd'):.2f} | {kp} | {_mib(r.kproxy_rss_max)} | "
+            f"{r.cores('clients'):.2f} | {r.cores('writer'):.2f} | {r.others:.2f} | {_div(r.events, r.reads):.1f} | "
+            f"{_closed(r)} |"
+        )
+    ok = True
+    problems = [f"{r.peer} {r.watchers}: {p}" for r in rows + capacity for p in r.problems()]
+    if problems:
+        ok = False
+        lines += ["", "**Measurements that do not count:** " + "; ".join(problems) + "."]
+
+    goals: list[str] = []
+    goals_ok = True
+    by = {(r.peer, r.watchers): r for r in rows}
+    for n in sorted({r.watchers for r in rows}):
+        d, k = by.get((DIRECT, n)), by.get((KPROXY, n))
+        if d is None or k is None:
+            continue
+        ratio = _div(d.cores("apiserver"), k.cores("apiserver"))
+        p99_ok = k.latency(99) <= d.latency(99)
+        if n == 1000:
+            goals_ok &= ratio >= GOAL_API_RATIO and p99_ok
+            goals.append(
+                f"* apiserver CPU at {n:,} watchers, direct / through kproxy: {d.cores('apiserver'):.2f} / "
+                f"{k.cores('apiserver'):.2f} cores = **{ratio:.1f}x** (goal >= {GOAL_API_RATIO:g}x): "
+                f"{_met(ratio >= GOAL_API_RATIO)}"
+            )
+            goals.append(
+                f"* p99 delivery latency at {n:,} watchers, kproxy {_ms(k.latency(99))} ms vs direct "
+                f"{_ms(d.latency(99))} ms (goal: no worse): {_met(p99_ok)}"
+            )
+        else:
+            goals.append(
+                f"* (at {n:,} watchers) apiserver CPU direct / kproxy {ratio:.1f}x; p99 kproxy {_ms(k.latency(99))} "
+                f"ms vs direct {_ms(d.latency(99))} ms ({'no worse' if p99_ok else 'worse'})"
+            )
+    if capacity:
+        lines += [
+            "",
+            "## 2. kproxy's fan-out capacity: writers patching as fast as the apiserver answers",
+            "",
+            "deliveries per kproxy CPU-second = deliveries/s / kproxy cores. `coalesced / writes` = "
+            "`kproxy_watchcache_coalesced_writes_total / kproxy_watchcache_watch_writes_total` over the window "
+            "(transport writes that carried more than one event); `events / write` = "
+            "`kproxy_watchcache_deliveries_total / kproxy_watchcache_watch_writes_total`; `events per read` = "
+            "event lines per client socket read that completed at least one.",
+            "",
+            "| watchers | writer connections | writes/s | deliveries/s | of expected | kproxy CPU | "
+            "deliveries per kproxy CPU-s | coalesced / writes | events / write | p50 ms | p99 ms | apiserver CPU | "
+            "kproxy RSS MiB | clients CPU | writer CPU | others | events per read | closed early | "
+            "slow watchers closed |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+            "---: | ---: | ---: | --- | ---: |",
+        ]
+        for r in capacity:
+            m = r.metrics
+            writes = m.get("kproxy_watchcache_watch_writes_total", float("nan"))
+            coalesced = m.get("kproxy_watchcache_coalesced_writes_total", float("nan"))
+            delivered = m.get("kproxy_watchcache_deliveries_total", float("nan"))
+            slow = m.get("kproxy_watchcache_slow_watchers_closed_total", float("nan"))
+            per_cpu = _div(r.deliveries, r.cores("kproxy"))
+            lines.append(
+                f"| {r.watchers:,} | {r.writers} | {r.writes:.0f} | {r.deliveries:,.0f} | "
+                f"{_div(r.deliveries, r.writes * r.watchers) * 100:.0f}% | {r.cores('kproxy'):.2f} | "
+                f"**{per_cpu:,.0f}** | {_div(coalesced, writes):.2f} | {_div(delivered, writes):.1f} | "
+                f"{_ms(r.latency(50))} | {_ms(r.latency(99))} | {r.cores('apiserver'):.2f} | "
+                f"{_mib(r.kproxy_rss_max)} | {r.cores('clients'):.2f} | {r.cores('writer'):.2f} | {r.others:.2f} | "
+                f"{_div(r.events, r.reads):.1f} | {_closed(r)} | {slow:.0f} |"
+            )
+            good = per_cpu >= GOAL_DELIVERIES_PER_CPU_S
+            goals_ok &= good
+            goals.append(
+                f"* kproxy deliveries per CPU-second at {r.watchers:,} watchers: {per_cpu:,.0f} (goal >= "
+                f"{GOAL_DELIVERIES_PER_CPU_S:,.0f}): {_met(good)}"
+            )
+    lines += ["", "## Goals (issue 5)", "", *goals, ""]
+    if args.quick:
+        lines.append("`--quick`: a smoke run; the goals are shown but not judged.")
+    else:
+        ok &= goals_ok
+        lines.append("All goals " + ("met." if goals_ok else "**not all met** (see above)."))
+    lines.append("")
+    return "\n".join(lines), ok
+
+
+# --------------------------------------------------------------------------- main
+
+
+@contextlib.contextmanager
+def kproxy_with_cache(work: Path, cp: envtest.ControlPlaneInfo) -> Iterator[tuple[Process, str, str]]:
+    proc, peer = start_kproxy(work, cp, _FILTERS)
+    try:
+        yield proc, peer.base_url, f"http://127.0.0.1:{_admin_port(work)}"
+    finally:
+        proc.stop()
+
+
+async def amain(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, work: Path) -> tuple[str, bool]:
+    load_before = os.getloadavg()
+    with kproxy_with_cache(work, cp) as (proc, url, admin):
+        bench = Bench(args, cp, proc, admin)
+        bench.kproxy_url = url
+        try:
+            async with bench.session.get("/version") as r:
+                k8s = (await r.json())["gitVersion"]
+            await bench.seed(args.pods)
+            args.pod_names = bench.pod_names
+            await bench.wait_cache_ready()
+            rows: list[Row] = []
+            for n in args.watchers:
+                for peer in args.peers:
+                    rows.append(await bench.measure(peer, n, args.rate, args.rate_writers))
+            capacity = []
+            if KPROXY in args.peers:
+                for n in args.capacity_watchers:
+                    capacity.append(await bench.measure(KPROXY, n, None, args.writers))
+        finally:
+            await bench.close()
+    return report(args, k8s, rows, capacity, load_before)
+
+
+def _counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.watchfanout", description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--envtest-dir", type=Path, default=os.environ.get(envtest.DIR_ENV) or None)
+    p.add_argument("--watchers", type=_counts, default=[100, 1000, 5000], help="watcher counts (100,1000,5000)")
+    p.add_argument("--capacity-watchers", type=_counts, default=[1000, 5000], help="capacity table (1000,5000)")
+    p.add_argument("--rate", type=float, default=100.0, help="patches/s in table 1 (100)")
+    p.add_argument("--rate-writers", type=int, default=8, help="writer connections sharing --rate (8)")
+    p.add_argument("--writers", type=int, default=8, help="writer connections patching back to back, table 2 (8)")
+    p.add_argument("--pods", type=int, default=100)
+    p.add_argument("--procs", type=int, default=4, help="watcher processes (4)")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds measured (20)")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of writes before the window (5)")
+    p.add_argument("--peers", type=lambda s: s.split(","), default=[DIRECT, KPROXY], help="direct,kproxy")
+    p.add_argument("--quick", action="store_true", help="smoke run: 50 watchers, 5 s, one watcher process")
+    p.add_argument("--output", type=Path)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.watchers, args.capacity_watchers, args.duration, args.warmup, args.procs = [50], [50], 5.0, 2.0, 1
+    if not set(args.peers) <= {DIRECT, KPROXY} or args.procs < 1 or args.pods < 1:
+        p.error("--peers is a subset of direct,kproxy; --procs and --pods are >= 1")
+    return args
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with control_plane(args.envtest_dir) as cp, work_dir() as work:
+            text, ok = asyncio.run(amain(args, cp, work))
+    except (BenchError, envtest.EnvtestError) as e:
+        log(f"error: {e}")
+        return 2
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+        log(f"wrote {args.output}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
