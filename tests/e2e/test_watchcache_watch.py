@@ -11,25 +11,36 @@ each request must deliver, so every wait ends on an event, not a sleep.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from corpus.compare import JSON
-from watchcache_diff import Mismatches
+from corpus.compare import JSON, PROTOBUF, YAML
+from watchcache_diff import Mismatches, diff, gather_limited, query_path
 from watchcache_watchdiff import (
     PB_CLIENT_GO,
     PB_WATCH,
+    Event,
     Opened,
     Res,
     Scenario,
     Spec,
     WatchSides,
+    WatchStream,
     Writer,
+    caught_up,
+    compare_bookmarks,
+    compare_error_events,
+    compare_streams,
+    error_numbers,
     labels,
+    local_state,
+    periodic_bookmarks,
     upstream_reasons,
     watch_reads,
 )
@@ -245,6 +256,8 @@ async def run_waves(
     await phase2()
     await sc.seen(w.last_rv)
     found = await sc.finish()
+    assert sc.compared >= 2 * len(opened), f"harness: only {sc.compared} events over {len(opened)} watches"
+    print(f"{sc.res.label}: {len(opened)} watch pairs, {sc.compared} events from the apiserver compared")
     served = watch_reads(rp, sc.res.label) - before
     want = sum(1 for o in opened if o.direct.status == 200)
     if served != want:
@@ -445,4 +458,418 @@ async def test_watch_custom_resource(ws: WatchSides, watch_proxy: RunningProxy, 
         found, _ = await run_waves(sc, w, watch_proxy, wave1, phase1, wave2, phase2)
     finally:
         await sc.close()
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- too old, too new
+
+
+@pytest.fixture(scope="module")
+def short_proxy(
+    control_plane: ControlPlaneInfo, watch_proxy: RunningProxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """kproxy with a 2 s event history (a resourceVersion a few seconds old is already too old)
+    and a 3 s minimum watch timeout (the default timeout is uniform in [3, 6) s)."""
+    rp = start_proxy(
+        tmp_path_factory.mktemp("kproxy-watchdiff-short"),
+        control_plane.admin_kubeconfig,
+        extra={"filters": [{"name": "watchcache", "resources": CACHED, "history_window": 2, "min_request_timeout": 3}]},
+    )
+    yield rp
+    rp.stop()
+
+
+async def _only_error(stream: WatchStream, timeout: float = 30.0) -> Event | str:
+    """A watch answered with 200 and exactly one ERROR event, then a clean end: that event, or
+    what was wrong."""
+    if stream.status != 200:
+        return f"status {stream.status}: {stream.body[:300]!r}"
+    if not await stream.wait_end(timeout):
+        return f"the stream did not end after its ERROR event; events: {[e.short() for e in stream.events]}"
+    if stream.failure:
+        return stream.failure
+    if [e.type for e in stream.events] != ["ERROR"]:
+        return f"events {[e.short() for e in stream.events]}"
+    return stream.events[0]
+
+
+async def test_watch_too_old_resource_version(
+    control_plane: ControlPlaneInfo, short_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """A resourceVersion older than kproxy's history window: 200, one ERROR event carrying a 410
+    Expired Status "too old resource version: N (M)" (M: the oldest resourceVersion kproxy can
+    still deliver from, minus one), then the stream ends; byte for byte the apiserver's own 410
+    (the same request for a resourceVersion from before the custom resource existed, which the
+    apiserver's watch cache does not reach either), JSON and protobuf."""
+    a, _ = spaces
+    sides = WatchSides(control_plane, short_proxy.url)
+    streams: list[WatchStream] = []
+    try:
+        for res in (PODS, GIZMOS):
+            await caught_up(sides, res)
+        w = Writer(sides)
+        old = await w.create(PODS, a, pod("p-old", {"app": "web"}))
+        assert old is not None
+        before = watch_reads(short_proxy, "pods")
+        # Wait for kproxy's window to move past `old`: each round changes a pod (the history drops
+        # what is older than the window as events come in) and asks again.
+        loop = asyncio.get_running_loop()
+        end, first = loop.time() + 60, None
+        sent = 0
+        while loop.time() < end:
+            await w.patch(PODS, a, "p-old", {"metadata": {"annotations": {"round": str(sent)}}})
+            probe = await sides.watch(
+                PODS.path(a), [("resourceVersion", str(old)), ("timeoutSeconds", "1")], via_proxy=True
+            )
+            streams.append(probe)
+            sent += 1
+            await probe.wait_for(lambda s: bool(s.events), 5)
+            first = probe.events[0] if probe.events else None
+            if first is not None and first.type == "ERROR":
+                break
+        assert first is not None and first.type == "ERROR", f"kproxy never answered 410 for {old}: {first}"
+        current = w.last_rv
+
+        # The apiserver's own 410: a custom resource watched from before its definition existed.
+        cr_direct, cr_proxied = await sides.pair(GIZMOS.path(a), [("resourceVersion", "1")])
+        streams += [cr_direct, cr_proxied]
+        pod_params = [("resourceVersion", str(old))]
+        pod_direct = await sides.watch(PODS.path(a), [*pod_params, ("timeoutSeconds", "2")], via_proxy=False)
+        pod_json = await sides.watch(PODS.path(a), pod_params, via_proxy=True)
+        pod_pb = await sides.watch(PODS.path(a), pod_params, via_proxy=True, accept=PB_WATCH)
+        pod_go = await sides.watch(PODS.path(None), pod_params, via_proxy=True, accept=PB_CLIENT_GO)
+        streams += [pod_direct, pod_json, pod_pb, pod_go]
+        sent += 3
+
+        found = Mismatches()
+        theirs = await _only_error(cr_direct)
+        assert isinstance(theirs, Event), f"harness: the apiserver's custom resource watch from 1: {theirs}"
+        assert theirs.obj.get("code") == 410 and theirs.obj.get("reason") == "Expired", theirs.obj
+        cr = await _only_error(cr_proxied)
+        if isinstance(cr, str):
+            found.add("gizmos from resourceVersion 1", "kproxy's answer", "one ERROR event", cr)
+        else:
+            found.extend(compare_error_events("gizmos from resourceVersion 1", theirs, cr))
+        for label, stream, ct in (
+            ("pods JSON", pod_json, "application/json"),
+            ("pods protobuf", pod_pb, PB_WATCH),
+            ("pods cluster-wide, client-go Accept", pod_go, PB_WATCH),
+        ):
+            label = f"{label} from {old} (older than kproxy's 2 s window)"
+            got = await _only_error(stream)
+            if isinstance(got, str):
+                found.add(label, "kproxy's answer", "200 + one ERROR event, then the end", got)
+                continue
+            if stream.headers.get("Content-Type") != ct:
+                found.add(label, "Content-Type", ct, stream.headers.get("Content-Type"))
+            found.extend(compare_error_events(label, theirs, got, same_request=False))
+            numbers = error_numbers(got)
+            if len(numbers) != 2 or numbers[0] != old or not old <= numbers[1] <= current:
+                found.add(label, f"too old resource version: {old} (M) with {old} <= M <= {current}", "", numbers)
+        # The apiserver's own window (75 s) still reaches `old`: it replays what came after.
+        await pod_direct.wait_end(30)
+        if pod_direct.status != 200 or not pod_direct.events or pod_direct.events[0].type != "MODIFIED":
+            found.add(
+                "harness", "the apiserver replaying from a recent resourceVersion", "MODIFIED...", pod_direct.events
+            )
+        served = watch_reads(short_proxy, "pods") - before
+        if served != sent:
+            found.add("pods watches served from the cache", upstream_reasons(short_proxy, "pods"), sent, served)
+    finally:
+        await asyncio.gather(*(s.close() for s in streams))
+        await sides.close()
+    assert not found, found.report()
+
+
+async def test_watch_default_timeout(control_plane: ControlPlaneInfo, short_proxy: RunningProxy) -> None:
+    """No timeoutSeconds: the watch ends cleanly after a random time in [min, 2 x min) (min 3 s
+    here), without an ERROR event, as the apiserver's randomised default does."""
+    sides = WatchSides(control_plane, short_proxy.url)
+    try:
+        await caught_up(sides, CONFIGMAPS)
+        streams = await asyncio.gather(
+            *(
+                sides.watch(CONFIGMAPS.path("default"), params, via_proxy=True, accept=accept)
+                for params in ([], [("resourceVersion", "0")], [("allowWatchBookmarks", "true")])
+                for accept in (JSON, PB_WATCH)
+            )
+        )
+        await asyncio.gather(*(s.wait_end(60) for s in streams))
+        bad = []
+        for s in streams:
+            lasted = (s.ended_at or 0) - s.opened_at
+            errors = [e for e in s.events if e.type == "ERROR"]
+            if s.status != 200 or s.failure or s.ended_at is None or errors or not 2.9 <= lasted < 6 + 10:
+                bad.append((s.label, s.status, s.failure, round(lasted, 2), [e.short() for e in errors]))
+        await asyncio.gather(*(s.close() for s in streams))
+    finally:
+        await sides.close()
+    assert not bad, bad
+
+
+async def test_watch_future_resource_version(
+    ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """A resourceVersion the cluster has not reached: with sendInitialEvents, 200 and one ERROR
+    event (504 "Too large resource version", retry after 1 s) once the wait gives up; without, the
+    watch just waits for it (no events) and ends at its timeout. JSON and protobuf."""
+    a, _ = spaces
+    for res in (PODS, GIZMOS):
+        await caught_up(ws, res)
+    sie = [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"), ("resourceVersion", str(FUTURE))]
+    legacy = [("resourceVersion", str(FUTURE)), ("timeoutSeconds", "3")]
+    requests = [
+        (PODS, a, sie, JSON),
+        (PODS, None, [*sie, ("allowWatchBookmarks", "true")], PB_WATCH),
+        (GIZMOS, a, sie, JSON),
+        (PODS, a, legacy, JSON),
+        (PODS, a, legacy, PB_WATCH),
+        (GIZMOS, None, legacy, JSON),
+    ]
+    pairs = await asyncio.gather(*(ws.pair(res.path(ns), p, accept=acc) for res, ns, p, acc in requests))
+    found = Mismatches()
+    try:
+        await asyncio.gather(*(s.wait_end(60) for pair in pairs for s in pair))
+        for (res, ns, params, accept), (direct, proxied) in zip(requests, pairs, strict=True):
+            label = f"{res.label} {ns or 'cluster'} {params} [{accept}]"
+            found.extend(compare_streams(label, direct, proxied, bookmarks_asked=True, initial=False))
+            for who, s in (("apiserver", direct), ("kproxy", proxied)):
+                if s.ended_at is None or s.failure:
+                    found.add(label, f"{who}: a clean end", "ended", s.failure or "still open")
+            if "sendInitialEvents" in dict(params):
+                got = proxied.events[-1].obj if proxied.events else {}
+                details = got.get("details") or {}
+                if got.get("code") != 504 or details.get("retryAfterSeconds") != 1:
+                    found.add(label, "504 ERROR with retryAfterSeconds 1", "", got)
+    finally:
+        await asyncio.gather(*(s.close() for pair in pairs for s in pair))
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- timeouts and bookmarks
+
+
+async def test_watch_timeout_and_bookmarks(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
+    """timeoutSeconds: both streams end cleanly after it (no ERROR event). allowWatchBookmarks:
+    the bookmark the apiserver sends before a watch times out comes from kproxy too, with the
+    same bytes (an empty object of the watched kind, only its resourceVersion set); without
+    allowWatchBookmarks no bookmark at all."""
+    a, _ = spaces
+    w = Writer(ws)
+    await w.create(PODS, a, pod("p-t0", {"app": "web"}))
+    await w.create(CONFIGMAPS, a, configmap("cm-t0", {}, {"k": "v"}))
+    await w.create(GIZMOS, a, gizmo("g-t0", {}, "red", 1))
+    await w.patch(PODS, a, "p-t0", relabel(app="db"))
+    for res in (PODS, CONFIGMAPS, GIZMOS):
+        await caught_up(ws, res)
+    n = w.last_rv - 1
+    timeout = 4
+    forms = {
+        "N+bm": [("resourceVersion", str(n)), ("allowWatchBookmarks", "true")],
+        "nosie+bm": [
+            ("sendInitialEvents", "false"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("allowWatchBookmarks", "1"),
+        ],
+        "sie+bm": [
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("allowWatchBookmarks", "true"),
+        ],
+        "unset": [],
+        "N": [("resourceVersion", str(n))],
+    }
+    requests = [(PODS, a, f, acc) for f in forms for acc in (JSON, PB_WATCH)]
+    requests += [(CONFIGMAPS, a, "N+bm", JSON), (CONFIGMAPS, None, "N+bm", PB_WATCH), (GIZMOS, a, "N+bm", JSON)]
+    pairs = await asyncio.gather(
+        *(
+            ws.pair(res.path(ns), [*forms[f], ("timeoutSeconds", str(timeout))], accept=acc)
+            for res, ns, f, acc in requests
+        )
+    )
+    found = Mismatches()
+    compared_marks = 0
+    try:
+        await asyncio.gather(*(s.wait_end(timeout + 60) for pair in pairs for s in pair))
+        for (res, ns, f, acc), (direct, proxied) in zip(requests, pairs, strict=True):
+            label = f"{res.label} {ns or 'cluster'} rv={f} timeoutSeconds={timeout} [{acc}]"
+            asked = "bm" in f
+            found.extend(
+                compare_streams(label, direct, proxied, bookmarks_asked=asked, initial=f in ("sie+bm", "unset"))
+            )
+            if asked:
+                found.extend(compare_bookmarks(label, direct, proxied))
+                compared_marks += len(periodic_bookmarks(direct))
+            for who, s in (("apiserver", direct), ("kproxy", proxied)):
+                lasted = (s.ended_at or 0) - s.opened_at
+                if s.ended_at is None or s.failure or any(e.type == "ERROR" for e in s.events):
+                    found.add(label, f"{who}: a clean end without an ERROR event", "", (s.failure, s.events[-1:]))
+                elif not timeout - 0.5 <= lasted <= timeout + 30:
+                    found.add(label, f"{who}: ended after {lasted:.2f} s", timeout, round(lasted, 2))
+    finally:
+        await asyncio.gather(*(s.close() for pair in pairs for s in pair))
+    assert not found, found.report()
+    assert compared_marks, "harness: the apiserver sent no bookmark before its watches timed out"
+
+
+# --------------------------------------------------------------------------- what the cache does not serve
+
+
+async def test_watch_invalid_options_and_media_types(
+    ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """Invalid option combinations (the apiserver's 422/400/500) and media types a watch cannot
+    have (YAML, a protobuf watch of a custom resource, text/html: 406) reach the client word for
+    word, and none of them counts as served from the cache."""
+    a, _ = spaces
+    t = [("watch", "true"), ("timeoutSeconds", "3")]
+    bad_options = [
+        [("resourceVersionMatch", "Exact")],
+        [("resourceVersionMatch", "NotOlderThan")],
+        [("resourceVersionMatch", "Bogus")],
+        [("sendInitialEvents", "true")],
+        [("sendInitialEvents", "false")],
+        [("sendInitialEvents", "true"), ("resourceVersionMatch", "Exact")],
+        [("sendInitialEvents", "false"), ("resourceVersionMatch", "Exact"), ("resourceVersion", "5")],
+        [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"), ("continue", "abc")],
+        [("continue", "abc")],
+        [("resourceVersion", "abc")],
+        [("resourceVersion", "-1")],
+        [("timeoutSeconds", "abc")],
+        [("fieldSelector", "spec.bogus=x")],
+        [("labelSelector", "a b")],
+        [("labelSelector", "app in (web")],
+    ]
+    work = [diff(ws, PODS.path(a), t + p, is_list=False) for p in bad_options]
+    work += [diff(ws, CONFIGMAPS.path(None), t + p, is_list=False) for p in bad_options[::3]]
+    work += [
+        diff(ws, GIZMOS.path(a), [*t, ("fieldSelector", "spec.size=3")], is_list=False),
+        diff(ws, GIZMOS.path(a), [*t, ("resourceVersionMatch", "Exact")], is_list=False),
+    ]
+    for res in (PODS, CONFIGMAPS, GIZMOS):
+        for accept in (YAML, "text/html", f"{YAML}, text/html"):
+            work.append(diff(ws, res.path(a), t, accept=accept, is_list=False))
+    work.append(diff(ws, GIZMOS.path(a), t, accept=PB_WATCH, is_list=False))
+    work.append(diff(ws, GIZMOS.path(None), t, accept=PROTOBUF, is_list=False))
+    before = {res.label: watch_reads(watch_proxy, res.label) for res in (PODS, CONFIGMAPS, GIZMOS)}
+    found = await gather_limited(work, 8)
+    for label, was in before.items():
+        now = watch_reads(watch_proxy, label)
+        if now != was:
+            found.add(f"{label}: invalid watches", "served from the cache", 0, now - was)
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- many watchers, many writes
+
+
+async def test_watch_many_watchers_during_burst(
+    ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """24 watchers through kproxy (and a twin of each straight on the apiserver), with different
+    selectors, forms and encodings, while 6 writers make 200 changes at once: each kproxy watcher
+    ends with exactly the state the apiserver lists for its selector, through the same events as
+    its twin."""
+    a, _ = spaces
+    w = Writer(ws)
+    rng = random.Random(5)
+    apps = ("a", "b", "c")
+
+    def rand_labels() -> dict[str, str]:
+        out = {"app": rng.choice(apps)}
+        if rng.random() < 0.5:
+            out["tier"] = rng.choice(("x", "y"))
+        return out
+
+    names = [f"burst-{i:02d}" for i in range(30)]
+    for name in names[:20]:
+        await w.create(PODS, a, pod(name, rand_labels()))
+    await caught_up(ws, PODS)
+    selectors: list[tuple[str | None, str | None]] = [
+        (None, None),
+        ("app=a", None),
+        ("app=b", None),
+        ("app in (a,c)", None),
+        ("app!=c,tier", None),
+        ("!tier", None),
+        (None, "status.phase=Running"),
+        ("app=a", "status.phase!=Running"),
+    ]
+    forms = [
+        [],
+        [("resourceVersion", "0")],
+        [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"), ("allowWatchBookmarks", "true")],
+    ]
+    specs = []
+    for i, (lsel, fsel) in enumerate(selectors):
+        for j, form in enumerate(forms):
+            params = list(form)
+            if lsel:
+                params.append(("labelSelector", lsel))
+            if fsel:
+                params.append(("fieldSelector", fsel))
+            specs.append((params, PB_WATCH if (i + j) % 2 else JSON))
+    before = watch_reads(watch_proxy, "pods")
+    pairs = await asyncio.gather(*(ws.pair(PODS.path(a), p, accept=acc) for p, acc in specs))
+    sem = asyncio.Semaphore(6)
+    live = set(names[:20])
+
+    busy: set[str] = set()
+
+    async def change(k: int) -> None:
+        async with sem:
+            name = rng.choice([n for n in names if n not in busy])  # one change per object at a time
+            busy.add(name)
+            try:
+                if name not in live:
+                    live.add(name)
+                    await w.create(PODS, a, pod(name, rand_labels()))
+                elif k % 9 == 0:
+                    live.discard(name)
+                    await w.delete(PODS, a, name)
+                elif k % 3 == 0:
+                    phase = rng.choice(("Running", "Pending", "Failed"))
+                    await w.patch(PODS, a, name, phase_patch(phase), status=True)
+                else:
+                    new: dict[str, str | None] = {"tier": None, **rand_labels()}
+                    await w.patch(PODS, a, name, relabel(**new))
+            finally:
+                busy.discard(name)
+
+    found = Mismatches()
+    try:
+        await asyncio.gather(*(change(k) for k in range(200)))
+        finals = []
+        for params, _ in specs:
+            q = [(k, v) for k, v in params if k in ("labelSelector", "fieldSelector")]
+            status, doc = await ws.get_json(query_path(PODS.path(a), q))
+            assert status == 200, doc
+            finals.append({f"{a}/{i['metadata']['name']}": int(i["metadata"]["resourceVersion"]) for i in doc["items"]})
+
+        async def converge(s: WatchStream, final: dict[str, int]) -> None:
+            await s.wait_for(lambda st: local_state(st.content()) == final, 90)
+
+        await asyncio.gather(*(converge(s, final) for (d, p), final in zip(pairs, finals, strict=True) for s in (d, p)))
+        deliveries = 0
+        for (params, acc), (direct, proxied), final in zip(specs, pairs, finals, strict=True):
+            label = f"burst watcher {params} [{acc}]"
+            deliveries += len(proxied.events)
+            if local_state(direct.content()) != final:
+                found.add(
+                    label, "harness: the apiserver's own watcher's final state", final, local_state(direct.content())
+                )
+            if local_state(proxied.content()) != final:
+                found.add(label, "final state through kproxy", final, local_state(proxied.content()))
+            initial = not any(k == "resourceVersion" and v not in ("", "0") for k, v in params)
+            found.extend(
+                compare_streams(
+                    label, direct, proxied, bookmarks_asked="allowWatchBookmarks" in dict(params), initial=initial
+                )
+            )
+        served = watch_reads(watch_proxy, "pods") - before
+        if served != len(specs):
+            found.add("burst watchers served from the cache", upstream_reasons(watch_proxy, "pods"), len(specs), served)
+        assert deliveries > 200, f"only {deliveries} events reached the kproxy watchers: the burst did not happen?"
+    finally:
+        await asyncio.gather(*(s.close() for pair in pairs for s in pair))
     assert not found, found.report()
