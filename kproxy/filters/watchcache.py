@@ -24,12 +24,14 @@ from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.context import FilterContext
 from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate
-from kproxy.status import StatusCause, StatusError, not_found, timeout
+from kproxy.status import StatusError, not_found
 from kproxy.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
 from kproxy.watchcache.metrics import CacheMetrics, cache_metrics
 from kproxy.watchcache.plan import Pass, Read, plan
 from kproxy.watchcache.resource_cache import ResourceCache
 from kproxy.watchcache.resources import ConfigError, ResourceSpec, discover, parse_name, resolve
+from kproxy.watchcache.watch_plan import WatchRead, plan_watch
+from kproxy.watchcache.watches import open_watch, too_large_rv
 
 log = logging.getLogger("kproxy.watchcache")
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -69,6 +71,21 @@ class WatchCacheSettings(BaseModel):
         "JSON list is served at cache speed (memory: the JSON is kept next to the protobuf).",
     )
     authorization: AuthorizationSettings = Field(default_factory=_default_authorization)
+    watch_buffer: int = Field(
+        100,
+        ge=1,
+        description="Events queued per watcher while its connection takes nothing; past that, and past "
+        "the time budget, the watcher is closed (the apiserver's 100 for most resources).",
+    )
+    min_request_timeout: float = Field(
+        1800.0,
+        gt=0,
+        description="A watch without timeoutSeconds ends after a random time in [this, 2 x this) seconds "
+        "(the apiserver's --min-request-timeout).",
+    )
+    bookmark_interval: float = Field(
+        60.0, gt=0, description="Seconds between bookmarks for watchers that allow them (the apiserver's 1 min)."
+    )
 
     @field_validator("resources")
     @classmethod
@@ -79,15 +96,6 @@ class WatchCacheSettings(BaseModel):
             except ConfigError as err:
                 raise ValueError(str(err)) from None
         return value
-
-
-def too_large_rv(want: int, current: int) -> StatusError:
-    """``storage.NewTooLargeResourceVersionError`` as the cacher returns it (retry after 1 s)."""
-    return timeout(
-        f"Too large resource version: {want}, current: {current}",
-        retry_after_seconds=1,
-        causes=[StatusCause("ResourceVersionTooLarge", "Too large resource version")],
-    )
 
 
 class WatchCacheFilter(FilterBase):
@@ -218,6 +226,8 @@ class WatchCacheFilter(FilterBase):
                 page_size=s.page_size,
                 crd_paths=crd_paths,
                 encode_ahead=s.encode_ahead,
+                watch_buffer=s.watch_buffer,
+                bookmark_interval=s.bookmark_interval,
             )
             if key == _CRD_KEY:
                 rc.cache.add_listener(lambda _events: self.rediscover_soon())
@@ -251,11 +261,13 @@ class WatchCacheFilter(FilterBase):
     # -- requests ---------------------------------------------------------------------------------
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
         info = ex.info
-        if not info.is_resource_request or info.subresource or info.verb not in ("list", "get"):
+        if not info.is_resource_request or info.subresource or info.verb not in ("list", "get", "watch"):
             return await call_next(ex)
         rc = self.caches.get((info.api_group, info.api_version, info.resource))
         if rc is None:
             return await call_next(ex)
+        if info.verb == "watch":
+            return await self._watch(ex, call_next, rc)
         reads = self._metrics.reads if self._metrics is not None else None
         label = rc.spec.label
         decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced)
@@ -277,7 +289,7 @@ class WatchCacheFilter(FilterBase):
         except StatusError as err:
             if reads is not None:
                 reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
-            return self._status_reply(err, decided, ex)
+            return self._status_reply(err, decided.media_type, decided.pretty, ex)
         if reply is None:
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", "stale").inc()
@@ -286,17 +298,47 @@ class WatchCacheFilter(FilterBase):
             reads.labels(label, info.verb, "cache", decided.mode).inc()
         return _gzip_as_the_apiserver(ex, reply, self._gzip)
 
-    def _status_reply(self, err: StatusError, read: Read, ex: Exchange) -> Reply:
+    async def _watch(self, ex: Exchange, call_next: Handler, rc: ResourceCache) -> Reply:
+        """A watch from the cache (authorized when it starts, as the apiserver does), or passed on."""
+        assert self._metrics is not None
+        reads = self._metrics.reads
+        label = rc.spec.label
+        decided: WatchRead | Pass = plan_watch(
+            ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced
+        )
+        if isinstance(decided, WatchRead) and not rc.cache.ready:
+            decided = Pass("not ready")
+        if isinstance(decided, Pass):
+            reads.labels(label, "watch", "upstream", decided.reason).inc()
+            return await call_next(ex)
+        try:
+            if self._reviewer is not None and self.ctx is not None:
+                await authorize(self.ctx, self._reviewer, ex)
+        except UndecidedError:
+            reads.labels(label, "watch", "upstream", "undecided").inc()
+            return await call_next(ex)
+        except StatusError as err:
+            reads.labels(label, "watch", "cache", f"status {err.code}").inc()
+            return self._status_reply(err, decided.media_type, False, ex)
+        s = self.settings
+        reply = await open_watch(rc, decided, wait=s.wait_timeout, min_timeout=s.min_request_timeout)
+        if reply is None:
+            reads.labels(label, "watch", "upstream", "stale").inc()
+            return await call_next(ex)
+        reads.labels(label, "watch", "cache", decided.mode).inc()
+        return reply
+
+    def _status_reply(self, err: StatusError, media_type: str, pretty: bool, ex: Exchange) -> Reply:
         """A Status in the media type the client negotiated, as the apiserver writes errors: a
         Status has a protobuf form even where the resource has none (custom resources)."""
         chosen = negotiate(ex.headers.get("Accept"), SERVED)
-        media = chosen.media_type if chosen is not None and chosen.convert is None else read.media_type
+        media = chosen.media_type if chosen is not None and chosen.convert is None else media_type
         if media == PROTOBUF and self._codec is not None:
             data = self._codec.from_json(err.to_dict())
         elif media == YAML:
             data = to_yaml(err.to_dict())
         else:
-            data = err.body(pretty=read.pretty)
+            data = err.body(pretty=pretty)
         headers = CIMultiDict(err.headers())
         headers["Content-Type"] = CONTENT_TYPES[media]
         return Reply(err.http_status, headers, BytesBody(data, media))

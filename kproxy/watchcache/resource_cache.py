@@ -7,11 +7,13 @@ import contextlib
 import logging
 
 from kproxy.cache import Reflector, WatchCache
+from kproxy.cache.broadcaster import Broadcaster
 from kproxy.cache.fields import SelectableFields, builtin_fields, crd_fields
 from kproxy.codec import ProtobufCodec
 from kproxy.context import ApiClient
 
-from .metrics import CacheMetrics
+from .frames import FrameEncoder
+from .metrics import CacheMetrics, WatchCounters
 from .objects import ObjectFactory
 from .resources import ResourceSpec
 from .upstream import HttpListerWatcher
@@ -40,6 +42,8 @@ class ResourceCache:
         page_size: int,
         crd_paths: tuple[str, ...] | None = None,
         encode_ahead: bool = True,
+        watch_buffer: int = 100,
+        bookmark_interval: float = 60.0,
     ) -> None:
         self.spec = spec
         self.crd_paths = crd_paths
@@ -59,6 +63,14 @@ class ResourceCache:
             on_upstream_rv=self._upstream_rv,
         )
         self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
+        self.frames = FrameEncoder(spec.kind, codec)
+        self.broadcaster = Broadcaster(
+            self.cache,
+            self.frames,
+            buffer=watch_buffer,
+            bookmark_interval=bookmark_interval,
+            counters=WatchCounters(metrics, label),
+        )
         self._expire: asyncio.Task[None] | None = None
         self._encode_ahead = encode_ahead and spec.kind.protobuf
         self._warm: asyncio.Task[None] | None = None
@@ -68,12 +80,14 @@ class ResourceCache:
         self._lag.set(max(rv - self.cache.rv, 0))
 
     def start(self) -> None:
+        self.broadcaster.start()
         self.reflector.start()
         self._expire = asyncio.create_task(self._expire_loop())
         if self._encode_ahead:
             self._warm = asyncio.create_task(self._warm_loop())
 
     async def stop(self) -> None:
+        await self.broadcaster.stop()  # open watches end cleanly; their clients watch again
         await self.reflector.stop()
         for task in (self._expire, self._warm):
             if task is not None:

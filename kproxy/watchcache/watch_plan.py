@@ -94,8 +94,6 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         return Pass("method")
     if any(k.lower().startswith("impersonate-") for k in ex.headers):
         return Pass("impersonation")
-    if info.name:
-        return Pass("name")  # a watch of one object (the apiserver adds a metadata.name selector)
     scope = request_scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope
@@ -127,6 +125,10 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
             return Pass("timeout")
     label_text = q.get("labelSelector", "")
     field_text = q.get("fieldSelector", "")
+    if info.name:
+        # A watch of one object: get.go adds a metadata.name term to the field selector.
+        term = f"metadata.name={info.name}"
+        field_text = f"{field_text},{term}" if field_text else term
     try:
         labels = parse_label_selector(label_text) if label_text else None
         fields = parse_field_selector(field_text, selectable) if field_text else None

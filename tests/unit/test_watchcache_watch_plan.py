@@ -100,13 +100,20 @@ def test_watch_media_types(accept: str, protobuf: bool, media: str) -> None:
         ("/api/v1/pods?watch=1", "application/yaml", "media type"),
         ("/api/v1/pods?watch=1", "application/json;as=Table;g=meta.k8s.io;v=v1", "media type"),
         ("/api/v1/pods?watch=1", "text/html", "media type"),
-        ("/api/v1/namespaces/ns/pods/p1?watch=1", None, "name"),
         ("/api/v1/pods?watch=1&watch=1", None, "parameters"),
         ("/api/v1/pods?watch=1;x=1", None, "encoding"),
     ],
 )
 def test_watches_passed_to_the_apiserver(target: str, accept: str | None, reason: str) -> None:
     assert _plan(target, accept) == Pass(reason)
+
+
+def test_a_watch_of_one_object_selects_it_by_name() -> None:
+    read = _plan("/api/v1/namespaces/ns/pods/p1?watch=1&fieldSelector=spec.nodeName%3Dn1")
+    assert isinstance(read, WatchRead)
+    assert read.field_text == "spec.nodeName=n1,metadata.name=p1" and read.fields is not None
+    read = _plan("/api/v1/watch/namespaces/ns/pods/p1")
+    assert isinstance(read, WatchRead) and read.field_text == "metadata.name=p1"
 
 
 def test_impersonation_passes_through() -> None:

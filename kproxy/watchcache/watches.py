@@ -1,0 +1,122 @@
+"""A watch served from the cache: wait until the cache may answer, then the event stream.
+
+Errors the apiserver reports inside the stream (wire doc 3.5) are reported the same way here: a
+``200``, one ``ERROR`` event carrying the Status, and the end of the stream: a resource version
+older than the history (``410 Expired``, ``too old resource version: N (M)``), or one the cache does
+not reach in time for initial events (``504``, ``Too large resource version``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from multidict import CIMultiDict
+
+from kproxy.cache import ADDED, CachedObject
+from kproxy.cache.broadcaster import Selection
+from kproxy.chain import Reply
+from kproxy.eventstream import EventStreamBody
+from kproxy.status import StatusCause, StatusError, resource_expired, timeout
+
+from .frames import CONTENT_TYPES
+from .resource_cache import ResourceCache
+from .watch_plan import WatchRead
+
+log = logging.getLogger("kproxy.watchcache")
+_MAX_BODIES = 64  # bodies kept per resource (shared with whole lists)
+
+
+def too_large_rv(want: int, current: int) -> StatusError:
+    """``storage.NewTooLargeResourceVersionError`` as the cacher returns it (retry after 1 s)."""
+    return timeout(
+        f"Too large resource version: {want}, current: {current}",
+        retry_after_seconds=1,
+        causes=[StatusCause("ResourceVersionTooLarge", "Too large resource version")],
+    )
+
+
+def too_old_rv(want: int, bound: int) -> StatusError:
+    """The watch cache's ``too old resource version`` (``watch_cache_history.go``)."""
+    return resource_expired(f"too old resource version: {want} ({bound})")
+
+
+async def open_watch(rc: ResourceCache, read: WatchRead, *, wait: float, min_timeout: float) -> Reply | None:
+    """The reply to a watch the cache serves, or None when the upstream should answer it (the
+    cache cannot confirm a consistent state in time, or is catching up after a break)."""
+    cache = rc.cache
+    error: StatusError | None = None
+    if read.consistency == "consistent":
+        try:
+            want = await rc.reflector.current_rv()
+        except Exception as err:
+            log.debug("watchcache: %s: consistent watch probe failed: %s", rc.spec.label, err)
+            return None
+        if not await rc.fresh(want, wait):
+            return None
+    elif read.consistency == "min" and not await rc.fresh(read.rv, wait):
+        if not rc.reflector.live:
+            return None
+        error = too_large_rv(read.rv, cache.rv)
+    seconds = read.timeout_seconds or random.uniform(min_timeout, 2 * min_timeout)
+    headers = CIMultiDict({"Cache-Control": "no-cache, private", "Content-Type": CONTENT_TYPES[read.media_type]})
+    return Reply(200, headers, EventStreamBody(read.media_type, _starter(rc, read, seconds, error)))
+
+
+def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusError | None) -> Callable[[Any], Any]:
+    """What runs when the stream is attached to its client: the watcher is registered at that
+    moment, in one step with what it gets first, so no event falls in between."""
+
+    def start(sink: Any) -> Callable[[], None]:
+        cache, frames, media = rc.cache, rc.frames, read.media_type
+        failure = error
+        if failure is None and not cache.ready:
+            failure = too_large_rv(read.rv, cache.rv)  # went unready since: like a cache not reaching it
+        if failure is None and read.consistency == "since" and not cache.history.covers(read.rv):
+            failure = too_old_rv(read.rv, cache.history.too_old_bound())
+        if failure is not None:
+            sink.write(frames.error(failure.to_dict(), media))
+            sink.close()
+            return _nothing
+        labels, fields = read.labels, read.fields
+        predicate = None
+        if labels is not None or fields is not None:
+
+            def predicate(o: CachedObject) -> bool:
+                return (labels is None or labels.matches(o.labels)) and (fields is None or fields.matches(o.fields))
+
+        selection = Selection(read.namespace, predicate, (read.namespace, read.label_text, read.field_text))
+        bc = rc.broadcaster
+        if read.initial:
+            key = ("watch", media, read.namespace, read.label_text, read.field_text)
+
+            def initial_body(objects: Sequence[CachedObject]) -> bytes:
+                found = cache.bodies.get(key)
+                if not isinstance(found, bytes):
+                    found = b"".join([frames.event(ADDED, o, media) for o in objects])
+                    if len(cache.bodies) >= _MAX_BODIES:
+                        cache.bodies.clear()
+                    cache.bodies[key] = found
+                return found
+
+            w = bc.watch_initial(
+                sink,
+                selection,
+                media,
+                bookmarks=read.bookmarks,
+                initial_events_end=read.initial_events_end,
+                timeout=seconds,
+                initial_body=initial_body,
+            )
+        else:
+            since = read.rv if read.consistency == "since" else cache.rv
+            w = bc.watch_since(sink, selection, media, bookmarks=read.bookmarks, timeout=seconds, rv=since)
+        return lambda: bc.close(w)
+
+    return start
+
+
+def _nothing() -> None:
+    pass
