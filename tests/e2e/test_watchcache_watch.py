@@ -33,6 +33,7 @@ from watchcache_watchdiff import (
     WatchSides,
     WatchStream,
     Writer,
+    as_expected,
     caught_up,
     compare_bookmarks,
     compare_error_events,
@@ -872,4 +873,214 @@ async def test_watch_many_watchers_during_burst(
         assert deliveries > 200, f"only {deliveries} events reached the kproxy watchers: the burst did not happen?"
     finally:
         await asyncio.gather(*(s.close() for pair in pairs for s in pair))
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- watches opened while objects change
+
+
+def _start_rv(stream: WatchStream) -> int | None:
+    """The resourceVersion a watch with initial events started from: its initial-events-end bookmark's."""
+    end = next((e for e in stream.events if e.is_initial_end), None)
+    return end.rv if end is not None else None
+
+
+async def test_watch_opened_while_writing(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
+    """Watches opened at several moments while three writers keep changing pods. Each stream must
+    be exactly what the recorder implies for its own starting point: the initial events are the
+    state at the resourceVersion of its initial-events-end bookmark (a consistent snapshot, no
+    event lost or repeated between the snapshot and the live events), a consistent watch (no
+    resourceVersion) starts no older than the last write acknowledged before it was sent, and
+    watches from a resourceVersion N deliver every change after N; those (same start on both
+    sides) are also compared byte for byte with the apiserver's."""
+    a, _ = spaces
+    w = Writer(ws)
+    rng = random.Random(11)
+    names = [f"churn-{i:02d}" for i in range(12)]
+    for name in names[:8]:
+        await w.create(PODS, a, pod(name, {"app": rng.choice("xyz")}))
+    sc = Scenario(ws, PODS)
+    await sc.start()
+    assert sc.oracle is not None
+    n0 = sc.oracle.list_rv
+    sels = [
+        EVERYTHING,
+        Sel("app=x", "app=x", None, lambda o: labels(o).get("app") == "x"),
+        Sel("phase=Running", None, "status.phase=Running", lambda o: _phase(o) == "Running"),
+    ]
+    live, busy = set(names[:8]), set[str]()
+    done = 0
+
+    async def writer() -> None:
+        nonlocal done
+        for k in range(90):
+            name = rng.choice([n for n in names if n not in busy])
+            busy.add(name)
+            try:
+                if name not in live:
+                    live.add(name)
+                    await w.create(PODS, a, pod(name, {"app": rng.choice("xyz")}))
+                elif k % 7 == 0:
+                    live.discard(name)
+                    await w.delete(PODS, a, name)
+                elif k % 2:
+                    await w.patch(PODS, a, name, phase_patch(rng.choice(("Running", "Pending"))), status=True)
+                else:
+                    await w.patch(PODS, a, name, relabel(app=rng.choice("xyz")))
+            finally:
+                busy.discard(name)
+            done += 1
+
+    opened: list[tuple[Spec, int, WatchStream, WatchStream]] = []
+
+    async def open_at(after: int) -> None:
+        """Once ``after`` changes are made, open every form (the writers keep going)."""
+        while done < after:
+            await asyncio.sleep(0.01)
+        acked = w.last_rv  # acknowledged before the requests are sent
+        forms = rv_forms(n0)
+        for i, sel in enumerate(sels):
+            for f in ("sie+bm", "unset+bm", "0+bm", "N", "nosie+N"):
+                accept = PB_WATCH if (i + after) % 2 else JSON
+                spec = make_spec(PODS, a, f"{f}@{after}", forms[f], sel, accept)
+                d, p = await ws.pair(spec.path, spec.params, accept=accept, label=spec.label)
+                opened.append((spec, acked, d, p))
+
+    before = watch_reads(watch_proxy, "pods")
+    try:
+        await asyncio.gather(writer(), writer(), writer(), open_at(5), open_at(60), open_at(150))
+        await sc.seen(w.last_rv)
+        sc.oracle.changes = [e for e in sc.recorder.events if e.type != "BOOKMARK"] if sc.recorder else []
+        found = Mismatches()
+
+        def plan(spec: Spec, s: WatchStream) -> list[Any] | None:
+            if spec.mode() == "since":
+                return sc.oracle.expected(spec, 0) if sc.oracle else None
+            start = _start_rv(s)
+            return sc.oracle.expected(spec, start) if sc.oracle and start is not None else None
+
+        async def settle(spec: Spec, s: WatchStream) -> None:
+            await s.wait_for(lambda st: plan(spec, st) is not None, 60)
+            want = plan(spec, s)
+            if want is not None:
+                await s.wait_for(lambda st: len(st.content()) >= len(want), 60)
+
+        await asyncio.gather(*(settle(spec, s) for spec, _, d, p in opened for s in (d, p)))
+        for spec, acked, d, p in opened:
+            label = f"{spec.label} [{spec.accept}]"
+            for who, s in (("apiserver", d), ("kproxy", p)):
+                what = f"{who}'s events against the recorder" if who == "kproxy" else "harness: the apiserver's events"
+                want = plan(spec, s)
+                if s.status != 200 or want is None:
+                    found.add(label, f"{who}: a stream with an initial-events-end bookmark", 200, (s.status, s.failure))
+                    continue
+                got = as_expected(s.content())
+                if got != want:
+                    found.add(
+                        label, f"{what} (start {_start_rv(s)})", [e.short() for e in want], [e.short() for e in got]
+                    )
+                start = _start_rv(s)
+                if spec.values().get("resourceVersion") is None and start is not None and start < acked:
+                    found.add(
+                        label, f"{who}: consistent watch started before a write acknowledged earlier", acked, start
+                    )
+            if spec.mode() == "since" or _start_rv(d) == _start_rv(p):
+                found.extend(
+                    compare_streams(label, d, p, bookmarks_asked=spec.bookmarks(), initial=spec.mode() == "initial")
+                )
+        served = watch_reads(watch_proxy, "pods") - before
+        if served != len(opened):
+            found.add("watches served from the cache", upstream_reasons(watch_proxy, "pods"), len(opened), served)
+    finally:
+        await asyncio.gather(*(s.close() for _, _, d, p in opened for s in (d, p)))
+        await sc.close()
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- other spellings of the same watch
+
+
+async def test_watch_spellings(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
+    """Other ways to write a watch, read exactly as the apiserver reads them: boolean parameters
+    spelled ``1``, ``True``, ``FALSE``, ``0`` or empty (empty is true), ``pretty`` (never applied to
+    watch frames), ``timeout`` (ignored for watches), empty selectors, ``==`` in selectors, the
+    deprecated ``/watch/`` path, Accept headers real clients send (none at all, ``*/*``,
+    ``;stream=watch``, q-values)."""
+    a, _ = spaces
+    w = Writer(ws)
+    await w.create(PODS, a, pod("s-0", {"app": "web"}))
+    await w.create(PODS, a, pod("s-1", {"app": "db"}))
+    sc = Scenario(ws, PODS)
+    await sc.start()
+    assert sc.oracle is not None
+    n = str(sc.oracle.list_rv)
+    # The selectors are spelled in the parameters below; these only carry their meaning.
+    web = Sel("app=web", None, None, POD_SELECTORS[0].test)
+    running = Sel("phase=Running", None, None, POD_SELECTORS[3].test)
+    sie = [("sendInitialEvents", "True"), ("resourceVersionMatch", "NotOlderThan")]
+    variants: list[tuple[str, list[tuple[str, str]], Sel, str, str | None]] = [
+        ("watch=1", [("watch", "1")], EVERYTHING, JSON, None),
+        ("watch=", [("watch", "")], EVERYTHING, JSON, None),
+        ("watch=True+rv", [("watch", "True"), ("resourceVersion", n)], EVERYTHING, JSON, None),
+        ("bookmarks empty", [("allowWatchBookmarks", "")], EVERYTHING, JSON, None),
+        ("bookmarks FALSE", [("allowWatchBookmarks", "FALSE"), *sie], EVERYTHING, JSON, None),
+        ("bookmarks 0", [("allowWatchBookmarks", "0")], EVERYTHING, PB_WATCH, None),
+        ("bookmarks yes", [("allowWatchBookmarks", "yes"), *sie], EVERYTHING, JSON, None),
+        (
+            "sie FALSE",
+            [("sendInitialEvents", "FALSE"), ("resourceVersionMatch", "NotOlderThan")],
+            EVERYTHING,
+            JSON,
+            None,
+        ),
+        (
+            "sie=false rv=0",
+            [("sendInitialEvents", "false"), ("resourceVersionMatch", "NotOlderThan"), ("resourceVersion", "0")],
+            EVERYTHING,
+            JSON,
+            None,
+        ),
+        ("pretty", [("pretty", "true"), ("allowWatchBookmarks", "1")], EVERYTHING, JSON, None),
+        ("pretty=1 rv", [("pretty", "1"), ("resourceVersion", n)], EVERYTHING, JSON, None),
+        ("timeout=1s", [("timeout", "1s"), ("resourceVersion", n)], EVERYTHING, JSON, None),
+        ("timeoutSeconds=600", [("timeoutSeconds", "600")], EVERYTHING, PB_WATCH, None),
+        ("empty selectors", [("labelSelector", ""), ("fieldSelector", "")], EVERYTHING, JSON, None),
+        ("app==web", [("labelSelector", "app==web")], web, JSON, None),
+        ("spaces in selector", [("labelSelector", " app = web ")], web, JSON, None),
+        (
+            "phase==Running",
+            [("fieldSelector", "status.phase==Running")],
+            running,
+            JSON,
+            None,
+        ),
+        ("/watch/ path", [], EVERYTHING, JSON, f"/api/v1/watch/namespaces/{a}/pods"),
+        ("/watch/ path rv", [("resourceVersion", n)], EVERYTHING, PB_WATCH, f"/api/v1/watch/namespaces/{a}/pods"),
+        ("no Accept", [], EVERYTHING, "", None),
+        ("*/*", [("resourceVersion", n)], EVERYTHING, "*/*", None),
+        ("json;stream=watch", [], EVERYTHING, "application/json;stream=watch", None),
+        ("json, */*", [("allowWatchBookmarks", "true")], EVERYTHING, "application/json, */*", None),
+        ("pb+json stream", [("labelSelector", "app=web")], web, f"{PB_WATCH}, application/json;stream=watch", None),
+        ("q-values", [], EVERYTHING, f"{JSON};q=0.5, {PROTOBUF}", None),
+    ]
+    specs = []
+    for name, params, sel, accept, raw_path in variants:
+        spec = make_spec(PODS, a, name, params, sel, accept)
+        specs.append(Spec(spec.label, spec.res, spec.namespace, spec.params, spec.matches, accept, raw_path))
+
+    async def phase1() -> int:
+        mid = await w.patch(PODS, a, "s-0", relabel(app="db"))
+        await w.patch(PODS, a, "s-1", phase_patch("Running"), status=True)
+        await w.patch(PODS, a, "s-1", relabel(app="web"))
+        assert mid is not None
+        return mid
+
+    async def phase2() -> None:
+        await w.create(PODS, a, pod("s-2", {"app": "web"}))
+        await w.delete(PODS, a, "s-0")
+
+    try:
+        found, _ = await run_waves(sc, w, watch_proxy, specs, phase1, lambda mid: [], phase2)
+    finally:
+        await sc.close()
     assert not found, found.report()

@@ -288,7 +288,9 @@ class WatchSides(Sides):
         accept: str | None = JSON,
         label: str = "",
     ) -> WatchStream:
-        full = query_path(path, [("watch", "true"), *params])
+        # ``watch`` is added unless the request spells it itself (or uses the /watch/ path form).
+        spelled = any(k == "watch" for k, _ in params) or "/watch/" in path
+        full = query_path(path, list(params) if spelled else [("watch", "true"), *params])
         side = "kproxy" if via_proxy else "apiserver"
         return await WatchStream.open(
             self.session(via_proxy), self.url(full, via_proxy), accept=accept, label=f"{side}: {label or full}"
@@ -333,10 +335,12 @@ class Spec:
     params: tuple[tuple[str, str], ...]
     matches: Predicate
     accept: str = JSON
+    #: Another spelling of the collection's path (the deprecated ``/watch/`` prefix).
+    raw_path: str | None = None
 
     @property
     def path(self) -> str:
-        return self.res.path(self.namespace)
+        return self.raw_path or self.res.path(self.namespace)
 
     def values(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -767,7 +771,7 @@ class Scenario:
         """Open every spec on both sides at once; returns when every answer's headers are in."""
         at = self.current_rv()
         pairs = await asyncio.gather(
-            *(self.sides.pair(s.path, s.params, accept=s.accept, label=s.label) for s in specs)
+            *(self.sides.pair(s.path, s.params, accept=s.accept or None, label=s.label) for s in specs)
         )
         opened = [Opened(s, d, p, at) for s, (d, p) in zip(specs, pairs, strict=True)]
         self.opened += opened
