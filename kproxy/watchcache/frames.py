@@ -30,6 +30,7 @@ the same with its ``cachingObject``), so the hot path here is a single ``bytes.j
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any, Final
 
 from kproxy.cache import CachedObject, Kind
@@ -95,22 +96,31 @@ class FrameEncoder:
     # -- events -----------------------------------------------------------------------------------
     def event(self, type_: str, obj: CachedObject, media_type: str) -> bytes:
         """The frame of an ADDED / MODIFIED / DELETED event carrying ``obj``."""
+        return b"".join(self._parts(type_, obj, media_type))
+
+    def events(self, type_: str, objects: Iterable[CachedObject], media_type: str) -> bytes:
+        """The frames of one event type for many objects, joined (the initial events of a watch):
+        equal to joining :meth:`event` of each, with one copy of every object instead of two."""
+        parts = self._parts
+        return b"".join([p for obj in objects for p in parts(type_, obj, media_type)])
+
+    def _parts(self, type_: str, obj: CachedObject, media_type: str) -> tuple[bytes | memoryview, ...]:
         if media_type == JSON:
             item = obj.item_json
             kind = self.kind
-            if not kind.protobuf:
-                return self._json_frame(type_, item)
-            # CachedObject.object_json's layout (type meta, then the item's fields) joined
-            # straight into the frame: one copy of the object instead of two.
             head = self._json_heads.get(type_) or self._json_head(type_)
+            if not kind.protobuf:
+                return (head, item, b"}\n")
+            # CachedObject.object_json's layout (type meta, then the item's fields), with the
+            # item referenced in place rather than copied into a whole object first.
             if item == b"{}":
-                return b"".join((head, kind.type_meta_json[:-1], b"}}\n"))
-            return b"".join((head, kind.type_meta_json, memoryview(item)[1:], b"}\n"))
+                return (head, kind.type_meta_json[:-1], b"}}\n")
+            return (head, kind.type_meta_json, memoryview(item)[1:], b"}\n")
         if media_type == PROTOBUF:
             raw = obj.proto
             if raw is None:
-                return self._envelope_frame(type_, self._envelope_of_json(obj.object_json(self.kind)))
-            return self._proto_frame(type_, raw)
+                return (self._envelope_frame(type_, self._envelope_of_json(obj.object_json(self.kind))),)
+            return self._proto_parts(type_, raw)
         raise ValueError(f"no watch framing for {media_type!r}")
 
     def _json_head(self, type_: str) -> bytes:
@@ -128,8 +138,8 @@ class FrameEncoder:
             head = self._proto_heads[type_] = _ld(0x0A, type_.encode()) + b"\x12"
         return head
 
-    def _proto_frame(self, type_: str, raw: bytes) -> bytes:
-        """Frame around the object's message bytes, with the envelope written in place (one join)."""
+    def _proto_parts(self, type_: str, raw: bytes) -> tuple[bytes, ...]:
+        """The frame around the object's message bytes, with the envelope written in place."""
         head = self._proto_head(type_)
         raw_len = encode_varint(len(raw))
         env_len = len(self._env_head) + len(raw_len) + len(raw) + len(_ENVELOPE_TAIL)
@@ -137,18 +147,16 @@ class FrameEncoder:
         ext_len = 1 + len(env_len_b) + env_len  # RawExtension {1: raw = the envelope}
         ext_len_b = encode_varint(ext_len)
         event_len = len(head) + len(ext_len_b) + ext_len
-        return b"".join(
-            (
-                event_len.to_bytes(4, "big"),
-                head,
-                ext_len_b,
-                b"\x0a",
-                env_len_b,
-                self._env_head,
-                raw_len,
-                raw,
-                _ENVELOPE_TAIL,
-            )
+        return (
+            event_len.to_bytes(4, "big"),
+            head,
+            ext_len_b,
+            b"\x0a",
+            env_len_b,
+            self._env_head,
+            raw_len,
+            raw,
+            _ENVELOPE_TAIL,
         )
 
     def _envelope_frame(self, type_: str, envelope: bytes) -> bytes:

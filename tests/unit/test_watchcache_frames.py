@@ -205,3 +205,16 @@ def test_error_events(codec: ProtobufCodec) -> None:
     type_, envelope = parse_watch_event(enc.error(too_large.to_dict(), PROTOBUF)[4:])
     assert type_ == "ERROR" and decode_envelope(envelope).kind == "Status"
     assert codec.to_json(envelope) == too_large.body()[:-1]
+
+
+def test_events_joins_the_frames_of_many_objects(codec: ProtobufCodec) -> None:
+    objects = [_configmap(codec, f"c{i}", {"k": "v" * (i * 50)})[0] for i in range(6)]
+    objects.append(CachedObject("x", "", "x", 1, {}, {}, json=b"{}"))
+    enc = FrameEncoder(CONFIGMAP, codec)
+    for media in (JSON, PROTOBUF):
+        assert enc.events("ADDED", objects, media) == b"".join(enc.event("ADDED", o, media) for o in objects)
+        assert enc.events("ADDED", [], media) == b""
+    gizmos = [CachedObject("g", "", "g", 3, {}, {}, json=b'{"kind":"Gizmo"}')] * 2
+    assert FrameEncoder(GIZMO, codec).events("ADDED", gizmos, JSON) == (
+        b'{"type":"ADDED","object":{"kind":"Gizmo"}}\n' * 2
+    )
