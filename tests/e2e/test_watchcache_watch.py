@@ -57,10 +57,11 @@ PLURAL = "gizmos"
 PODS = Res("pods", "/api/v1", "pods", "Pod")
 CONFIGMAPS = Res("configmaps", "/api/v1", "configmaps", "ConfigMap")
 GIZMOS = Res(f"{PLURAL}.{GROUP}", f"/apis/{GROUP}/v1", PLURAL, "Gizmo")
+NODES = Res("nodes", "/api/v1", "nodes", "Node")
 GIZMO_CRD = crds.crd(
     GROUP, PLURAL, "Gizmo", spec_fields={"color": "string", "size": "integer"}, selectable=[".spec.color"]
 )
-CACHED = ["pods", "configmaps", f"{GROUP}/v1/{PLURAL}"]
+CACHED = ["pods", "configmaps", "nodes", f"{GROUP}/v1/{PLURAL}"]
 FUTURE = 10**9  # a resourceVersion the test cluster never reaches
 
 
@@ -69,7 +70,7 @@ FUTURE = 10**9  # a resourceVersion the test cluster never reaches
 
 @pytest.fixture(scope="module")
 def watch_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
-    """kproxy caching pods, configmaps and the gizmos (started once the CRD is served)."""
+    """kproxy caching pods, configmaps, nodes and the gizmos (started once the CRD is served)."""
     crds.install(control_plane, GIZMO_CRD)
     rp = start_proxy(
         tmp_path_factory.mktemp("kproxy-watchdiff"),
@@ -1083,4 +1084,71 @@ async def test_watch_spellings(ws: WatchSides, watch_proxy: RunningProxy, spaces
         found, _ = await run_waves(sc, w, watch_proxy, specs, phase1, lambda mid: [], phase2)
     finally:
         await sc.close()
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- a cluster-scoped resource
+
+
+def node(name: str, lbls: Mapping[str, str], unschedulable: bool = False) -> dict[str, Any]:
+    spec = {"unschedulable": True} if unschedulable else {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(lbls)}, "spec": spec}
+
+
+async def test_watch_cluster_scoped_nodes(ws: WatchSides, watch_proxy: RunningProxy) -> None:
+    """Nodes (cluster-scoped: initial events in name order, no namespace), with label selectors
+    and the spec.unschedulable field selector flipping, JSON and protobuf."""
+    prefix = f"wdiff-{secrets.token_hex(3)}"
+    names = [f"{prefix}-n{i}" for i in range(5)]
+    w = Writer(ws)
+    try:
+        for i, name in enumerate(names[:4]):
+            await w.create(NODES, None, node(name, {"pool": ("a", "b")[i % 2]}, unschedulable=i == 3))
+        sc = Scenario(ws, NODES)
+        await sc.start()
+        assert sc.oracle is not None
+        forms = rv_forms(sc.oracle.list_rv)
+
+        pool_a = Sel("pool=a", "pool=a", None, lambda o: labels(o).get("pool") == "a")
+        cordoned = Sel(
+            "unschedulable", None, "spec.unschedulable=true", lambda o: bool((o.get("spec") or {}).get("unschedulable"))
+        )
+        schedulable = Sel(
+            "schedulable",
+            None,
+            "spec.unschedulable!=true",
+            lambda o: not (o.get("spec") or {}).get("unschedulable"),
+        )
+        # Nodes other tests left are in every stream alike (initial events); the oracle lists them too.
+        wave1 = [make_spec(NODES, None, f, forms[f], EVERYTHING) for f in ("unset", "0", "N", "sie+bm", "nosie")]
+        wave1 += [
+            make_spec(NODES, None, f, forms[f], s) for s in (pool_a, cordoned, schedulable) for f in ("unset", "N")
+        ]
+        wave1 += [make_spec(NODES, None, f, forms[f], EVERYTHING, PB_WATCH) for f in ("unset+bm", "N")]
+        wave1 += [make_spec(NODES, None, "unset", forms["unset"], cordoned, PB_CLIENT_GO)]
+
+        async def phase1() -> int:
+            await w.patch(NODES, None, names[0], {"spec": {"unschedulable": True}})
+            mid = await w.patch(NODES, None, names[1], relabel(pool="a"))
+            await w.delete(NODES, None, names[2])
+            await w.create(NODES, None, node(names[4], {"pool": "a"}, unschedulable=True))
+            assert mid is not None
+            return mid
+
+        def wave2(mid: int) -> list[Spec]:
+            f2 = rv_forms(mid)
+            return [make_spec(NODES, None, "N(mid)", f2["N"], s) for s in (EVERYTHING, cordoned, pool_a)]
+
+        async def phase2() -> None:
+            await w.patch(NODES, None, names[3], {"spec": {"unschedulable": None}})
+            await w.patch(NODES, None, names[0], relabel(pool="b"))
+            await w.patch(NODES, None, names[4], {"metadata": {"annotations": {"x": "y"}}})
+
+        try:
+            found, _ = await run_waves(sc, w, watch_proxy, wave1, phase1, wave2, phase2)
+        finally:
+            await sc.close()
+    finally:
+        for name in names:
+            await ws.request("DELETE", NODES.item(None, name), via_proxy=False)
     assert not found, found.report()

@@ -79,7 +79,7 @@ class Res:
             return f"{self.prefix}/{self.plural}"
         return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
 
-    def item(self, namespace: str, name: str) -> str:
+    def item(self, namespace: str | None, name: str) -> str:
         return f"{self.path(namespace)}/{name}"
 
 
@@ -701,16 +701,16 @@ class Writer:
             self.last_rv = max(self.last_rv, rv)
         return rv
 
-    async def create(self, res: Res, namespace: str, obj: dict[str, Any]) -> int | None:
+    async def create(self, res: Res, namespace: str | None, obj: dict[str, Any]) -> int | None:
         return await self._call("POST", res.path(namespace), obj)
 
     async def patch(
-        self, res: Res, namespace: str, name: str, patch: dict[str, Any], *, status: bool = False
+        self, res: Res, namespace: str | None, name: str, patch: dict[str, Any], *, status: bool = False
     ) -> int | None:
         path = res.item(namespace, name) + ("/status" if status else "")
         return await self._call("PATCH", path, patch, "application/merge-patch+json")
 
-    async def delete(self, res: Res, namespace: str, name: str) -> int | None:
+    async def delete(self, res: Res, namespace: str | None, name: str) -> int | None:
         return await self._call("DELETE", res.item(namespace, name), {"gracePeriodSeconds": 0})
 
 
