@@ -326,11 +326,13 @@ class Broadcaster:
         if not self._groups:
             return
         for event in events:
-            self._dispatch(event)
-            self._latencies.append(event.time)
+            if self._dispatch(event):
+                self._latencies.append(event.time)
         self._schedule_flush()
 
-    def _dispatch(self, event: CacheEvent) -> None:
+    def _dispatch(self, event: CacheEvent) -> bool:
+        """Queue the event's frames to every watcher it is for; whether there was one."""
+        queued = False
         memo: dict[tuple[str, str], bytes] = {}
         moved: CachedObject | None = None  # prev at the event's rv, for a watcher it no longer matches
         obj, prev = event.obj, event.prev
@@ -365,9 +367,11 @@ class Broadcaster:
                 for w in watchers:
                     if ev_rv > w.after:
                         w.pending.append(frame)
+                        queued = True
                         if not w.dirty:
                             w.dirty = True
                             self._dirty.append(w)
+        return queued
 
     def _deliver_one(self, w: Watcher, event: CacheEvent) -> None:
         """One history event for one watcher (a resumed watch), with the same transitions."""

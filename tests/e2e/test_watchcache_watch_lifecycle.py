@@ -1,0 +1,176 @@
+"""Watches served from the cache: how they end, what they count, and compression around them.
+
+* SIGTERM: every open watch the cache serves ends with a clean end of stream (the chunked
+  terminator), so clients reconnect elsewhere, and the process exits 0.
+* Metrics: open watches, events in, deliveries, writes, the delivery latency histogram.
+* The ``compression`` filter with ``watch: true`` in front of the cache compresses its watch
+  streams (the event stream is read through ``chunks()`` then), and the events arrive as they
+  happen, decodable as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import zlib
+from collections.abc import Callable
+
+import pytest
+from test_watchcache_outage import metric
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CACHED = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
+
+
+def _configmap(cp: ControlPlaneInfo, namespace: str, name: str, value: str) -> None:
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}})
+    status, _ = cp.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body=body.encode())
+    assert status == 201
+
+
+def _open(rp: RunningProxy, path: str, *headers: str) -> socket.socket:
+    host, port = rp.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    extra = "".join(f"{h}\r\n" for h in headers)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+    sock.settimeout(20)
+    return sock
+
+
+def _head(sock: socket.socket) -> tuple[bytes, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        assert data, buf
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _cache_watches(rp: RunningProxy) -> float:
+    return metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="watch", served="cache")
+
+
+def _ready(rp: RunningProxy) -> None:
+    wait_for(lambda: rp.get("/readyz", admin=True)[0] == 200, 30, "the watch cache to be ready")
+
+
+def test_sigterm_ends_cached_watches_cleanly(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    rp = proxy_factory(extra=CACHED)
+    _ready(rp)
+    base = f"/api/v1/namespaces/{namespace}/configmaps?watch=1"
+    watches = [
+        _open(rp, base, "Accept: application/json"),
+        _open(rp, base + "&allowWatchBookmarks=true", "Accept: application/vnd.kubernetes.protobuf"),
+        _open(rp, "/api/v1/configmaps?watch=1&resourceVersion=0", "Accept: application/json"),
+    ]
+    for sock in watches:
+        head, _ = _head(sock)
+        assert head.startswith(b"HTTP/1.1 200"), head
+    wait_for(lambda: _cache_watches(rp) == 3, 20, "the three watches to be served from the cache")
+    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 3, 20, "three open watches")
+    rp.proc.send_signal(signal.SIGTERM)
+    for sock in watches:
+        tail = b""
+        while not tail.endswith(b"0\r\n\r\n"):
+            data = sock.recv(65536)
+            assert data, f"watch closed without a clean end of stream: {tail[-50:]!r}"
+            tail += data
+        sock.close()
+    assert rp.proc.wait(30) == 0
+
+
+def test_watch_metrics_count_events_deliveries_and_latency(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    rp = proxy_factory(extra=CACHED)
+    _ready(rp)
+    watchers = [
+        _open(rp, f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0", "Accept: application/json")
+        for _ in range(5)
+    ]
+    for sock in watchers:
+        _head(sock)
+    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 5, 20, "five watches")
+    events0 = metric(rp, "kproxy_watchcache_events_total", resource="configmaps")
+    deliveries0 = metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps")
+    for i in range(4):
+        _configmap(control_plane, namespace, f"m{i}", str(i))
+    for sock in watchers:
+        got = b""
+        while got.count(b'"type":"ADDED"') < 4:
+            data = sock.recv(65536)
+            assert data, got[-200:]
+            got += data
+    wait_for(
+        lambda: metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps") >= deliveries0 + 20,
+        10,
+        "20 deliveries (4 events x 5 watchers)",
+    )
+    assert metric(rp, "kproxy_watchcache_events_total", resource="configmaps") >= events0 + 4
+    writes = metric(rp, "kproxy_watchcache_watch_writes_total", resource="configmaps")
+    assert 0 < writes <= metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps")
+    assert metric(rp, "kproxy_watchcache_delivery_latency_seconds_count", resource="configmaps") >= 4
+    for sock in watchers:
+        sock.close()
+    # Clients that went away are noticed (the bookmark tick checks every second).
+    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 0, 20, "watches closed")
+
+
+def _chunks(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Complete HTTP chunks in ``buf`` and what is left."""
+    out = []
+    while True:
+        line, sep, rest = buf.partition(b"\r\n")
+        if not sep:
+            return out, buf
+        size = int(line, 16)
+        if len(rest) < size + 2:
+            return out, buf
+        out.append(rest[:size])
+        buf = rest[size + 2 :]
+
+
+def test_compression_filter_compresses_cached_watches_event_by_event(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    rp = proxy_factory(extra={"filters": [{"name": "compression", "watch": True}, *CACHED["filters"]]})
+    _ready(rp)
+    sock = _open(
+        rp,
+        f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0",
+        "Accept: application/json",
+        "Accept-Encoding: gzip",
+    )
+    head, rest = _head(sock)
+    assert head.startswith(b"HTTP/1.1 200") and b"content-encoding: gzip" in head.lower(), head
+    wait_for(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
+    inflate = zlib.decompressobj(wbits=31)
+    text = b""
+    buf = rest
+    for i in range(3):
+        _configmap(control_plane, namespace, f"z{i}", str(i))
+        # Each event is readable as soon as it is sent: the stream is flushed per batch of events.
+        while text.count(b"\n") < i + 1:
+            chunks, buf = _chunks(buf)
+            for c in chunks:
+                text += inflate.decompress(c)
+            if text.count(b"\n") >= i + 1:
+                break
+            data = sock.recv(65536)
+            assert data, text
+            buf += data
+    events = [json.loads(line) for line in text.splitlines()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
+        ("ADDED", "z0"),
+        ("ADDED", "z1"),
+        ("ADDED", "z2"),
+    ]
+    sock.close()
