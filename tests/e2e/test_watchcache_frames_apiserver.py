@@ -29,7 +29,7 @@ import orjson
 import pytest
 from test_watchcache_recovery import _compact
 
-from kproxy.cache import Kind
+from kproxy.cache import CachedObject, Kind
 from kproxy.cache.fields import builtin_fields, crd_fields
 from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.codec.envelope import parse_watch_event
@@ -587,3 +587,72 @@ async def test_too_large_resource_version_error_frames_match_apiserver(
         assert m and status["code"] == 504, status
         mine = timeout(m.group(1), 1, [StatusCause("ResourceVersionTooLarge", "Too large resource version")])
         assert enc.error(mine.to_dict(), media) == frame.raw, media
+
+
+# --------------------------------------------------------------------------- selector transitions
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], None], ids=["pods", "configmaps", "custom-resource"])
+async def test_selector_transition_frames_match_apiserver(
+    case: Case | None,
+    control_plane: ControlPlaneInfo,
+    namespace: str,
+    session: aiohttp.ClientSession,
+    codec: ProtobufCodec,
+) -> None:
+    """A watch with a label selector: an object that stops matching arrives as DELETED carrying its
+    previous content at the update's resource version (the cache makes it with
+    ``CachedObject.at_rv``), one that matches again as ADDED; each frame rebuilt byte for byte."""
+    cp = control_plane
+    make: Callable[[str, str], dict[str, Any]]
+    if case is None:
+        crds.install(cp, CRD)
+        kind, base, make = CR_KIND, f"/apis/frames.kproxy.test/v1/namespaces/{namespace}/framers", _framer
+        factory = ObjectFactory(CR_KIND, crd_fields((), namespaced=True), codec)
+        medias = [JSON]
+    else:
+        kind, base, make = case.kind, case.collection(namespace), case.make
+        factory = ObjectFactory(case.kind, builtin_fields(case.group, case.resource), codec)
+        medias = [JSON, PROTOBUF]
+    a, b = "sel-a", "sel-b"
+    for name in (a, b):
+        await _call(session, cp, "POST", base, make(namespace, name))
+    query = dict(WATCH, labelSelector=f"kproxy-frames={namespace},app=web")
+    watches = await asyncio.gather(*(_open(session, cp, base, query, m) for m in medias))
+    try:
+        await asyncio.gather(*(w.until(lambda f: f.end) for w in watches))
+        leave = {"metadata": {"labels": {"app": "db"}, "annotations": {"step": "leave"}}}
+        back = {"metadata": {"labels": {"app": "web"}, "annotations": {"step": "back"}}}
+        await _call(session, cp, "PATCH", f"{base}/{a}", leave, MERGE)
+        await _call(session, cp, "PATCH", f"{base}/{a}", back, MERGE)
+        await _call(session, cp, "PATCH", f"{base}/{b}", leave, MERGE)
+        await asyncio.gather(*(w.until(lambda f: f.type == "DELETED" and f.name == b) for w in watches))
+    finally:
+        for w in watches:
+            w.resp.close()
+
+    expected = [("ADDED", a), ("ADDED", b), ("DELETED", a), ("ADDED", a), ("DELETED", b)]
+    events = {w.media: [f for f in w.frames if f.type != "BOOKMARK"] for w in watches}
+    for media, frames in events.items():
+        assert [(f.type, f.name) for f in frames] == expected, media
+    # The cache's objects, from the stream it would read (protobuf for built-in kinds).
+    source = events[medias[-1]]
+    seen: dict[str, CachedObject] = {}  # each name's last object
+    objects = []
+    for f in source:
+        if medias[-1] == JSON:
+            obj = factory.from_json(bytes(msgspec.json.decode(f.raw, type=_JsonEvent).object))
+        else:
+            _, envelope = parse_watch_event(f.raw[4:])
+            obj = factory.from_proto(decode_envelope(envelope).raw)
+        if f.type == "DELETED":
+            # What the apiserver sent: the previous content, at the update's resource version.
+            assert obj.labels.get("app") == "web" and obj.rv == f.rv > seen[f.name].rv
+            obj = seen[f.name].at_rv(f.rv)  # what the cache sends
+        seen[f.name] = obj
+        objects.append(obj)
+    enc = FrameEncoder(kind, codec)
+    for media, frames in events.items():
+        for f, obj in zip(frames, objects, strict=True):
+            mine = enc.event(f.type, obj, media)
+            assert mine == f.raw, f"{f.type} {f.name} {media}:\n{mine!r}\n{f.raw!r}"
