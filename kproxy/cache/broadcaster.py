@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from .history import ADDED, DELETED, MODIFIED, CacheEvent
 from .objects import CachedObject
+from .time_budget import TimeBudget
 from .watch_cache import WatchCache
 
 log = logging.getLogger("kproxy.cache")
@@ -102,29 +103,6 @@ class _NoCounters:
 
     def events_in(self, count: int) -> None:
         pass
-
-
-class TimeBudget:
-    """``time_budget.go``: time the dispatcher may give blocked watchers; refills ``refresh``
-    seconds per second up to ``maximum``."""
-
-    def __init__(self, clock: Callable[[], float], refresh: float = 0.05, maximum: float = 0.1) -> None:
-        self._clock = clock
-        self.refresh = refresh
-        self.maximum = maximum
-        self.budget = maximum
-        self._last = clock()
-
-    def take_available(self) -> float:
-        now = self._clock()
-        self.budget = min(self.budget + (now - self._last) * self.refresh, self.maximum)
-        self._last = now
-        taken, self.budget = self.budget, 0.0
-        return taken
-
-    def return_unused(self, unused: float) -> None:
-        if unused > 0:
-            self.budget = min(self.budget + unused, self.maximum)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from kproxy.cache import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, Selection, TimeBudget
+from kproxy.cache.broadcaster import Broadcaster, Selection
+from kproxy.cache.time_budget import TimeBudget
 
 POD = Kind("v1", "Pod", "PodList", protobuf=False)
 
