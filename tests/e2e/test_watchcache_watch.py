@@ -25,6 +25,7 @@ from watchcache_diff import Mismatches, diff, gather_limited, query_path
 from watchcache_watchdiff import (
     PB_CLIENT_GO,
     PB_WATCH,
+    BearerWatchSides,
     Event,
     Opened,
     Res,
@@ -47,6 +48,7 @@ from watchcache_watchdiff import (
 )
 
 from kproxy.testing import crds
+from kproxy.testing.controlplane import USER_NAME
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
@@ -1151,4 +1153,124 @@ async def test_watch_cluster_scoped_nodes(ws: WatchSides, watch_proxy: RunningPr
     finally:
         for name in names:
             await ws.request("DELETE", NODES.item(None, name), via_proxy=False)
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- credentials: forward
+
+
+@pytest.fixture(scope="module")
+def forward_watch_proxy(
+    control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """The pod cache behind `credentials: forward` (callers' bearer tokens; a denial is reused
+    for 1 s only, so a new grant shows quickly)."""
+    flt = {"name": "watchcache", "resources": ["pods"], "authorization": {"allow_ttl": 30, "deny_ttl": 1}}
+    rp = start_proxy(
+        tmp_path_factory.mktemp("kproxy-watchdiff-fwd"),
+        control_plane.admin_kubeconfig,
+        credentials="forward",
+        tls=True,
+        extra={"filters": [flt]},
+    )
+    yield rp
+    rp.stop()
+
+
+async def _grant(sides: WatchSides, namespace: str, verbs: list[str]) -> None:
+    """A Role on pods with ``verbs`` for the test user, bound in ``namespace`` (as admin)."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "wdiff-pods"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "wdiff-pods"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "wdiff-pods"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER_NAME}],
+    }
+    for path, body in ((f"{rbac}/roles", role), (f"{rbac}/rolebindings", binding)):
+        answer = await sides.request(
+            "POST", path, via_proxy=False, data=json.dumps(body).encode(), headers={"Content-Type": JSON}
+        )
+        assert answer.status == 201, answer.body[:300]
+
+
+async def test_watch_authorization_forward(
+    control_plane: ControlPlaneInfo, forward_watch_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """`credentials: forward`: a cached watch is authorized for the caller when it starts, as the
+    apiserver does: without RBAC the apiserver's own 403 (byte for byte, JSON and protobuf); with
+    `list` but not `watch` on pods still 403; with `watch` in one namespace the stream equals the
+    apiserver's, served from the cache, while a cluster-wide watch stays 403."""
+    a, b = spaces
+    rp = forward_watch_proxy
+    admin = BearerWatchSides(control_plane, rp, control_plane.admin_token)
+    user = BearerWatchSides(control_plane, rp, control_plane.user_token)
+    w = Writer(admin)
+    sc = Scenario(admin, PODS, watcher=user)
+    try:
+        for ns in (a, b):
+            await w.create(PODS, ns, pod("f-0", {"app": "web"}))
+            await w.create(PODS, ns, pod("f-1", {"app": "db"}))
+        await caught_up(admin, PODS)
+        found = Mismatches()
+        # No RBAC at all.
+        denied = [
+            (PODS.path(a), [], JSON),
+            (PODS.path(a), [("resourceVersion", "0")], PB_WATCH),
+            (PODS.path(None), [("allowWatchBookmarks", "true")], JSON),
+        ]
+        pairs = await asyncio.gather(*(user.pair(path, p, accept=acc) for path, p, acc in denied))
+        for (path, p, acc), (d, px) in zip(denied, pairs, strict=True):
+            if d.status != 403:
+                found.add(f"{path} {p}", "harness: the apiserver's answer to a user without RBAC", 403, d.status)
+            found.extend(compare_streams(f"no RBAC: {path} {p} [{acc}]", d, px, bookmarks_asked=False, initial=True))
+            await asyncio.gather(d.close(), px.close())
+        await _grant(admin, a, ["get", "list", "watch"])
+        await _grant(admin, b, ["get", "list"])
+
+        async def allowed() -> bool:
+            d, px = await user.pair(PODS.path(a), [("timeoutSeconds", "1")])
+            await asyncio.gather(d.close(), px.close())
+            return d.status == px.status == 200
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 30
+        while not await allowed():
+            assert loop.time() < end, "the RoleBinding never took effect"
+            await asyncio.sleep(0.2)
+
+        await sc.start()
+        assert sc.oracle is not None
+        forms = rv_forms(sc.oracle.list_rv)
+        wave1 = [make_spec(PODS, a, f, forms[f], EVERYTHING) for f in ("unset", "0", "N", "sie+bm", "nosie")]
+        wave1 += [make_spec(PODS, a, f, forms[f], POD_SELECTORS[0], PB_WATCH) for f in ("unset+bm", "N")]
+        wave1 += [make_spec(PODS, b, f, forms[f], EVERYTHING) for f in ("unset", "N")]  # list, not watch
+        wave1 += [make_spec(PODS, None, "N", forms["N"], EVERYTHING, PB_WATCH)]  # no cluster-wide grant
+
+        async def phase1() -> int:
+            mid = await w.patch(PODS, a, "f-0", relabel(app="db"))
+            await w.create(PODS, b, pod("f-2", {"app": "web"}))
+            assert mid is not None
+            return mid
+
+        async def phase2() -> None:
+            await w.delete(PODS, a, "f-1")
+            await w.create(PODS, a, pod("f-3", {"app": "web"}))
+
+        found2, opened = await run_waves(sc, w, rp, wave1, phase1, lambda mid: [], phase2)
+        found.extend(found2)
+        for o in opened:
+            want = 200 if o.spec.namespace == a else 403
+            if o.direct.status != want:
+                found.add(o.spec.label, "harness: the apiserver's status for the user", want, o.direct.status)
+    finally:
+        await sc.close()
+        await user.close()
+        await admin.close()
     assert not found, found.report()

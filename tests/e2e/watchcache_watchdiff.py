@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import re
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any
 
 import aiohttp
 from corpus.compare import JSON, PROTOBUF, Sides
-from watchcache_diff import Mismatches, codec, pb_fields, query_path, reads_total
+from watchcache_diff import Mismatches, codec, pb_fields, query_path
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
@@ -41,6 +42,7 @@ __all__ = [
     "JSON_WATCH",
     "PB_CLIENT_GO",
     "PB_WATCH",
+    "BearerWatchSides",
     "Event",
     "Oracle",
     "Res",
@@ -312,6 +314,37 @@ class WatchSides(Sides):
             return answer.status, json.loads(answer.body)
         except ValueError:
             return answer.status, None
+
+
+class BearerWatchSides(WatchSides):
+    """Both sides authenticated by a bearer token only (no client certificate), as the caller of a
+    ``credentials: forward`` kproxy is."""
+
+    def __init__(self, cp: ControlPlaneInfo, rp: RunningProxy, token: str) -> None:
+        super().__init__(cp, rp.url)
+        assert rp.ca_file is not None
+        skip = ("Accept", "Accept-Encoding", "User-Agent")
+        auth = {"Authorization": f"Bearer {token}"}
+        self._direct_b = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=cp.ssl_context(client_cert=False), limit=0),
+            auto_decompress=False,
+            skip_auto_headers=skip,
+            headers=auth,
+        )
+        self._proxy_b = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=ssl.create_default_context(cafile=str(rp.ca_file)), limit=0),
+            auto_decompress=False,
+            skip_auto_headers=skip,
+            headers=auth,
+        )
+
+    def session(self, via_proxy: bool) -> aiohttp.ClientSession:
+        return self._proxy_b if via_proxy else self._direct_b
+
+    async def close(self) -> None:
+        await self._direct_b.close()
+        await self._proxy_b.close()
+        await super().close()
 
 
 # --------------------------------------------------------------------------- what a watch must deliver
@@ -655,8 +688,24 @@ def error_numbers(e: Event) -> list[int]:
 # --------------------------------------------------------------------------- kproxy's metrics
 
 
-def watch_reads(rp: RunningProxy, resource: str, served: str = "cache") -> float:
-    return reads_total(rp.metrics(), resource=resource, verb="watch", served=served)
+def watch_reads(rp: RunningProxy, resource: str, served: str = "cache", *, answers: bool = False) -> float:
+    """Watches on ``resource`` counted as ``served``; without ``answers``, not those the cache
+    refused with a Status of its own (reason ``status NNN``, e.g. a denied caller's 403)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(rp.metrics()):
+        for s in family.samples:
+            lb = s.labels
+            if (
+                s.name == "kproxy_watchcache_reads_total"
+                and lb.get("resource") == resource
+                and lb.get("verb") == "watch"
+                and lb.get("served") == served
+                and (answers or not lb.get("reason", "").startswith("status "))
+            ):
+                total += s.value
+    return total
 
 
 def upstream_reasons(rp: RunningProxy, resource: str) -> dict[str, float]:
@@ -730,8 +779,9 @@ class Scenario:
     """One resource: the state listed, a recorder watching every change, watch pairs opened in
     waves between writes, then each pair waited for and compared."""
 
-    def __init__(self, sides: WatchSides, res: Res) -> None:
-        self.sides = sides
+    def __init__(self, sides: WatchSides, res: Res, *, watcher: WatchSides | None = None) -> None:
+        self.sides = sides  # lists, the recorder, kproxy's catching up: as admin
+        self.watcher = watcher or sides  # who opens the watches under test
         self.res = res
         self.oracle: Oracle | None = None
         self.recorder: WatchStream | None = None
@@ -771,7 +821,7 @@ class Scenario:
         """Open every spec on both sides at once; returns when every answer's headers are in."""
         at = self.current_rv()
         pairs = await asyncio.gather(
-            *(self.sides.pair(s.path, s.params, accept=s.accept or None, label=s.label) for s in specs)
+            *(self.watcher.pair(s.path, s.params, accept=s.accept or None, label=s.label) for s in specs)
         )
         opened = [Opened(s, d, p, at) for s, (d, p) in zip(specs, pairs, strict=True)]
         self.opened += opened
