@@ -95,7 +95,7 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
             def initial_body(objects: Sequence[CachedObject]) -> bytes:
                 found = cache.bodies.get(key)
                 if not isinstance(found, bytes):
-                    found = b"".join([frames.event(ADDED, o, media) for o in objects])
+                    found = frames.events(ADDED, objects, media)
                     if len(cache.bodies) >= _MAX_BODIES:
                         cache.bodies.clear()
                     cache.bodies[key] = found
