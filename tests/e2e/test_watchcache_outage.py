@@ -4,7 +4,8 @@
 A client-go shared informer (tests/e2e/informer, built from its Go module) and the official Python
 client's watch (resumed from the last resource version, relisting only on a 410, as a controller
 does) watch pods through kproxy while a writer mutates them and (a) the apiserver is killed and
-started again, (b) etcd is compacted while the apiserver is down and the apiserver started again, so
+started again, (b) kproxy is cut off from the apiserver (a relay the test controls) while pods are
+created, changed and deleted, etcd is compacted and the apiserver restarted, so that once reconnected
 kproxy's own upstream watch gets 410 Expired and kproxy relists. Each client's final state equals
 the apiserver's; neither ever saw a 410, an ERROR event or a watch error, and neither listed again
 after its first list: kproxy kept their watches open (or let them resume) and sent them the
@@ -13,7 +14,9 @@ difference as ordinary events.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 
 import pytest
 import urllib3
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
@@ -87,13 +91,6 @@ class Writer:
         status, body = self.cp.request("DELETE", f"{self.base}/{name}")
         assert status == 200, body
 
-    def move_etcd_head(self) -> None:
-        """Write something that is not a pod, so etcd's revision moves past every pod event."""
-        for _ in range(3):
-            body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "head-"}})
-            status, resp = self.cp.request("POST", self.base.replace("/pods", "/configmaps"), body=body.encode())
-            assert status == 201, resp
-
     def state(self) -> dict[str, str]:
         """The apiserver's own (consistent) list: namespace/name -> resourceVersion."""
         status, body = self.cp.request("GET", self.base)
@@ -102,6 +99,79 @@ class Writer:
             f"{i['metadata']['namespace']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"]
             for i in json.loads(body)["items"]
         }
+
+
+# --------------------------------------------------------------------------- kproxy's cuttable upstream
+
+
+class Forwarder:
+    """A TCP relay between kproxy and the apiserver that the test can cut: kproxy's upstream goes
+    down while the apiserver stays up for the test's own writes (changes kproxy can only learn of
+    by listing again once the relay is back)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self.cut_off = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="forwarder", daemon=True).start()
+
+    def kubeconfig(self, admin: Path, out: Path) -> Path:
+        """``admin`` with its server moved to the relay (the apiserver's certificate is for 127.0.0.1)."""
+        cfg = yaml.safe_load(admin.read_text())
+        for cluster in cfg["clusters"]:
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        out.write_text(yaml.safe_dump(cfg))
+        return out
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            if self.cut_off.is_set():
+                conn.close()
+                continue
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+            except OSError:  # the apiserver is down: so is the relay
+                conn.close()
+                continue
+            up.settimeout(None)
+            with self._lock:
+                self._open |= {conn, up}
+            for src, dst in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._open -= {src, dst}
+
+    def cut(self) -> None:
+        """Break every relayed connection and refuse new ones."""
+        self.cut_off.set()
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        self.cut_off.clear()
+
+    def close(self) -> None:
+        self.cut()
+        self.server.close()
 
 
 # --------------------------------------------------------------------------- the Python controller
@@ -202,6 +272,13 @@ class PyWatcher:
 
 
 @pytest.fixture
+def relay(control_plane: ControlPlaneInfo) -> Iterator[Forwarder]:
+    fwd = Forwarder(control_plane.apiserver_port)
+    yield fwd
+    fwd.close()
+
+
+@pytest.fixture
 def informer_factory() -> Iterator[Callable[..., Informer]]:
     started: list[Informer] = []
 
@@ -243,12 +320,15 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
     namespace: str,
     informer_factory: Callable[..., Informer],
     watch_list: bool,
+    relay: Forwarder,
+    tmp_path: Path,
 ) -> None:
     cp = control_plane
     writer = Writer(cp, namespace)
     for i in range(6):
         writer.create(f"p{i}")
-    rp = proxy_factory(extra=CACHE_PODS)
+    upstream = relay.kubeconfig(cp.admin_kubeconfig, tmp_path / "relay.kubeconfig")
+    rp = proxy_factory(extra=CACHE_PODS, upstream_kubeconfig=upstream)
     wait_for(lambda: rp.get(f"/api/v1/namespaces/{namespace}/pods?resourceVersion=0")[0] == 200, 30, "kproxy")
     wait_for(
         lambda: (
@@ -285,27 +365,36 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
         _converged(inf, py, writer, "both clients to converge after the apiserver restart")
         _no_errors(inf, py)
 
-        # (b) etcd compacted past everything kproxy's upstream watch has seen, and the apiserver started
-        # again with an empty watch cache: kproxy's resume gets 410 Expired and it lists again. The
-        # writes made while it is reconnecting reach the clients as the relist's difference.
-        relists = metric(rp, "kproxy_watchcache_relists_total", resource="pods")
-        writer.create("p8")
-        writer.move_etcd_head()  # past the last pod event: the compaction removes what kproxy resumes from
+        # (b) kproxy is cut off from the apiserver; meanwhile pods are created, changed and deleted,
+        # etcd is compacted past everything kproxy's upstream watch has seen and the apiserver is
+        # started again with an empty watch cache. When kproxy is reconnected its resume gets 410
+        # Expired; it lists again and sends the clients the difference (ADDED, MODIFIED, DELETED).
+        relists = metric(rp, "kproxy_watchcache_relists_total", resource="pods", reason="expired")
+        events_in = metric(rp, "kproxy_watchcache_events_total", resource="pods")
+        before = writer.state()
+        relay.cut()
+        writer.create("p8")  # ADDED
+        writer.delete("p0")  # DELETED
+        writer.modify("p2")  # MODIFIED
         cp.stop_apiserver(kill=True)
         try:
             _compact(cp)
         finally:
             cp.start_apiserver()
-        writer.delete("p0")  # DELETED
-        writer.create("p9")  # ADDED
-        writer.modify("p2")  # MODIFIED
+        writer.create("p9")
         writer.modify("p6")
+        writer.delete("p4")
+        # kproxy cannot know any of it yet, so neither can its clients.
+        assert inf.store() == before and py.snapshot() == before
+        relay.restore()
         wait_for(
-            lambda: metric(rp, "kproxy_watchcache_relists_total", resource="pods") > relists,
+            lambda: metric(rp, "kproxy_watchcache_relists_total", resource="pods", reason="expired") > relists,
             90,
             "kproxy's upstream watch to get 410 and relist",
         )
         _converged(inf, py, writer, "both clients to converge after the compaction")
+        # The six changes reached kproxy as the relist's difference, not as watch events.
+        assert metric(rp, "kproxy_watchcache_events_total", resource="pods") - events_in >= 6
         # Live events still flow after the relist.
         writer.modify("p7")
         writer.create("p10")
