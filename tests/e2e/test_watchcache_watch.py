@@ -310,6 +310,14 @@ async def test_watch_pods_every_form(ws: WatchSides, watch_proxy: RunningProxy, 
             wave1.append(make_spec(PODS, a, f, forms[f], sel))
     wave1 += [make_spec(PODS, None, "unset", forms["unset"], POD_SELECTORS[0])]
     wave1 += [make_spec(PODS, None, "N", forms["N"], POD_SELECTORS[3])]
+    # A namespace that does not exist (a watch does not check): nothing but bookmarks.
+    wave1 += [make_spec(PODS, f"{a}-none", f, forms[f], EVERYTHING) for f in ("unset+bm", "N", "sie+bm")]
+    # A resourceVersion a little ahead of the cache: the watch waits for it, then goes on.
+    ahead = rv_forms(n0 + 4)
+    wave1 += [
+        make_spec(PODS, a, "N+4", ahead["N"], EVERYTHING),
+        make_spec(PODS, None, "N+4", ahead["N"], EVERYTHING, PB_WATCH),
+    ]
     wave1 += [make_spec(PODS, a, f, forms[f], EVERYTHING, PB_WATCH) for f in ("unset", "sie+bm", "N", "nosie")]
     wave1 += [
         make_spec(PODS, a, "unset", forms["unset"], POD_SELECTORS[0], PB_WATCH),
@@ -346,7 +354,9 @@ async def test_watch_pods_every_form(ws: WatchSides, watch_proxy: RunningProxy, 
         await w.patch(PODS, a, "p-a6", phase_patch("Running"), status=True)
         await w.patch(PODS, a, "p-a2", relabel(app="db"))
         await w.create(PODS, b, pod("p-b2", {"app": "web"}))
+        await w.delete(PODS, a, "p-a2", graceful=True)  # bound to node-a: only marked for deletion
         await w.patch(PODS, a, "p-a4", relabel(app="web"))
+        await w.delete(PODS, a, "p-a2")
 
     try:
         found, _ = await run_waves(sc, w, watch_proxy, wave1, phase1, wave2, phase2)
@@ -403,6 +413,14 @@ async def test_watch_configmaps_every_form(ws: WatchSides, watch_proxy: RunningP
         return out
 
     async def phase2() -> None:
+        kept = configmap("cm-kept", {"team": "red"}, {"k": "v"})
+        kept["metadata"]["finalizers"] = ["example.com/keep"]
+        await w.create(CONFIGMAPS, a, kept)
+        await w.delete(CONFIGMAPS, a, "cm-kept")  # MODIFIED: deletionTimestamp set, kept by its finalizer
+        big = "".join(f"line {i:06d} <&> of a large value \u2028\n" for i in range(20_000))  # ~700 KB
+        await w.create(CONFIGMAPS, a, configmap("cm-big", {"team": "red"}, {"big": big}))
+        await w.patch(CONFIGMAPS, a, "cm-big", {"data": {"big": big[::-1]}})
+        await w.patch(CONFIGMAPS, a, "cm-kept", {"metadata": {"finalizers": None}})  # DELETED
         await w.create(CONFIGMAPS, a, configmap("cm-2", {"team": "red", "app": "db"}, {"k": "again"}))
         await w.patch(CONFIGMAPS, a, "cm-1", relabel(app=None))
         await w.patch(CONFIGMAPS, a, "cm-3", relabel(team="red"))
@@ -722,8 +740,9 @@ async def test_watch_timeout_and_bookmarks(ws: WatchSides, watch_proxy: RunningP
 async def test_watch_invalid_options_and_media_types(
     ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]
 ) -> None:
-    """Invalid option combinations (the apiserver's 422/400/500) and media types a watch cannot
-    have (YAML, a protobuf watch of a custom resource, text/html: 406) reach the client word for
+    """Invalid option combinations (the apiserver's 422/400/500), media types a watch cannot have
+    (YAML, a protobuf watch of a custom resource, text/html: 406) and impersonated watches (the
+    apiserver's own 403, or the whole stream for an allowed identity) reach the client word for
     word, and none of them counts as served from the cache."""
     a, _ = spaces
     t = [("watch", "true"), ("timeoutSeconds", "3")]
@@ -754,6 +773,10 @@ async def test_watch_invalid_options_and_media_types(
         for accept in (YAML, "text/html", f"{YAML}, text/html"):
             work.append(diff(ws, res.path(a), t, accept=accept, is_list=False))
     work.append(diff(ws, GIZMOS.path(a), t, accept=PB_WATCH, is_list=False))
+    # Impersonation: the apiserver answers as that user (kproxy passes the headers on).
+    work.append(diff(ws, PODS.path(a), t, is_list=False, headers={"Impersonate-User": "nobody"}))
+    masters = {"Impersonate-User": "someone", "Impersonate-Group": "system:masters"}
+    work.append(diff(ws, PODS.path(a), [*t, ("resourceVersion", "0")], is_list=False, headers=masters))
     work.append(diff(ws, GIZMOS.path(None), t, accept=PROTOBUF, is_list=False))
     before = {res.label: watch_reads(watch_proxy, res.label) for res in (PODS, CONFIGMAPS, GIZMOS)}
     found = await gather_limited(work, 8)

@@ -759,8 +759,11 @@ class Writer:
         path = res.item(namespace, name) + ("/status" if status else "")
         return await self._call("PATCH", path, patch, "application/merge-patch+json")
 
-    async def delete(self, res: Res, namespace: str | None, name: str) -> int | None:
-        return await self._call("DELETE", res.item(namespace, name), {"gracePeriodSeconds": 0})
+    async def delete(self, res: Res, namespace: str | None, name: str, *, graceful: bool = False) -> int | None:
+        """Deleted at once, or (``graceful``) with the default grace period: a pod bound to a node
+        is then only marked (MODIFIED, deletionTimestamp set) and stays, with no kubelet to end it."""
+        body = {} if graceful else {"gracePeriodSeconds": 0}
+        return await self._call("DELETE", res.item(namespace, name), body)
 
 
 # --------------------------------------------------------------------------- a whole differential run
