@@ -656,3 +656,66 @@ async def test_selector_transition_frames_match_apiserver(
         for f, obj in zip(frames, objects, strict=True):
             mine = enc.event(f.type, obj, media)
             assert mine == f.raw, f"{f.type} {f.name} {media}:\n{mine!r}\n{f.raw!r}"
+
+
+# --------------------------------------------------------------------------- periodic bookmarks
+
+
+def _daemonset(ns: str, name: str) -> dict[str, Any]:
+    sel = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": sel},
+            "template": {"metadata": {"labels": sel}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
+
+
+PERIODIC = [
+    ("configmaps", Kind("v1", "ConfigMap", "ConfigMapList", True), "/api/v1", _configmap),
+    ("deployments", Kind("apps/v1", "Deployment", "DeploymentList", True), "/apis/apps/v1", _deployment),
+    ("daemonsets", Kind("apps/v1", "DaemonSet", "DaemonSetList", True), "/apis/apps/v1", _daemonset),
+    ("framers", CR_KIND, "/apis/frames.kproxy.test/v1", _framer),
+]
+
+
+async def test_periodic_bookmarks_match_apiserver(
+    control_plane: ControlPlaneInfo, namespace: str, session: aiohttp.ClientSession, codec: ProtobufCodec
+) -> None:
+    """The bookmarks a watch gets without the initial-events-end marker (the apiserver sends one
+    2 s before a watch's timeout once it has seen an event after the watch's start): only
+    ``metadata.resourceVersion``, plus what apps/v1's conversion adds (a DaemonSet's
+    template-generation annotation)."""
+    cp = control_plane
+    crds.install(cp, CRD)
+
+    async def one(resource: str, kind: Kind, prefix: str, make: Callable[[str, str], dict[str, Any]]) -> None:
+        base = f"{prefix}/namespaces/{namespace}/{resource}"
+        rv = (await _call(session, cp, "GET", base))["metadata"]["resourceVersion"]
+        # No object matches: the stream carries bookmarks only.
+        query = {
+            "watch": "1",
+            "resourceVersion": rv,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "5",
+            "fieldSelector": "metadata.name=nothing",
+        }
+        medias = [JSON, PROTOBUF] if kind.protobuf else [JSON]
+        watches = await asyncio.gather(*(_open(session, cp, base, query, m) for m in medias))
+        await _call(session, cp, "POST", base, make(namespace, "bm"))  # an event after the watch's start
+        try:
+            await asyncio.gather(*(w.rest() for w in watches))
+        finally:
+            for w in watches:
+                w.resp.close()
+        enc = FrameEncoder(kind, codec)
+        for w in watches:
+            assert w.frames, f"{resource} {w.media}: no bookmark before the timeout"
+            for f in w.frames:
+                assert f.type == "BOOKMARK" and not f.end and f.rv >= int(rv), f
+                assert enc.bookmark(f.rv, w.media) == f.raw, f"{resource} {w.media}:\n{f.raw!r}"
+
+    await asyncio.gather(*(one(*p) for p in PERIODIC))
