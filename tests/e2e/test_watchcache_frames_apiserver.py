@@ -7,9 +7,11 @@ writer creates, updates and deletes objects. Both watches see the same events (s
 the i-th protobuf frame and the i-th JSON frame carry the same object: a CachedObject is made from
 the protobuf object (as kproxy's cache holds built-in kinds) and :class:`FrameEncoder` must give
 both frames exactly. Bookmarks (the initial-events-end one and its resource version) are rebuilt
-from their resource version alone. Custom resources (JSON only) are rebuilt from the object's JSON
-as the cache keeps it. ERROR events (410 Expired, 504 Too large resource version) are rebuilt from
-their Status.
+from their resource version alone: the initial-events-end one of every built-in kind the apiserver
+serves, and the periodic ones. Custom resources (JSON only) are rebuilt from the object's JSON as
+the cache keeps it. A selector watch's DELETED for an object that stops matching is rebuilt from
+the previous object at the update's resource version. ERROR events (410 Expired, 504 Too large
+resource version) are rebuilt from their Status.
 """
 
 from __future__ import annotations
