@@ -92,6 +92,8 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
     q = ex.query
     if ex.method != "GET":
         return Pass("method")
+    if ex.upgrade:
+        return Pass("websocket")  # a WebSocket watch (one event per message): the apiserver's
     if any(k.lower().startswith("impersonate-") for k in ex.headers):
         return Pass("impersonation")
     scope = request_scope(ex, namespaced)

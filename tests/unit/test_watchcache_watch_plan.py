@@ -116,6 +116,19 @@ def test_a_watch_of_one_object_selects_it_by_name() -> None:
     assert isinstance(read, WatchRead) and read.field_text == "metadata.name=p1"
 
 
+def test_websocket_watches_pass_through() -> None:
+    ex = Exchange(
+        "GET",
+        "/api/v1/pods",
+        "watch=1",
+        CIMultiDict({"Upgrade": "websocket", "Connection": "Upgrade"}),
+        BytesBody(b""),
+        request_info_from_target("GET", "/api/v1/pods?watch=1"),
+        upgrade=True,
+    )
+    assert plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True) == Pass("websocket")
+
+
 def test_impersonation_passes_through() -> None:
     assert _plan("/api/v1/pods?watch=1", None, **{"Impersonate-User": "bob"}) == Pass("impersonation")
 
