@@ -3,6 +3,7 @@
 * SIGTERM: every open watch the cache serves ends with a clean end of stream (the chunked
   terminator), so clients reconnect elsewhere, and the process exits 0.
 * Metrics: open watches, events in, deliveries, writes, the delivery latency histogram.
+* A WebSocket watch is passed through (the apiserver's framing: one event per message).
 * The ``compression`` filter with ``watch: true`` in front of the cache compresses its watch
   streams (the event stream is read through ``chunks()`` then), and the events arrive as they
   happen, decodable as they come.
@@ -16,6 +17,7 @@ import socket
 import zlib
 from collections.abc import Callable
 
+import aiohttp
 import pytest
 from test_watchcache_outage import metric
 
@@ -174,3 +176,20 @@ def test_compression_filter_compresses_cached_watches_event_by_event(
         ("ADDED", "z2"),
     ]
     sock.close()
+
+
+async def test_websocket_watch_passes_through_to_the_apiserver(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    """A WebSocket watch (one event per message) is the apiserver's to serve: kproxy splices it."""
+    rp = proxy_factory(extra=CACHED)
+    _ready(rp)
+    url = rp.url.replace("http://", "ws://") + f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url, origin="http://localhost") as ws:
+        _configmap(control_plane, namespace, "w0", "0")
+        msg = await ws.receive(timeout=20)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        event = json.loads(msg.data)
+        assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "w0")
+    passed = metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="watch", reason="websocket")
+    assert passed == 1
