@@ -313,13 +313,18 @@ def _converged(inf: Informer, py: PyWatcher, writer: Writer, what: str, timeout:
         raise AssertionError(f"{e}: {last}\ninformer stderr: {inf.stderr[-2000:]!r}") from None
 
 
-@pytest.mark.parametrize("watch_list", [True, False], ids=["watchlist", "list-then-watch"])
+@pytest.mark.parametrize(
+    ("watch_list", "credentials"),
+    [(True, "proxy"), (False, "proxy"), (True, "forward")],
+    ids=["watchlist", "list-then-watch", "watchlist-forward"],
+)
 def test_clients_keep_a_correct_copy_through_outage_and_compaction(
     proxy_factory: Callable[..., RunningProxy],
     control_plane: ControlPlaneInfo,
     namespace: str,
     informer_factory: Callable[..., Informer],
     watch_list: bool,
+    credentials: str,
     relay: Forwarder,
     tmp_path: Path,
 ) -> None:
@@ -328,16 +333,20 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
     for i in range(6):
         writer.create(f"p{i}")
     upstream = relay.kubeconfig(cp.admin_kubeconfig, tmp_path / "relay.kubeconfig")
-    rp = proxy_factory(extra=CACHE_PODS, upstream_kubeconfig=upstream)
-    wait_for(lambda: rp.get(f"/api/v1/namespaces/{namespace}/pods?resourceVersion=0")[0] == 200, 30, "kproxy")
-    wait_for(
-        lambda: (
-            metric(rp, "kproxy_watchcache_objects", resource="pods") >= 6
-            and rp.get(f"/api/v1/namespaces/{namespace}/pods")[0] == 200
-        ),
-        60,
-        "the pods cache to be ready",
-    )
+    # forward: the clients' own bearer token reaches the apiserver, and kproxy authorizes each cached
+    # watch for the caller when it starts (over TLS: clients send tokens only over TLS).
+    forward = {"credentials": "forward", "tls": True, "token": cp.admin_token} if credentials == "forward" else {}
+    rp = proxy_factory(extra=CACHE_PODS, upstream_kubeconfig=upstream, **forward)
+    cached_lists = client.CoreV1Api(config.new_client_from_config(str(rp.kubeconfig)))
+
+    def cache_ready() -> bool:
+        try:
+            cached_lists.list_namespaced_pod(namespace, resource_version="0")
+        except ApiException:
+            return False
+        return metric(rp, "kproxy_watchcache_reads_total", resource="pods", verb="list", served="cache") > 0
+
+    wait_for(cache_ready, 60, "the pods cache to be ready", interval=0.2)
 
     # client-go defaults to WatchListClient (a watch with sendInitialEvents instead of a LIST); the
     # other mode is what older controllers and a disabled feature gate do.
