@@ -27,6 +27,7 @@ import json
 import re
 import ssl
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,6 +155,7 @@ class WatchStream:
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._protobuf = False
+        self._gunzip: Any = None  # a zlib decompressor when the body is gzip-encoded
 
     @classmethod
     async def open(
@@ -182,6 +184,8 @@ class WatchStream:
             resp.release()
             return stream
         stream._protobuf = resp.headers.get("Content-Type", "").startswith(PROTOBUF)
+        if resp.headers.get("Content-Encoding") == "gzip":  # the apiserver gzips watch-list streams
+            stream._gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
         stream._task = asyncio.create_task(stream._pump(resp))
         return stream
 
@@ -189,7 +193,7 @@ class WatchStream:
         buf = bytearray()
         try:
             async for chunk in resp.content.iter_any():
-                buf += chunk
+                buf += self._inflate(chunk) if self._gunzip is not None else chunk
                 self._parse(buf)
                 self._changed.set()
             if buf:
@@ -201,6 +205,18 @@ class WatchStream:
             self.failure = f"unparsable frame: {type(err).__name__}: {err}"
         finally:
             self._changed.set()
+
+    def _inflate(self, data: bytes) -> bytes:
+        """gzip, where each flush of the apiserver's writer ends a gzip member and starts another
+        (``perFlushGzipWriter``): decompress member after member."""
+        out = b""
+        while data:
+            out += self._gunzip.decompress(data)
+            if not self._gunzip.eof:
+                break
+            data = self._gunzip.unused_data
+            self._gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return out
 
     def _parse(self, buf: bytearray) -> None:
         now = time.monotonic()
@@ -289,22 +305,33 @@ class WatchSides(Sides):
         via_proxy: bool,
         accept: str | None = JSON,
         label: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> WatchStream:
         # ``watch`` is added unless the request spells it itself (or uses the /watch/ path form).
         spelled = any(k == "watch" for k, _ in params) or "/watch/" in path
         full = query_path(path, list(params) if spelled else [("watch", "true"), *params])
         side = "kproxy" if via_proxy else "apiserver"
         return await WatchStream.open(
-            self.session(via_proxy), self.url(full, via_proxy), accept=accept, label=f"{side}: {label or full}"
+            self.session(via_proxy),
+            self.url(full, via_proxy),
+            accept=accept,
+            label=f"{side}: {label or full}",
+            headers=headers,
         )
 
     async def pair(
-        self, path: str, params: Sequence[tuple[str, str]], *, accept: str | None = JSON, label: str = ""
+        self,
+        path: str,
+        params: Sequence[tuple[str, str]],
+        *,
+        accept: str | None = JSON,
+        label: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[WatchStream, WatchStream]:
         """The same watch opened on both sides at the same moment: (apiserver, kproxy)."""
         direct, proxied = await asyncio.gather(
-            self.watch(path, params, via_proxy=False, accept=accept, label=label),
-            self.watch(path, params, via_proxy=True, accept=accept, label=label),
+            self.watch(path, params, via_proxy=False, accept=accept, label=label, headers=headers),
+            self.watch(path, params, via_proxy=True, accept=accept, label=label, headers=headers),
         )
         return direct, proxied
 
@@ -370,6 +397,8 @@ class Spec:
     accept: str = JSON
     #: Another spelling of the collection's path (the deprecated ``/watch/`` prefix).
     raw_path: str | None = None
+    #: Request headers besides Accept (e.g. Accept-Encoding).
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def path(self) -> str:
@@ -571,7 +600,7 @@ def compare_streams(
         out.add(label, "status", direct.status, proxied.status)
         out.add(label, "body", direct.body[:300], proxied.body[:300])
         return out
-    for header in ("Content-Type", "Cache-Control"):
+    for header in ("Content-Type", "Cache-Control", "Content-Encoding", "Vary"):
         if direct.headers.get(header) != proxied.headers.get(header):
             out.add(label, f"header {header}", direct.headers.get(header), proxied.headers.get(header))
     if direct.status != 200:
@@ -824,7 +853,10 @@ class Scenario:
         """Open every spec on both sides at once; returns when every answer's headers are in."""
         at = self.current_rv()
         pairs = await asyncio.gather(
-            *(self.watcher.pair(s.path, s.params, accept=s.accept or None, label=s.label) for s in specs)
+            *(
+                self.watcher.pair(s.path, s.params, accept=s.accept or None, label=s.label, headers=dict(s.headers))
+                for s in specs
+            )
         )
         opened = [Opened(s, d, p, at) for s, (d, p) in zip(specs, pairs, strict=True)]
         self.opened += opened
