@@ -651,6 +651,26 @@ def reading_notes(rows: list[Row], base: Row | None) -> list[str]:
             "on two shared cores the direct peer cannot exceed by much; `apiserver CPU ms / write` and the "
             "beyond-the-writes figures above separate the watches' share."
         )
+    by = {(r.peer, r.watchers): r for r in rows}
+    pairs = [(by[(DIRECT, n)], by[(KPROXY, n)]) for n in sorted({r.watchers for r in rows}) if (DIRECT, n) in by]
+    pairs = [(d, k) for d, k in pairs if (KPROXY, k.watchers) in by and d.events and k.events]
+    if base is not None and pairs:
+        out += [
+            "* CPU per delivery, microseconds (the serving process: for direct the apiserver's CPU beyond the "
+            "writer-only run's cost of the same writes, for kproxy kproxy's own; the watcher processes: direct they "
+            "decrypt TLS, through kproxy they read plain HTTP, so on this shared machine direct watchers also take "
+            "more CPU away from the apiserver):",
+            "",
+            "| watchers | apiserver, direct | kproxy | watchers, direct | watchers, through kproxy |",
+            "| ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for d, k in pairs:
+            beyond = d.cores("apiserver") - base.api_ms_per_write * d.writes / 1000
+            out.append(
+                f"| {d.watchers:,} | {beyond / d.deliveries * 1e6:.1f} | {k.cores('kproxy') / k.deliveries * 1e6:.1f} "
+                f"| {d.cores('clients') / d.deliveries * 1e6:.1f} | {k.cores('clients') / k.deliveries * 1e6:.1f} |"
+            )
+        out.append("")
     out += [
         "* `of expected` below 100% means the watchers read fewer events than were written: the Python watcher "
         "processes (a find and a float per event, ~1.6 KB per event) and the peer share the machine, and at 5,000 "
