@@ -143,6 +143,7 @@ class Watcher:
     next_bookmark: float | None = None
     timer: asyncio.TimerHandle | None = None
     task: asyncio.Task[None] | None = None
+    compress: Callable[[bytes], bytes] | None = None  # each write one complete member (gzip)
 
 
 class _Group:
@@ -213,11 +214,13 @@ class Broadcaster:
         initial_events_end: bool,
         timeout: float,
         initial_body: Callable[[Sequence[CachedObject]], bytes] | None = None,
+        compress: Callable[[bytes], bytes] | None = None,
     ) -> Watcher:
         """A watch that starts with the current state as ADDED events (resourceVersion 0 or unset,
         or sendInitialEvents), then, when asked, the initial-events-end bookmark at that state's
         resource version, then live events. ``initial_body`` may supply the initial frames
-        already joined (a body shared by several watchers of the same state)."""
+        already joined (a body shared by several watchers of the same state; already compressed
+        when ``compress`` is given: every write is then one compressed member)."""
         snap = self.cache.snapshot()
         assert snap is not None
         lo, hi = snap.namespace_range(selection.namespace)
@@ -228,7 +231,10 @@ class Broadcaster:
         w = self._register(sink, selection, media_type, bookmarks, timeout, snap.rv)
         w.initial = True
         w.after = 0
+        w.compress = compress
         end = self.frames.bookmark(snap.rv, media_type, initial_events_end=True) if initial_events_end else b""
+        if end and compress is not None:
+            end = compress(end)
         head = initial_body(objects) if initial_body is not None else None
         w.task = self._spawn(self._write_initial(w, objects, head, end))
         return w
@@ -289,7 +295,7 @@ class Broadcaster:
         if w.task is not None and not w.task.done() and w.task is not asyncio.current_task():
             w.task.cancel()
         if flush and w.pending and not w.initial and not w.sink.closing():
-            self._write(w)
+            self._write(w, {})
         w.pending = []
         self.counters.watchers(len(self._watchers))
         w.sink.close()
@@ -382,6 +388,7 @@ class Broadcaster:
         dirty, self._dirty = self._dirty, []
         deliveries = writes = coalesced = 0
         overfull: list[Watcher] = []
+        compressed: dict[tuple[int, ...], bytes] = {}  # the same batch compressed once
         for w in dirty:
             w.dirty = False
             if w.closed or not w.pending:
@@ -397,7 +404,7 @@ class Broadcaster:
                     self._wait_writable(w)
                 continue
             n = len(w.pending)
-            self._write(w)
+            self._write(w, compressed)
             deliveries += n
             writes += 1
             if n > 1:
@@ -412,10 +419,18 @@ class Broadcaster:
         if overfull:
             self._give_budget(overfull)
 
-    def _write(self, w: Watcher) -> None:
+    def _write(self, w: Watcher, compressed: dict[tuple[int, ...], bytes]) -> None:
         frames, w.pending = w.pending, []
         w.overfull_at = None
-        w.sink.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        compress = w.compress
+        if compress is None:
+            w.sink.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            return
+        key = tuple(map(id, frames))  # the frames are alive (in ``frames``) while the key is used
+        data = compressed.get(key)
+        if data is None:
+            data = compressed[key] = compress(frames[0] if len(frames) == 1 else b"".join(frames))
+        w.sink.write(data)
 
     def _wait_writable(self, w: Watcher) -> None:
         if not w.draining:
@@ -473,7 +488,7 @@ class Broadcaster:
                 for i in range(0, len(view), INITIAL_BATCH):
                     await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
             else:
-                await self._send_objects(sink, w.media_type, objects)
+                await self._send_objects(sink, w.media_type, objects, w.compress)
             if end:
                 sink.write(end)
         except (ConnectionError, RuntimeError):
@@ -484,7 +499,13 @@ class Broadcaster:
         if w.pending:
             self._mark(w)
 
-    async def _send_objects(self, sink: Sink, media_type: str, objects: Iterable[CachedObject]) -> None:
+    async def _send_objects(
+        self,
+        sink: Sink,
+        media_type: str,
+        objects: Iterable[CachedObject],
+        compress: Callable[[bytes], bytes] | None,
+    ) -> None:
         batch: list[bytes] = []
         size = 0
         event = self.frames.event
@@ -493,10 +514,12 @@ class Broadcaster:
             batch.append(frame)
             size += len(frame)
             if size >= INITIAL_BATCH:
-                await self._send(sink, b"".join(batch))
+                data = b"".join(batch)
+                await self._send(sink, compress(data) if compress is not None else data)
                 batch, size = [], 0
         if batch:
-            sink.write(b"".join(batch))
+            data = b"".join(batch)
+            sink.write(compress(data) if compress is not None else data)
 
     async def _send(self, sink: Sink, data: bytes) -> None:
         if sink.closing():

@@ -64,6 +64,7 @@ class WatchRead:
     label_text: str
     field_text: str
     media_type: str
+    gzip: bool = False  # a watch-list stream for a client offering gzip (1.37 WatchListCompression)
 
     @property
     def mode(self) -> str:
@@ -144,6 +145,9 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
     if isinstance(media, Pass):
         return media
     n = int(rv) if rv else 0
+    # handlers/watch.go: watch-list streams (sendInitialEvents and bookmarks, after defaulting)
+    # are gzipped, one member per flush, when the first Accept-Encoding line has the exact token.
+    gzip = bool(send_initial) and bookmarks and _offers_gzip(ex.headers.get("Accept-Encoding", ""))
     if send_initial:
         consistency = "consistent" if rv == "" else "any" if rv == "0" else "min"
         initial = True
@@ -165,4 +169,10 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         label_text,
         field_text,
         media,
+        gzip,
     )
+
+
+def _offers_gzip(first_line: str) -> bool:
+    """``responsewriters/compression.go``: comma-separated, trimmed, exactly ``gzip``."""
+    return any(t.strip() == "gzip" for t in first_line.split(",")) if first_line else False

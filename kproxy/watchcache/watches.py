@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 from kproxy.cache import ADDED, CachedObject
 from kproxy.cache.broadcaster import Selection
 from kproxy.chain import Reply
+from kproxy.compress.backends import gzip_codec
 from kproxy.eventstream import EventStreamBody
 from kproxy.status import StatusCause, StatusError, resource_expired, timeout
 
@@ -27,6 +28,7 @@ from .watch_plan import WatchRead
 
 log = logging.getLogger("kproxy.watchcache")
 _MAX_BODIES = 64  # bodies kept per resource (shared with whole lists)
+_GZIP = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
 
 
 def too_large_rv(want: int, current: int) -> StatusError:
@@ -62,6 +64,9 @@ async def open_watch(rc: ResourceCache, read: WatchRead, *, wait: float, min_tim
         error = too_large_rv(read.rv, cache.rv)
     seconds = read.timeout_seconds or random.uniform(min_timeout, 2 * min_timeout)
     headers = CIMultiDict({"Cache-Control": "no-cache, private", "Content-Type": CONTENT_TYPES[read.media_type]})
+    if read.gzip:
+        headers["Content-Encoding"] = "gzip"
+        headers["Vary"] = "Accept-Encoding"
     return Reply(200, headers, EventStreamBody(read.media_type, _starter(rc, read, seconds, error)))
 
 
@@ -71,13 +76,15 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
 
     def start(sink: Any) -> Callable[[], None]:
         cache, frames, media = rc.cache, rc.frames, read.media_type
+        compress = _GZIP.compress if read.gzip else None
         failure = error
         if failure is None and not cache.ready:
             failure = too_large_rv(read.rv, cache.rv)  # went unready since: like a cache not reaching it
         if failure is None and read.consistency == "since" and not cache.history.covers(read.rv):
             failure = too_old_rv(read.rv, cache.history.too_old_bound())
         if failure is not None:
-            sink.write(frames.error(failure.to_dict(), media))
+            frame = frames.error(failure.to_dict(), media)
+            sink.write(compress(frame) if compress is not None else frame)
             sink.close()
             return _nothing
         labels, fields = read.labels, read.fields
@@ -90,12 +97,14 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
         selection = Selection(read.namespace, predicate, (read.namespace, read.label_text, read.field_text))
         bc = rc.broadcaster
         if read.initial:
-            key = ("watch", media, read.namespace, read.label_text, read.field_text)
+            key = ("watch", media, read.gzip, read.namespace, read.label_text, read.field_text)
 
             def initial_body(objects: Sequence[CachedObject]) -> bytes:
                 found = cache.bodies.get(key)
                 if not isinstance(found, bytes):
                     found = frames.events(ADDED, objects, media)
+                    if compress is not None:
+                        found = compress(found)
                     if len(cache.bodies) >= _MAX_BODIES:
                         cache.bodies.clear()
                     cache.bodies[key] = found
@@ -109,6 +118,7 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
                 initial_events_end=read.initial_events_end,
                 timeout=seconds,
                 initial_body=initial_body,
+                compress=compress,
             )
         else:
             since = read.rv if read.consistency == "since" else cache.rv

@@ -271,3 +271,34 @@ def test_time_budget_refills_up_to_its_maximum() -> None:
     assert budget.take_available() == pytest.approx(0.1)
     budget.return_unused(0.5)
     assert budget.take_available() == pytest.approx(0.1)
+
+
+async def test_compressed_watchers_get_one_member_per_write_compressed_once_per_batch(cache: WatchCache) -> None:
+    import gzip
+
+    calls: list[bytes] = []
+
+    def compress(data: bytes) -> bytes:
+        calls.append(data)
+        return gzip.compress(data)
+
+    bc = Broadcaster(cache, Frames())
+    sinks = [Sink() for _ in range(3)]
+    for s in sinks:
+        bc.watch_initial(s, Selection(), "json", bookmarks=True, initial_events_end=True, timeout=60, compress=compress)
+    await settle()
+    cache.apply(MODIFIED, obj("ns/a", 11))
+    cache.apply(MODIFIED, obj("ns/a", 12))
+    await settle()
+    for s in sinks:
+        # Initial events, the end bookmark, then the two live events in one member.
+        members = [gzip.decompress(w) for w in s.writes]
+        assert b"".join(members).decode().split(";")[:-1] == [
+            "ADDED ns/a 3",
+            "ADDED other/b 4",
+            "BOOKMARK 10 end",
+            "MODIFIED ns/a 11",
+            "MODIFIED ns/a 12",
+        ]
+        assert members[-1] == b"MODIFIED ns/a 11;MODIFIED ns/a 12;"
+    assert calls.count(b"MODIFIED ns/a 11;MODIFIED ns/a 12;") == 1

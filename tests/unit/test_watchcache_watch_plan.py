@@ -135,3 +135,21 @@ def test_impersonation_passes_through() -> None:
 
 def test_protobuf_alone_for_a_custom_resource_gets_the_apiservers_406() -> None:
     assert _plan("/api/v1/pods?watch=1", "application/vnd.kubernetes.protobuf", protobuf=False) == Pass("media type")
+
+
+@pytest.mark.parametrize(
+    ("query", "encoding", "gzip"),
+    [
+        ("watch=1&allowWatchBookmarks=true", "gzip", True),  # a watch-list (defaulted), bookmarks
+        ("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=1", "br, gzip", True),
+        ("watch=1", "gzip", False),  # no bookmarks: not a watch-list for compression
+        ("watch=1&resourceVersion=5&allowWatchBookmarks=true", "gzip", False),
+        ("watch=1&allowWatchBookmarks=true", "gzip;q=1", False),  # only the exact token
+        ("watch=1&allowWatchBookmarks=true", "GZIP", False),
+        ("watch=1&allowWatchBookmarks=true", "", False),
+    ],
+)
+def test_watch_list_gzip_as_the_apiserver(query: str, encoding: str, gzip: bool) -> None:
+    headers = {"Accept-Encoding": encoding} if encoding else {}
+    read = _plan(f"/api/v1/pods?{query}", None, **headers)
+    assert isinstance(read, WatchRead) and read.gzip is gzip
