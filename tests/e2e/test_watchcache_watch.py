@@ -12,9 +12,11 @@ each request must deliver, so every wait ends on an event, not a sleep.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import secrets
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,7 @@ from watchcache_watchdiff import (
     Writer,
     as_expected,
     caught_up,
+    check_order,
     compare_bookmarks,
     compare_error_events,
     compare_streams,
@@ -1361,4 +1364,123 @@ async def test_watch_accept_encoding(ws: WatchSides, watch_proxy: RunningProxy, 
         await sc.close()
     gzipped = sum(1 for o in opened if o.direct.headers.get("Content-Encoding") == "gzip")
     assert gzipped, "harness: the apiserver gzipped none of the watch-list streams"
+    assert not found, found.report()
+
+
+# --------------------------------------------------------------------------- through a relist (restarts the apiserver)
+
+
+def _etcd_delete(cp: ControlPlaneInfo, key: str) -> int:
+    """Delete one key straight in etcd (its JSON gateway): a change no apiserver watch reports."""
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    req = urllib.request.Request(
+        f"{cp.etcd_url}/v3/kv/deleterange", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return int(json.loads(r.read()).get("deleted", 0))
+
+
+async def test_watch_through_apiserver_restart_and_relist(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], spaces: tuple[str, str]
+) -> None:
+    """Watches served by kproxy stay open while the apiserver is killed, a pod is deleted behind
+    its back (straight in etcd, so only a relist can tell) and the apiserver comes back with a
+    newer resourceVersion (kproxy's resume gets 410 and relists): each watcher gets the
+    difference as ordinary events (selector transitions included), never an ERROR, with
+    resourceVersions that only go forward, ends with exactly the apiserver's state for its
+    selector, and the last resourceVersion it saw is one it can watch from again, through kproxy
+    and on the apiserver."""
+    a, _ = spaces
+    cp = control_plane
+    rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["pods"]}]})
+    ws = WatchSides(cp, rp.url)
+    streams: list[tuple[list[tuple[str, str]], str, WatchStream]] = []
+    found = Mismatches()
+    try:
+        w = Writer(ws)
+        for i in range(6):
+            await w.create(PODS, a, pod(f"r-{i}", {"app": ("web", "db")[i % 2]}))
+        await caught_up(ws, PODS)
+        n = str(w.last_rv)
+        requests: list[tuple[list[tuple[str, str]], str]] = [
+            ([("allowWatchBookmarks", "true")], JSON),
+            ([("resourceVersion", n)], JSON),
+            ([("labelSelector", "app=web")], PB_WATCH),
+            ([("labelSelector", "app=db"), ("allowWatchBookmarks", "true")], JSON),
+            ([("resourceVersion", "0")], PB_WATCH),
+        ]
+        for params, accept in requests:
+            s = await ws.watch(PODS.path(a), params, via_proxy=True, accept=accept)
+            assert s.status == 200, s.body
+            streams.append((params, accept, s))
+        await w.patch(PODS, a, "r-0", relabel(app="db"))  # seen live by everyone before the outage
+        # Every watcher (whatever its selector) has an event about r-0 from that change: it has
+        # caught up with the live stream before the outage.
+        before_outage = w.last_rv
+        await asyncio.gather(
+            *(s.wait_for(lambda st: any(e.rv == before_outage for e in st.events), 30) for _, _, s in streams)
+        )
+
+        await asyncio.to_thread(cp.stop_apiserver, kill=True)
+        assert _etcd_delete(cp, f"/registry/pods/{a}/r-3") == 1
+        await asyncio.to_thread(cp.start_apiserver)
+        # Fresh connections after the restart (the pooled ones died with the old process).
+        await ws.close()
+        ws = WatchSides(cp, rp.url)
+        w = Writer(ws)
+        await w.patch(PODS, a, "r-1", relabel(app="web"))
+        await w.create(PODS, a, pod("r-9", {"app": "web"}))
+        await w.delete(PODS, a, "r-4")
+        last_write = await w.patch(PODS, a, "r-5", relabel(app="web"))  # every watcher sees this one
+        assert last_write is not None
+        finals = []
+        for params, _, _ in streams:
+            q = [(k, v) for k, v in params if k == "labelSelector"]
+            status, doc = await ws.get_json(query_path(PODS.path(a), q))
+            assert status == 200, doc
+            finals.append({f"{a}/{i['metadata']['name']}": int(i["metadata"]["resourceVersion"]) for i in doc["items"]})
+        await asyncio.gather(
+            *(s.wait_for(lambda st: any((e.rv or 0) >= last_write for e in st.events), 60) for _, _, s in streams)
+        )
+        for (params, accept, s), final in zip(streams, finals, strict=True):
+            label = f"kproxy watch {params} [{accept}] through the restart"
+            initial = not any(k == "resourceVersion" and v not in ("", "0") for k, v in params)
+            if s.done:
+                found.add(label, "the watch stayed open", "open", s.failure or "ended")
+            errors = [e.obj for e in s.events if e.type == "ERROR"]
+            if errors:
+                found.add(label, "no ERROR event", [], errors)
+            if not any((e.rv or 0) >= last_write for e in s.events):
+                found.add(
+                    label,
+                    f"the change at {last_write}, made after the restart",
+                    "delivered",
+                    [e.short() for e in s.events],
+                )
+            have = local_state(s.content())
+            if initial and have != final:
+                found.add(label, "final state against the apiserver's list", final, have)
+            found.extend(check_order(label, s.events, initial=initial))
+            last = max((e.rv or 0) for e in s.events if e.type != "ERROR")
+            # The next reconnect, from the last resourceVersion seen: kproxy and the apiserver
+            # both take it (no 410) and have nothing newer to send.
+            for via in (True, False):
+                again = await ws.watch(
+                    PODS.path(a), [("resourceVersion", str(last)), ("timeoutSeconds", "2")], via_proxy=via
+                )
+                await again.wait_end(30)
+                who = "kproxy" if via else "the apiserver"
+                if again.status != 200 or any(e.type == "ERROR" for e in again.events):
+                    found.add(
+                        label,
+                        f"watching again from {last} on {who}",
+                        "200, no ERROR",
+                        (again.status, [e.obj for e in again.events][:2]),
+                    )
+                await again.close()
+        relists = [ln for ln in rp.metrics().splitlines() if ln.startswith("kproxy_watchcache_relists_total{")]
+        assert any(float(ln.rsplit(" ", 1)[1]) > 0 for ln in relists), f"kproxy never relisted: {relists}"
+    finally:
+        await asyncio.gather(*(s.close() for _, _, s in streams))
+        await ws.close()
     assert not found, found.report()
