@@ -126,6 +126,12 @@ class Row:
         return self.events / self.window if self.window else 0.0
 
     @property
+    def served(self) -> float:
+        """Deliveries/s by kproxy's own count (events it wrote in the window), else the watchers' count."""
+        n = self.metrics.get("kproxy_watchcache_deliveries_total")
+        return n / self.window if n is not None and self.window else self.deliveries
+
+    @property
     def writes(self) -> float:
         return self.writer.patches / self.window if self.window else 0.0
 
@@ -584,7 +590,7 @@ def report(
             "",
             "## 2. kproxy's fan-out capacity: writers patching as fast as the apiserver answers",
             "",
-            "deliveries per kproxy CPU-second = deliveries/s / kproxy cores. `coalesced / writes` = "
+            "deliveries per kproxy CPU-second = kproxy-counted deliveries/s / kproxy cores. `coalesced / writes` = "
             "`kproxy_watchcache_coalesced_writes_total / kproxy_watchcache_watch_writes_total` over the window "
             "(transport writes that carried more than one event); `events / write` = "
             "`kproxy_watchcache_deliveries_total / kproxy_watchcache_watch_writes_total`; kproxy-counted "
@@ -606,7 +612,9 @@ def report(
             coalesced = m.get("kproxy_watchcache_coalesced_writes_total", float("nan"))
             delivered = m.get("kproxy_watchcache_deliveries_total", float("nan"))
             slow = m.get("kproxy_watchcache_slow_watchers_closed_total", float("nan"))
-            per_cpu = _div(r.deliveries, r.cores("kproxy"))
+            # kproxy's own count of what it wrote inside the window: the clients' count also holds events
+            # written before it and read late (a backlog), which is not kproxy's work in the window.
+            per_cpu = _div(delivered if delivered == delivered else r.deliveries, r.window * r.cores("kproxy"))
             lines.append(
                 f"| {r.watchers:,} | {r.writers} | {r.writes:.0f} | {r.deliveries:,.0f} | "
                 f"{_num(delivered / r.window, 0)} | "
@@ -617,16 +625,17 @@ def report(
                 f"{_num(_div(r.events, r.reads), 1)} | {_closed(r)} | {slow:.0f} |"
             )
             good = per_cpu >= GOAL_DELIVERIES_PER_CPU_S
-            goals_ok &= good
             closed = sum(r.closed_early.values())
+            if closed:
+                goals.append(
+                    f"* (not judged: {closed} of {r.watchers:,} watchers were closed as slow during the window, no "
+                    f"steady state) kproxy deliveries per CPU-second at {r.watchers:,} watchers: {per_cpu:,.0f}"
+                )
+                continue
+            goals_ok &= good
             goals.append(
                 f"* kproxy deliveries per CPU-second at {r.watchers:,} watchers: {per_cpu:,.0f} (goal >= "
                 f"{GOAL_DELIVERIES_PER_CPU_S:,.0f}): {_met(good)}"
-                + (
-                    f" (not a steady state: {closed} of {r.watchers:,} watchers were closed as slow during the window)"
-                    if closed
-                    else ""
-                )
             )
     lines += ["", "## Goals (issue 5)", "", *goals, "", *reading_notes(rows + capacity, base, args.rate), ""]
     if args.quick:
@@ -664,7 +673,8 @@ def reading_notes(rows: list[Row], base: Row | None, rate: float) -> list[str]:
     if base is not None and pairs:
         out += [
             "* CPU per delivery, microseconds (the serving process: for direct the apiserver's CPU beyond the "
-            "writer-only run's cost of the same writes, for kproxy kproxy's own; the watcher processes: direct they "
+            "writer-only run's cost of the same writes, for kproxy its own CPU over the deliveries it counted; the "
+            "watcher processes: direct they "
             "decrypt TLS, through kproxy they read plain HTTP, so on this shared machine direct watchers also take "
             "more CPU away from the apiserver):",
             "",
@@ -674,7 +684,7 @@ def reading_notes(rows: list[Row], base: Row | None, rate: float) -> list[str]:
         for d, k in pairs:
             beyond = d.cores("apiserver") - base.api_ms_per_write * d.writes / 1000
             out.append(
-                f"| {_who(d, rate)} | {beyond / d.deliveries * 1e6:.1f} | {k.cores('kproxy') / k.deliveries * 1e6:.1f} "
+                f"| {_who(d, rate)} | {beyond / d.deliveries * 1e6:.1f} | {k.cores('kproxy') / k.served * 1e6:.1f} "
                 f"| {d.cores('clients') / d.deliveries * 1e6:.1f} | {k.cores('clients') / k.deliveries * 1e6:.1f} |"
             )
         out.append("")
