@@ -1394,6 +1394,7 @@ async def test_watch_through_apiserver_restart_and_relist(
     cp = control_plane
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["pods"]}]})
     ws = WatchSides(cp, rp.url)
+    later: list[WatchSides] = []
     streams: list[tuple[list[tuple[str, str]], str, WatchStream]] = []
     found = Mismatches()
     try:
@@ -1424,10 +1425,11 @@ async def test_watch_through_apiserver_restart_and_relist(
         await asyncio.to_thread(cp.stop_apiserver, kill=True)
         assert _etcd_delete(cp, f"/registry/pods/{a}/r-3") == 1
         await asyncio.to_thread(cp.start_apiserver)
-        # Fresh connections after the restart (the pooled ones died with the old process).
-        await ws.close()
-        ws = WatchSides(cp, rp.url)
-        w = Writer(ws)
+        # New sessions for what follows (the pooled connections to the apiserver died with it);
+        # the first ones stay open: closing them would close the watches under test.
+        fresh = WatchSides(cp, rp.url)
+        later.append(fresh)
+        w = Writer(fresh)
         await w.patch(PODS, a, "r-1", relabel(app="web"))
         await w.create(PODS, a, pod("r-9", {"app": "web"}))
         await w.delete(PODS, a, "r-4")
@@ -1436,7 +1438,7 @@ async def test_watch_through_apiserver_restart_and_relist(
         finals = []
         for params, _, _ in streams:
             q = [(k, v) for k, v in params if k == "labelSelector"]
-            status, doc = await ws.get_json(query_path(PODS.path(a), q))
+            status, doc = await fresh.get_json(query_path(PODS.path(a), q))
             assert status == 200, doc
             finals.append({f"{a}/{i['metadata']['name']}": int(i["metadata"]["resourceVersion"]) for i in doc["items"]})
         await asyncio.gather(
@@ -1465,7 +1467,7 @@ async def test_watch_through_apiserver_restart_and_relist(
             # The next reconnect, from the last resourceVersion seen: kproxy and the apiserver
             # both take it (no 410) and have nothing newer to send.
             for via in (True, False):
-                again = await ws.watch(
+                again = await fresh.watch(
                     PODS.path(a), [("resourceVersion", str(last)), ("timeoutSeconds", "2")], via_proxy=via
                 )
                 await again.wait_end(30)
@@ -1482,5 +1484,5 @@ async def test_watch_through_apiserver_restart_and_relist(
         assert any(float(ln.rsplit(" ", 1)[1]) > 0 for ln in relists), f"kproxy never relisted: {relists}"
     finally:
         await asyncio.gather(*(s.close() for _, _, s in streams))
-        await ws.close()
+        await asyncio.gather(ws.close(), *(x.close() for x in later))
     assert not found, found.report()
