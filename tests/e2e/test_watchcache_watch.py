@@ -914,6 +914,54 @@ def _start_rv(stream: WatchStream) -> int | None:
     return end.rv if end is not None else None
 
 
+Started = tuple[Spec, int, WatchStream, WatchStream]
+
+
+async def check_from_own_start(sc: Scenario, opened: list[Started], timeout: float = 90.0) -> Mismatches:
+    """Each stream of watches opened while objects changed, against what the recorder implies
+    from the stream's own start (its initial-events-end bookmark, or the N it asked for); pairs
+    that started alike are also compared with each other. ``opened``: (spec, the last write
+    acknowledged before it was sent, apiserver's stream, kproxy's stream)."""
+    assert sc.oracle is not None and sc.recorder is not None
+    oracle = sc.oracle
+    oracle.changes = [e for e in sc.recorder.events if e.type != "BOOKMARK"]
+
+    def plan(spec: Spec, s: WatchStream) -> list[Any] | None:
+        if spec.mode() == "since":
+            return oracle.expected(spec, 0)
+        start = _start_rv(s)
+        return oracle.expected(spec, start) if start is not None else None
+
+    async def settle(spec: Spec, s: WatchStream) -> None:
+        await s.wait_for(lambda st: plan(spec, st) is not None, timeout)
+        want = plan(spec, s)
+        if want is not None:
+            await s.wait_for(lambda st: len(st.content()) >= len(want), timeout)
+
+    await asyncio.gather(*(settle(spec, s) for spec, _, d, p in opened for s in (d, p)))
+    found = Mismatches()
+    for spec, acked, d, p in opened:
+        label = f"{spec.label} [{spec.accept}]"
+        for who, s in (("apiserver", d), ("kproxy", p)):
+            what = f"{who}'s events against the recorder" if who == "kproxy" else "harness: the apiserver's events"
+            want = plan(spec, s)
+            if s.status != 200 or want is None:
+                found.add(label, f"{who}: a stream with an initial-events-end bookmark", 200, (s.status, s.failure))
+                continue
+            got = as_expected(s.content())
+            if got != want:
+                shown = [e.short() for e in want][-40:], [e.short() for e in got][-40:]
+                found.add(label, f"{what} (start {_start_rv(s)}, last 40 of {len(want)}/{len(got)})", *shown)
+            start = _start_rv(s)
+            if spec.values().get("resourceVersion") is None and start is not None and start < acked:
+                found.add(label, f"{who}: consistent watch started before a write acknowledged earlier", acked, start)
+        if spec.mode() == "since" or _start_rv(d) == _start_rv(p):
+            found.extend(
+                compare_streams(label, d, p, bookmarks_asked=spec.bookmarks(), initial=spec.mode() == "initial")
+            )
+    return found
+
+
 async def test_watch_opened_while_writing(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
     """Watches opened at several moments while three writers keep changing pods. Each stream must
     be exactly what the recorder implies for its own starting point: the initial events are the
@@ -960,7 +1008,7 @@ async def test_watch_opened_while_writing(ws: WatchSides, watch_proxy: RunningPr
                 busy.discard(name)
             done += 1
 
-    opened: list[tuple[Spec, int, WatchStream, WatchStream]] = []
+    opened: list[Started] = []
 
     async def open_at(after: int) -> None:
         """Once ``after`` changes are made, open every form (the writers keep going)."""
@@ -979,49 +1027,87 @@ async def test_watch_opened_while_writing(ws: WatchSides, watch_proxy: RunningPr
     try:
         await asyncio.gather(writer(), writer(), writer(), open_at(5), open_at(60), open_at(150))
         await sc.seen(w.last_rv)
-        sc.oracle.changes = [e for e in sc.recorder.events if e.type != "BOOKMARK"] if sc.recorder else []
-        found = Mismatches()
-
-        def plan(spec: Spec, s: WatchStream) -> list[Any] | None:
-            if spec.mode() == "since":
-                return sc.oracle.expected(spec, 0) if sc.oracle else None
-            start = _start_rv(s)
-            return sc.oracle.expected(spec, start) if sc.oracle and start is not None else None
-
-        async def settle(spec: Spec, s: WatchStream) -> None:
-            await s.wait_for(lambda st: plan(spec, st) is not None, 60)
-            want = plan(spec, s)
-            if want is not None:
-                await s.wait_for(lambda st: len(st.content()) >= len(want), 60)
-
-        await asyncio.gather(*(settle(spec, s) for spec, _, d, p in opened for s in (d, p)))
-        for spec, acked, d, p in opened:
-            label = f"{spec.label} [{spec.accept}]"
-            for who, s in (("apiserver", d), ("kproxy", p)):
-                what = f"{who}'s events against the recorder" if who == "kproxy" else "harness: the apiserver's events"
-                want = plan(spec, s)
-                if s.status != 200 or want is None:
-                    found.add(label, f"{who}: a stream with an initial-events-end bookmark", 200, (s.status, s.failure))
-                    continue
-                got = as_expected(s.content())
-                if got != want:
-                    found.add(
-                        label, f"{what} (start {_start_rv(s)})", [e.short() for e in want], [e.short() for e in got]
-                    )
-                start = _start_rv(s)
-                if spec.values().get("resourceVersion") is None and start is not None and start < acked:
-                    found.add(
-                        label, f"{who}: consistent watch started before a write acknowledged earlier", acked, start
-                    )
-            if spec.mode() == "since" or _start_rv(d) == _start_rv(p):
-                found.extend(
-                    compare_streams(label, d, p, bookmarks_asked=spec.bookmarks(), initial=spec.mode() == "initial")
-                )
+        found = await check_from_own_start(sc, opened)
         served = watch_reads(watch_proxy, "pods") - before
         if served != len(opened):
             found.add("watches served from the cache", upstream_reasons(watch_proxy, "pods"), len(opened), served)
     finally:
         await asyncio.gather(*(s.close() for _, _, d, p in opened for s in (d, p)))
+        await sc.close()
+    assert not found, found.report()
+
+
+async def test_watch_large_initial_state_while_writing(
+    ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]
+) -> None:
+    """1,500 configmaps (about 2 MB of initial events, written by kproxy in several batches) while
+    writers keep changing them: the changes that arrive during the initial events must follow
+    them, none lost or repeated, each stream exactly what the recorder implies from its own start."""
+    a, _ = spaces
+    w = Writer(ws)
+    names = [f"big-{i:04d}" for i in range(1500)]
+    sem = asyncio.Semaphore(8)
+
+    async def create(name: str) -> None:
+        async with sem:
+            lbls = {"team": ("red", "blue")[int(name[-1]) % 2]}
+            await w.create(CONFIGMAPS, a, configmap(name, lbls, {"v": name * 60}))
+
+    await asyncio.gather(*(create(n) for n in names))
+    sc = Scenario(ws, CONFIGMAPS)
+    await sc.start(settle_timeout=120)
+    assert sc.oracle is not None
+    n0 = sc.oracle.list_rv
+    rng = random.Random(3)
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        k = 0
+        while not stop.is_set():
+            name = rng.choice(names)
+            k += 1
+            await w.patch(CONFIGMAPS, a, name, relabel(team=rng.choice(("red", "blue")), k=str(k)))
+
+    red = Sel("team=red", "team=red", None, lambda o: labels(o).get("team") == "red")
+    opened: list[Started] = []
+    forms = rv_forms(n0)
+    before = watch_reads(watch_proxy, "configmaps")
+    writers = [asyncio.create_task(writer()) for _ in range(3)]
+    try:
+        for f, sel, accept in (
+            ("sie+bm", EVERYTHING, JSON),
+            ("unset+bm", EVERYTHING, PB_WATCH),
+            ("0+bm", red, JSON),
+            ("sie+bm", red, PB_WATCH),
+            ("N", EVERYTHING, JSON),
+        ):
+            await w.patch(CONFIGMAPS, a, names[0], {"data": {"v": f}})
+            acked = w.last_rv
+            spec = make_spec(CONFIGMAPS, a, f"{f} (1,500 objects)", forms[f], sel, accept)
+            d, p = await ws.pair(spec.path, spec.params, accept=accept, label=spec.label)
+            opened.append((spec, acked, d, p))
+        # Let the writers run until every stream is past its initial events.
+        await asyncio.gather(
+            *(
+                s.wait_for(lambda st: _start_rv(st) is not None, 120)
+                for spec, _, d, p in opened
+                if spec.mode() == "initial"
+                for s in (d, p)
+            )
+        )
+        stop.set()
+        await asyncio.gather(*writers)
+        await sc.seen(w.last_rv)
+        found = await check_from_own_start(sc, opened, timeout=120)
+        served = watch_reads(watch_proxy, "configmaps") - before
+        if served != len(opened):
+            found.add("watches served from the cache", upstream_reasons(watch_proxy, "configmaps"), len(opened), served)
+    finally:
+        stop.set()
+        for t in writers:
+            t.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        await asyncio.gather(*(s.close() for *_, d, p in opened for s in (d, p)))
         await sc.close()
     assert not found, found.report()
 
