@@ -1112,6 +1112,91 @@ async def test_watch_large_initial_state_while_writing(
     assert not found, found.report()
 
 
+def _num(o: Obj) -> int | None:
+    value = labels(o).get("num")
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+
+async def test_watch_selector_operators(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
+    """Every label selector operator (=, ==, !=, in, notin, exists, !exists, >, <) and their
+    transitions as labels change, and sendInitialEvents from a resourceVersion the cache reaches
+    only once the next write lands (the watch waits for it, then starts from there)."""
+    a, _ = spaces
+    w = Writer(ws)
+    for i in range(8):
+        lbls = {"num": str(i), "tier": ("front", "back", "db")[i % 3]}
+        if i % 2:
+            lbls["env"] = "prod"
+        await w.create(PODS, a, pod(f"o-{i}", lbls))
+    sc = Scenario(ws, PODS)
+    await sc.start()
+    assert sc.oracle is not None
+    forms = rv_forms(sc.oracle.list_rv)
+    sels = [
+        Sel("num>3", "num>3", None, lambda o: (_num(o) or 0) > 3 and _num(o) is not None),
+        Sel("num<2", "num<2", None, lambda o: _num(o) is not None and (_num(o) or 0) < 2),
+        Sel("tier notin (front)", "tier notin (front)", None, lambda o: labels(o).get("tier") != "front"),
+        Sel("env", "env", None, lambda o: "env" in labels(o)),
+        Sel("!env", "!env", None, lambda o: "env" not in labels(o)),
+        Sel("env=prod,num>1", "env=prod,num>1", None, lambda o: labels(o).get("env") == "prod" and (_num(o) or 0) > 1),
+        Sel(
+            "tier in (db,back),!env",
+            "tier in (db,back),!env",
+            None,
+            lambda o: labels(o).get("tier") in ("db", "back") and "env" not in labels(o),
+        ),
+    ]
+    specs = [
+        make_spec(PODS, a, f, forms[f], sel, acc) for sel in sels for f, acc in (("unset+bm", JSON), ("N", PB_WATCH))
+    ]
+
+    async def phase1() -> int:
+        mid = await w.patch(PODS, a, "o-0", relabel(num="9", env="dev"))
+        await w.patch(PODS, a, "o-3", relabel(num="x", tier="front"))
+        await w.patch(PODS, a, "o-4", relabel(env=None, tier="db"))
+        await w.patch(PODS, a, "o-5", relabel(num="10"))
+        assert mid is not None
+        return mid
+
+    def wave2(mid: int) -> list[Spec]:
+        return [make_spec(PODS, a, "N(mid)", rv_forms(mid)["N"], sel) for sel in sels]
+
+    async def phase2() -> None:
+        await w.patch(PODS, a, "o-1", relabel(env=None))
+        await w.delete(PODS, a, "o-6")
+        await w.patch(PODS, a, "o-7", relabel(num="2"))
+
+    try:
+        found, _ = await run_waves(sc, w, watch_proxy, specs, phase1, wave2, phase2)
+    finally:
+        await sc.close()
+
+    # sendInitialEvents from a resourceVersion just ahead: opened, then the write that reaches it.
+    sc2 = Scenario(ws, PODS)
+    await sc2.start()
+    assert sc2.oracle is not None
+    ahead = sc2.oracle.list_rv + 1
+    params = [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan"), ("resourceVersion", str(ahead))]
+    opened: list[Started] = []
+    try:
+        for accept in (JSON, PB_WATCH):
+            spec = make_spec(PODS, a, "sie+N+1+bm", [*params, ("allowWatchBookmarks", "true")], EVERYTHING, accept)
+            pair = asyncio.create_task(ws.pair(spec.path, spec.params, accept=accept, label=spec.label))
+            await w.patch(PODS, a, "o-2", {"metadata": {"annotations": {"reached": accept}}})
+            d, p = await pair
+            opened.append((spec, ahead, d, p))
+        await sc2.seen(w.last_rv)
+        found.extend(await check_from_own_start(sc2, opened))
+        for spec, _, _d, p in opened:
+            start = _start_rv(p)
+            if start is None or start < ahead:
+                found.add(spec.label, "kproxy's initial events at or after the requested resourceVersion", ahead, start)
+    finally:
+        await asyncio.gather(*(s.close() for *_, d, p in opened for s in (d, p)))
+        await sc2.close()
+    assert not found, found.report()
+
+
 # --------------------------------------------------------------------------- other spellings of the same watch
 
 
