@@ -14,8 +14,12 @@ watch cache's broadcaster) and frames are pushed into the sink from then on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+import aiohttp
+from aiohttp import web
 
 from kproxy.chain import StreamBody
 
@@ -135,3 +139,24 @@ class TransportSink:
     def close(self) -> None:
         if not self.done.done():
             self.done.set_result(None)
+
+
+async def serve_events(request: web.BaseRequest, resp: web.StreamResponse, body: EventStreamBody) -> None:
+    """Serve ``body`` on ``request``'s connection: headers out at once (the apiserver flushes
+    them before the first event), then its frames straight to the transport until the watch
+    ends (timeout, slow client, shutdown: a clean end of stream) or the client goes away."""
+    chunked = request.version >= aiohttp.HttpVersion11
+    if chunked:
+        resp.enable_chunked_encoding()
+    else:
+        resp.force_close()  # HTTP/1.0: the stream ends with the connection
+    await resp.prepare(request)
+    transport = request.transport
+    if transport is None:
+        return
+    sink = TransportSink(transport, request.protocol, chunked=chunked)
+    body.attach(sink)
+    await sink.done
+    if not sink.closing():
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            await resp.write_eof()

@@ -11,7 +11,6 @@ path goes to one handler, which keeps the per-request cost of the proxy itself s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
@@ -27,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
 from kproxy.context import ApiClient, FilterContext
-from kproxy.eventstream import EventStreamBody, TransportSink
+from kproxy.eventstream import EventStreamBody, serve_events
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
@@ -439,25 +438,11 @@ class ProxyServer:
         before the first event), then its frames go straight to the transport until the watch
         ends (timeout, slow client, shutdown) or the client goes away."""
         resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
-        chunked = request.version >= aiohttp.HttpVersion11
-        if chunked:
-            resp.enable_chunked_encoding()
-        else:
-            resp.force_close()
         stream = _OpenStream(body, True)
         self._streams.add(stream)
         self.metrics.open_watches.inc()
         try:
-            await resp.prepare(request)
-            transport = request.transport
-            if transport is None:
-                return resp, 0
-            sink = TransportSink(transport, request.protocol, chunked=chunked)
-            body.attach(sink)
-            await sink.done
-            if not sink.closing():
-                with contextlib.suppress(*_STREAM_ERRORS):
-                    await resp.write_eof()
+            await serve_events(request, resp, body)
             return resp, 0
         finally:
             self._streams.discard(stream)
