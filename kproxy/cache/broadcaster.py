@@ -53,6 +53,9 @@ class Sink(Protocol):
     def write(self, data: bytes) -> None:
         """Queue ``data`` (one or more complete frames) for the client, without waiting."""
 
+    def writelines(self, frames: list[bytes]) -> None:
+        """Queue several frames as one write (one chunk), without joining them first."""
+
     def writable(self) -> bool:
         """The connection takes data (its buffer is below its high-water mark)."""
 
@@ -388,27 +391,30 @@ class Broadcaster:
         dirty, self._dirty = self._dirty, []
         deliveries = writes = coalesced = 0
         overfull: list[Watcher] = []
-        compressed: dict[tuple[int, ...], bytes] = {}  # the same batch compressed once
+        batches: dict[tuple[int, int, bool], tuple[list[bytes], bytes]] = {}  # one join per batch
+        # The hot loop (once per watcher per pass): a watcher whose client went away is found by
+        # the tick (its writes are dropped meanwhile), not checked here.
         for w in dirty:
             w.dirty = False
-            if w.closed or not w.pending:
+            pending = w.pending
+            if w.closed or not pending:
                 continue
-            sink = w.sink
-            if sink.closing():
-                self.close(w, flush=False)
-                continue
-            if w.initial or not sink.writable():
-                if len(w.pending) > self.buffer and w.overfull_at is None:
+            if w.initial or not w.sink.writable():
+                if len(pending) > self.buffer and w.overfull_at is None:
                     overfull.append(w)
                 if not w.initial:
                     self._wait_writable(w)
                 continue
-            n = len(w.pending)
-            self._write(w, compressed)
+            n = len(pending)
+            if n == 1 and w.compress is None:
+                w.pending = []
+                w.overfull_at = None
+                w.sink.write(pending[0])
+            else:
+                self._write(w, batches)
+                coalesced += 1
             deliveries += n
             writes += 1
-            if n > 1:
-                coalesced += 1
         if writes:
             self.counters.delivered(deliveries, writes, coalesced)
         if self._latencies:
@@ -419,17 +425,24 @@ class Broadcaster:
         if overfull:
             self._give_budget(overfull)
 
-    def _write(self, w: Watcher, compressed: dict[tuple[int, ...], bytes]) -> None:
+    def _write(self, w: Watcher, batches: dict[tuple[int, int, bool], tuple[list[bytes], bytes]]) -> None:
         frames, w.pending = w.pending, []
         w.overfull_at = None
-        compress = w.compress
-        if compress is None:
-            w.sink.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        if len(frames) == 1 and w.compress is None:
+            w.sink.write(frames[0])
             return
-        key = tuple(map(id, frames))  # the frames are alive (in ``frames``) while the key is used
-        data = compressed.get(key)
-        if data is None:
-            data = compressed[key] = compress(frames[0] if len(frames) == 1 else b"".join(frames))
+        # Watchers that got the same frames in this pass (a group, mostly) share one joined (and,
+        # for watch-list gzip, compressed) batch: the same bytes object goes to each of them.
+        # The frames stay alive (in ``frames``) while their ids are used as the key.
+        key = (id(frames[0]), len(frames), w.compress is not None)
+        hit = batches.get(key)
+        if hit is not None and hit[0] == frames:  # list ==: identity first, so cheap for shared frames
+            data = hit[1]
+        else:
+            data = frames[0] if len(frames) == 1 else b"".join(frames)
+            if w.compress is not None:
+                data = w.compress(data)
+            batches[key] = (frames, data)
         w.sink.write(data)
 
     def _wait_writable(self, w: Watcher) -> None:
