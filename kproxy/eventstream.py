@@ -79,9 +79,6 @@ class QueueSink:
         if self._size > self._high:
             self._drained.clear()
 
-    def writelines(self, frames: list[bytes]) -> None:
-        self.write(b"".join(frames))
-
     def writable(self) -> bool:
         return self._size <= self._high
 
@@ -127,15 +124,6 @@ class TransportSink:
             transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
         else:
             transport.write(data)
-
-    def writelines(self, frames: list[bytes]) -> None:
-        transport = self._transport
-        if transport.is_closing():
-            return
-        if self.chunked:
-            transport.writelines((b"%x\r\n" % sum(map(len, frames)), *frames, b"\r\n"))
-        else:
-            transport.writelines(frames)
 
     def writable(self) -> bool:
         return not self._protocol.writing_paused

@@ -53,9 +53,6 @@ class Sink(Protocol):
     def write(self, data: bytes) -> None:
         """Queue ``data`` (one or more complete frames) for the client, without waiting."""
 
-    def writelines(self, frames: list[bytes]) -> None:
-        """Queue several frames as one write (one chunk), without joining them first."""
-
     def writable(self) -> bool:
         """The connection takes data (its buffer is below its high-water mark)."""
 

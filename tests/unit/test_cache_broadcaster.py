@@ -48,9 +48,6 @@ class Sink:
     def write(self, data: bytes) -> None:
         self.writes.append(data)
 
-    def writelines(self, frames: list[bytes]) -> None:
-        self.writes.append(b"".join(frames))
-
     def writable(self) -> bool:
         return self._writable
 
