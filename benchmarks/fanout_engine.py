@@ -38,7 +38,7 @@ import uvloop
 from aiohttp import web
 
 from kproxy.cache import MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, Selection
+from kproxy.cache.broadcaster import Broadcaster, NoCounters, Selection
 from kproxy.codec import ProtobufCodec
 from kproxy.eventstream import EventStreamBody, serve_events
 from kproxy.negotiation import JSON
@@ -54,7 +54,7 @@ def _object(rv: int, size: int) -> CachedObject:
     return CachedObject("ns/w", "ns", "w", rv, {}, {}, json=head + pad + b'"}}')
 
 
-class _Counts:
+class _Counts(NoCounters):
     def __init__(self) -> None:
         self.deliveries = 0
         self.writes = 0
@@ -62,18 +62,6 @@ class _Counts:
     def delivered(self, deliveries: int, writes: int, coalesced: int) -> None:
         self.deliveries += deliveries
         self.writes += writes
-
-    def latency(self, seconds: float) -> None:
-        pass
-
-    def slow_closed(self) -> None:
-        pass
-
-    def watchers(self, count: int) -> None:
-        pass
-
-    def events_in(self, count: int) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------------------ clients

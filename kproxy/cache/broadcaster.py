@@ -88,7 +88,9 @@ class Counters(Protocol):
     def events_in(self, count: int) -> None: ...
 
 
-class _NoCounters:
+class NoCounters:
+    """Counters that count nothing (a base for those that count only some things)."""
+
     def delivered(self, deliveries: int, writes: int, coalesced: int) -> None:
         pass
 
@@ -172,7 +174,7 @@ class Broadcaster:
         self.frames = frames
         self.buffer = buffer
         self.bookmark_interval = bookmark_interval
-        self.counters: Counters = counters or _NoCounters()
+        self.counters: Counters = counters or NoCounters()
         self._clock = clock
         self.budget = TimeBudget(clock)
         self._groups: dict[tuple[str, ...], _Group] = {}

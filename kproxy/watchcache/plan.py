@@ -17,8 +17,8 @@ from kproxy.cache.labels import LabelSelector, SelectorError, parse_label_select
 from kproxy.chain import Exchange
 from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, negotiate, parse_bool, router_accepts
 
-_RV = re.compile(r"0|[1-9][0-9]{0,18}")
-_INT = re.compile(r"[+-]?[0-9]{1,19}")
+RV_TEXT = re.compile(r"0|[1-9][0-9]{0,18}")
+INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 # Parameters a list may carry that the cache understands (or that do not change a list's answer).
 _LIST_PARAMS = frozenset(
     {
@@ -135,7 +135,7 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     match = q.get("resourceVersionMatch", "")
     cont_text = q.get("continue", "")
     limit_text = q.get("limit", "")
-    if rv and not _RV.fullmatch(rv):
+    if rv and not RV_TEXT.fullmatch(rv):
         return Pass("invalid")
     if match == "Exact":
         return Pass("exact")
@@ -143,10 +143,10 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         return Pass("invalid")
     limit = 0
     if "limit" in q:  # present but empty is the apiserver's ParseInt 400 too
-        if not _INT.fullmatch(limit_text):
+        if not INT_TEXT.fullmatch(limit_text):
             return Pass("invalid")
         limit = max(int(limit_text), 0)
-    if "timeoutSeconds" in q and not _INT.fullmatch(q["timeoutSeconds"]):
+    if "timeoutSeconds" in q and not INT_TEXT.fullmatch(q["timeoutSeconds"]):
         return Pass("invalid")
     cont: ContinueToken | None = None
     if cont_text:
@@ -166,6 +166,19 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         mode, min_rv = "min", int(rv)
     label_text = q.get("labelSelector", "")
     field_text = q.get("fieldSelector", "")
+    selectors = parse_selectors(label_text, field_text, selectable)
+    if isinstance(selectors, Pass):
+        return selectors
+    media = _media(ex, protobuf)
+    if isinstance(media, Pass):
+        return media
+    return Read("list", scope, "", mode, min_rv, limit, cont, *selectors, label_text, field_text, *media)
+
+
+def parse_selectors(
+    label_text: str, field_text: str, selectable: SelectableFields
+) -> tuple[LabelSelector | None, FieldSelector | None] | Pass:
+    """The request's selectors (None for an empty one), or Pass for one the apiserver refuses."""
     try:
         labels = parse_label_selector(label_text) if label_text else None
         fields = parse_field_selector(field_text, selectable) if field_text else None
@@ -175,7 +188,4 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         labels = None
     if fields is not None and fields.empty:
         fields = None
-    media = _media(ex, protobuf)
-    if isinstance(media, Pass):
-        return media
-    return Read("list", scope, "", mode, min_rv, limit, cont, labels, fields, label_text, field_text, *media)
+    return labels, fields

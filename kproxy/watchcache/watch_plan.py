@@ -19,19 +19,16 @@ What a served watch starts with (wire doc 3.7, 1.34+ with WatchList):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from kproxy.cache.fields import FieldSelector, SelectableFields, parse_field_selector
-from kproxy.cache.labels import LabelSelector, SelectorError, parse_label_selector
+from kproxy.cache.fields import FieldSelector, SelectableFields
+from kproxy.cache.labels import LabelSelector
 from kproxy.chain import Exchange
 from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
 from kproxy.requestinfo import param_bool
 
-from .plan import Pass, request_scope, utf8_query
+from .plan import INT_TEXT, RV_TEXT, Pass, parse_selectors, request_scope, utf8_query
 
-_RV = re.compile(r"0|[1-9][0-9]{0,18}")
-_INT = re.compile(r"[+-]?[0-9]{1,19}")
 _WATCH_PARAMS = frozenset(
     {
         "watch",
@@ -109,7 +106,7 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         return Pass("parameters")
     rv = q.get("resourceVersion", "")
     match = q.get("resourceVersionMatch", "")
-    if rv and not _RV.fullmatch(rv):
+    if rv and not RV_TEXT.fullmatch(rv):
         return Pass("invalid")
     send_initial = param_bool(q["sendInitialEvents"]) if "sendInitialEvents" in q else None
     bookmarks = param_bool(q["allowWatchBookmarks"]) if "allowWatchBookmarks" in q else False
@@ -121,7 +118,7 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         return Pass("invalid")
     timeout_seconds = 0
     if "timeoutSeconds" in q:
-        if not _INT.fullmatch(q["timeoutSeconds"]):
+        if not INT_TEXT.fullmatch(q["timeoutSeconds"]):
             return Pass("invalid")
         timeout_seconds = int(q["timeoutSeconds"])
         if timeout_seconds < 0:
@@ -132,15 +129,10 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         # A watch of one object: get.go adds a metadata.name term to the field selector.
         term = f"metadata.name={info.name}"
         field_text = f"{field_text},{term}" if field_text else term
-    try:
-        labels = parse_label_selector(label_text) if label_text else None
-        fields = parse_field_selector(field_text, selectable) if field_text else None
-    except SelectorError:
-        return Pass("selector")
-    if labels is not None and labels.empty:
-        labels = None
-    if fields is not None and fields.empty:
-        fields = None
+    selectors = parse_selectors(label_text, field_text, selectable)
+    if isinstance(selectors, Pass):
+        return selectors
+    labels, fields = selectors
     media = _media(ex, protobuf)
     if isinstance(media, Pass):
         return media

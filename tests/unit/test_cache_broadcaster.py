@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from kproxy.cache import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, Selection
+from kproxy.cache.broadcaster import Broadcaster, NoCounters, Selection
 from kproxy.cache.time_budget import TimeBudget
 
 POD = Kind("v1", "Pod", "PodList", protobuf=False)
@@ -174,21 +174,9 @@ async def test_a_relist_sends_the_differences_to_open_watches(cache: WatchCache)
 async def test_a_slow_watcher_is_closed_after_the_budget_and_the_others_go_on(cache: WatchCache) -> None:
     closed: list[int] = []
 
-    class Counters:
-        def delivered(self, deliveries: int, writes: int, coalesced: int) -> None:
-            pass
-
-        def latency(self, seconds: float) -> None:
-            pass
-
+    class Counters(NoCounters):
         def slow_closed(self) -> None:
             closed.append(1)
-
-        def watchers(self, count: int) -> None:
-            pass
-
-        def events_in(self, count: int) -> None:
-            pass
 
     bc = Broadcaster(cache, Frames(), buffer=3, counters=Counters())
     slow, fast = Sink(writable=False), Sink()
