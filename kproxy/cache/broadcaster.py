@@ -495,11 +495,11 @@ class Broadcaster:
         meanwhile."""
         sink = w.sink
         try:
-            if head is not None:
+            if head:
                 view = memoryview(head)
                 for i in range(0, len(view), INITIAL_BATCH):
                     await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
-            else:
+            elif head is None:
                 await self._send_objects(sink, w.media_type, objects, w.compress)
             if end:
                 sink.write(end)

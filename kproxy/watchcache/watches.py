@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +19,6 @@ from multidict import CIMultiDict
 from kproxy.cache import ADDED, CachedObject
 from kproxy.cache.broadcaster import Selection
 from kproxy.chain import Reply
-from kproxy.compress.backends import gzip_codec
 from kproxy.eventstream import EventStreamBody
 from kproxy.status import StatusCause, StatusError, resource_expired, timeout
 
@@ -28,7 +28,16 @@ from .watch_plan import WatchRead
 
 log = logging.getLogger("kproxy.watchcache")
 _MAX_BODIES = 64  # bodies kept per resource (shared with whole lists)
-_GZIP = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
+
+
+def gzip_member(data: bytes) -> bytes:
+    """One complete gzip member laid out as Go's gzip writer leaves it after ``Flush`` then
+    ``Close`` (the apiserver's per-flush watch-list writer): the data ends with a sync-flush
+    block, and the final block that follows is empty. A reader (Go's ``gzip.Reader``, client-go)
+    gets the events at the sync point; with the data in the final block it would hold them back
+    until the next member starts. Level 1, the apiserver's ``gzipContentEncodingLevel``."""
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH) + c.flush(zlib.Z_FINISH)
 
 
 def too_large_rv(want: int, current: int) -> StatusError:
@@ -76,7 +85,7 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
 
     def start(sink: Any) -> Callable[[], None]:
         cache, frames, media = rc.cache, rc.frames, read.media_type
-        compress = _GZIP.compress if read.gzip else None
+        compress = gzip_member if read.gzip else None
         failure = error
         if failure is None and not cache.ready:
             failure = too_large_rv(read.rv, cache.rv)  # went unready since: like a cache not reaching it
@@ -103,7 +112,9 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
                 found = cache.bodies.get(key)
                 if not isinstance(found, bytes):
                     found = frames.events(ADDED, objects, media)
-                    if compress is not None:
+                    if compress is not None and found:
+                        # Never an empty member: client-go's gzip reader stops at one (the
+                        # apiserver's first member is the end bookmark when there is no object).
                         found = compress(found)
                     if len(cache.bodies) >= _MAX_BODIES:
                         cache.bodies.clear()
