@@ -59,7 +59,14 @@ def _cache_watches(rp: RunningProxy) -> float:
 
 
 def _ready(rp: RunningProxy) -> None:
-    wait_for(lambda: rp.get("/readyz", admin=True)[0] == 200, 30, "the watch cache to be ready")
+    """Until the configmaps cache has its first list (before that, kproxy passes requests on)."""
+    wait_for(lambda: rp.get("/readyz", admin=True)[0] == 200, 30, "kproxy to be ready")
+
+    def cached() -> bool:
+        rp.get("/api/v1/configmaps?resourceVersion=0&limit=1")
+        return metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="list", served="cache") > 0
+
+    wait_for(cached, 30, "the configmaps cache to answer a list", interval=0.2)
 
 
 def test_sigterm_ends_cached_watches_cleanly(
