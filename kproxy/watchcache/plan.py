@@ -100,9 +100,9 @@ def request_scope(ex: Exchange, namespaced: bool) -> str | Pass:
     return Pass("scope") if ns else ""
 
 
-def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool = True) -> Read | Pass:
-    info = ex.info
-    q = ex.query
+def common_scope(ex: Exchange, namespaced: bool) -> str | Pass:
+    """What every read the cache serves needs (a GET, no impersonation, a route the apiserver
+    has, a query Python parses as Go does, each parameter once): its namespace, or Pass."""
     if ex.method != "GET":
         return Pass("method")
     if any(k.lower().startswith("impersonate-") for k in ex.headers):
@@ -116,8 +116,18 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     if ";" in raw or ("%" in raw and not utf8_query(raw)):
         # Go's query parsing differs from Python's here (semicolons, bytes that are not UTF-8).
         return Pass("encoding")
+    q = ex.query
     if any(len(q.getall(k)) > 1 for k in q):
         return Pass("parameters")
+    return scope
+
+
+def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool = True) -> Read | Pass:
+    info = ex.info
+    q = ex.query
+    scope = common_scope(ex, namespaced)
+    if isinstance(scope, Pass):
+        return scope
     if info.verb == "get":
         if set(q) - _GET_PARAMS or q.get("resourceVersion") != "0":
             return Pass("get")

@@ -27,7 +27,7 @@ from kproxy.chain import Exchange
 from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
 from kproxy.requestinfo import param_bool
 
-from .plan import INT_TEXT, RV_TEXT, Pass, parse_selectors, request_scope, utf8_query
+from .plan import INT_TEXT, RV_TEXT, Pass, common_scope, parse_selectors
 
 _WATCH_PARAMS = frozenset(
     {
@@ -88,20 +88,11 @@ def _media(ex: Exchange, protobuf: bool) -> str | Pass:
 def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool) -> WatchRead | Pass:
     info = ex.info
     q = ex.query
-    if ex.method != "GET":
-        return Pass("method")
-    if ex.upgrade:
-        return Pass("websocket")  # a WebSocket watch (one event per message): the apiserver's
-    if any(k.lower().startswith("impersonate-") for k in ex.headers):
-        return Pass("impersonation")
-    scope = request_scope(ex, namespaced)
+    if ex.upgrade and ex.method == "GET":
+        return Pass("websocket")  # a WebSocket watch (one event per message) is the apiserver's
+    scope = common_scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope
-    raw = ex.raw_query
-    if ";" in raw or ("%" in raw and not utf8_query(raw)):
-        return Pass("encoding")
-    if any(len(q.getall(k)) > 1 for k in q):
-        return Pass("parameters")
     if set(q) - _WATCH_PARAMS:
         return Pass("parameters")
     rv = q.get("resourceVersion", "")
