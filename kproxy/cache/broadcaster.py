@@ -155,9 +155,6 @@ class _Group:
         self.selection = selection
         self.by_media: dict[str, dict[Watcher, None]] = {}
 
-    def __len__(self) -> int:
-        return sum(len(ws) for ws in self.by_media.values())
-
 
 class Broadcaster:
     def __init__(
@@ -369,7 +366,8 @@ class Broadcaster:
             type_, out = (MODIFIED if was_matching else ADDED), obj
         elif was_matching:
             type_ = DELETED
-            out = obj if event.type == DELETED else prev.at_rv(event.rv)  # type: ignore[union-attr]
+            assert prev is not None
+            out = obj if event.type == DELETED else prev.at_rv(event.rv)
         else:
             return
         w.pending.append(self.frames.event(type_, out, w.media_type))

@@ -86,9 +86,12 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
     def start(sink: Any) -> Callable[[], None]:
         cache, frames, media = rc.cache, rc.frames, read.media_type
         compress = gzip_member if read.gzip else None
+        if not cache.ready:
+            # The resource stopped being served since the watch was planned (its CRD deleted):
+            # the apiserver ends its watches then, without an event; so does this one.
+            sink.close()
+            return _nothing
         failure = error
-        if failure is None and not cache.ready:
-            failure = too_large_rv(read.rv, cache.rv)  # went unready since: like a cache not reaching it
         if failure is None and read.consistency == "since" and not cache.history.covers(read.rv):
             failure = too_old_rv(read.rv, cache.history.too_old_bound())
         if failure is not None:
