@@ -7,8 +7,12 @@ watch cache's broadcaster) and frames are pushed into the sink from then on.
 * The server attaches a ``TransportSink``: frames go straight to the client's transport with HTTP/1.1
   chunked framing, one write per batch, the same bytes object for every watcher that wants that
   encoding; no per-watcher task, no per-watcher queue.
-* A filter that must see the bytes (the ``compression`` filter, with ``watch: true``) reads
-  ``chunks()`` like any ``StreamBody``: that attaches a ``QueueSink`` and yields what it gets.
+* A filter that must see the bytes reads ``chunks()`` like any ``StreamBody``: that attaches a
+  ``QueueSink`` and yields what it gets.
+
+The ``compression`` filter (``watch: true``) does not read the bytes: it sets ``coding`` before the
+body is attached, and the feeder compresses (once for every watcher in step, see
+``kproxy.cache.shared_stream``).
 """
 
 from __future__ import annotations
@@ -23,23 +27,26 @@ from aiohttp import web
 
 from kproxy.chain import StreamBody
 
-#: ``start(sink)`` registers the watch; it returns the function that ends it.
-Starter = Callable[[Any], Callable[[], None]]
+#: ``start(sink, coding)`` registers the watch; it returns the function that ends it.
+Starter = Callable[[Any, Any], Callable[[], None]]
 
 
 class EventStreamBody(StreamBody):
-    __slots__ = ("_start", "_stop")
+    __slots__ = ("_start", "_stop", "coding")
 
     def __init__(self, media_type: str, start: Starter) -> None:
         super().__init__(self._queued(), media_type=media_type)
         self._start = start
         self._stop: Callable[[], None] | None = None
+        #: The content coding the frames are written in (``kproxy.compress.shared.WatchCoding``),
+        #: set by the filter that put it in ``Content-Encoding``; None: as they are.
+        self.coding: Any = None
 
     def attach(self, sink: Any) -> None:
         """Start the watch; from now on its frames are written to ``sink``."""
         if self._stop is not None:
             raise RuntimeError("event stream already attached")
-        self._stop = self._start(sink)
+        self._stop = self._start(sink, self.coding)
 
     def abort(self) -> None:
         """End the watch cleanly (shutdown, or the client went away)."""

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from .history import ADDED, DELETED, MODIFIED, CacheEvent
 from .objects import CachedObject
+from .shared_stream import Coding, SharedStream
 from .time_budget import TimeBudget
 from .watch_cache import WatchCache
 
@@ -145,15 +146,17 @@ class Watcher:
     next_bookmark: float | None = None
     timer: asyncio.TimerHandle | None = None
     task: asyncio.Task[None] | None = None
-    compress: Callable[[bytes], bytes] | None = None  # each write one complete member (gzip)
+    coding: Coding | None = None  # compressed: every write decodable at once
+    stream: SharedStream | None = None  # the shared compressed stream it is in step with
 
 
 class _Group:
-    __slots__ = ("by_media", "selection")
+    __slots__ = ("by_media", "selection", "streams")
 
     def __init__(self, selection: Selection) -> None:
         self.selection = selection
         self.by_media: dict[str, dict[Watcher, None]] = {}
+        self.streams: dict[tuple[str, Coding], SharedStream] = {}
 
 
 class Broadcaster:
@@ -213,13 +216,13 @@ class Broadcaster:
         initial_events_end: bool,
         timeout: float,
         initial_body: Callable[[Sequence[CachedObject]], bytes] | None = None,
-        compress: Callable[[bytes], bytes] | None = None,
+        coding: Coding | None = None,
     ) -> Watcher:
         """A watch that starts with the current state as ADDED events (resourceVersion 0 or unset,
         or sendInitialEvents), then, when asked, the initial-events-end bookmark at that state's
         resource version, then live events. ``initial_body`` may supply the initial frames
-        already joined (a body shared by several watchers of the same state; already compressed
-        when ``compress`` is given: every write is then one compressed member)."""
+        already joined (a body shared by several watchers of the same state; already compressed,
+        as one complete frame, when ``coding`` is given)."""
         snap = self.cache.snapshot()
         assert snap is not None
         lo, hi = snap.namespace_range(selection.namespace)
@@ -230,20 +233,29 @@ class Broadcaster:
         w = self._register(sink, selection, media_type, bookmarks, timeout, snap.rv)
         w.initial = True
         w.after = 0
-        w.compress = compress
+        w.coding = coding
         end = self.frames.bookmark(snap.rv, media_type, initial_events_end=True) if initial_events_end else b""
-        if end and compress is not None:
-            end = compress(end)
+        if end and coding is not None:
+            end = coding.solo(end)
         head = initial_body(objects) if initial_body is not None else None
         w.task = self._spawn(self._write_initial(w, objects, head, end))
         return w
 
     def watch_since(
-        self, sink: Sink, selection: Selection, media_type: str, *, bookmarks: bool, timeout: float, rv: int
+        self,
+        sink: Sink,
+        selection: Selection,
+        media_type: str,
+        *,
+        bookmarks: bool,
+        timeout: float,
+        rv: int,
+        coding: Coding | None = None,
     ) -> Watcher:
         """A watch from resource version ``rv``: every event after it from the history (the
         caller has checked that the history covers it), then live events."""
         w = self._register(sink, selection, media_type, bookmarks, timeout, rv)
+        w.coding = coding
         for event in self.cache.history.since(rv):
             self._deliver_one(w, event)
         w.after = rv if rv > self.cache.rv else 0
@@ -295,6 +307,8 @@ class Broadcaster:
             w.task.cancel()
         if flush and w.pending and not w.initial and not w.sink.closing():
             self._write(w, {})
+        if w.stream is not None:
+            w.stream.leave(w)  # a compressed stream ends with a complete frame
         w.pending = []
         self.counters.watchers(len(self._watchers))
         w.sink.close()
@@ -388,7 +402,8 @@ class Broadcaster:
         dirty, self._dirty = self._dirty, []
         deliveries = writes = coalesced = 0
         overfull: list[Watcher] = []
-        batches: dict[tuple[int, int, bool], tuple[list[bytes], bytes]] = {}  # one join per batch
+        batches: dict[tuple[int, int, int], tuple[list[bytes], bytes, int]] = {}  # one join per batch
+        shared: dict[SharedStream, list[Watcher]] = {}
         # The hot loop (once per watcher per pass): a watcher whose client went away is found by
         # the tick (its writes are dropped meanwhile), not checked here.
         for w in dirty:
@@ -403,7 +418,12 @@ class Broadcaster:
                     self._wait_writable(w)
                 continue
             n = len(pending)
-            if n == 1 and w.compress is None:
+            coding = w.coding
+            if coding is not None and coding.shared:
+                shared.setdefault(self._stream(w, coding), []).append(w)
+                if n > 1:
+                    coalesced += 1
+            elif n == 1 and coding is None:
                 w.pending = []
                 w.overfull_at = None
                 w.sink.write(pending[0])
@@ -412,6 +432,11 @@ class Broadcaster:
                 coalesced += 1
             deliveries += n
             writes += 1
+        if shared:
+            now = self._clock()
+            for stream, ws in shared.items():
+                for w in stream.send(ws, now):
+                    self._write(w, batches)
         if writes:
             self.counters.delivered(deliveries, writes, coalesced)
         if self._latencies:
@@ -422,24 +447,38 @@ class Broadcaster:
         if overfull:
             self._give_budget(overfull)
 
-    def _write(self, w: Watcher, batches: dict[tuple[int, int, bool], tuple[list[bytes], bytes]]) -> None:
+    def _stream(self, w: Watcher, coding: Coding) -> SharedStream:
+        streams = self._groups[w.selection.key].streams
+        stream = streams.get((w.media_type, coding))
+        if stream is None:
+            stream = streams[(w.media_type, coding)] = SharedStream(coding)
+        return stream
+
+    def _write(self, w: Watcher, batches: dict[tuple[int, int, int], tuple[list[bytes], bytes, int]]) -> None:
+        """Write what ``w`` has queued, alone (a compressed watcher: as one complete frame)."""
         frames, w.pending = w.pending, []
         w.overfull_at = None
-        if len(frames) == 1 and w.compress is None:
+        coding = w.coding
+        if len(frames) == 1 and coding is None:
             w.sink.write(frames[0])
             return
-        # Watchers that got the same frames in this pass (a group, mostly) share one joined (and,
-        # for watch-list gzip, compressed) batch: the same bytes object goes to each of them.
+        if w.stream is not None:
+            w.stream.leave(w)
+        # Watchers that got the same frames in this pass (a group, mostly) share one joined (and
+        # compressed) batch: the same bytes object goes to each of them.
         # The frames stay alive (in ``frames``) while their ids are used as the key.
-        key = (id(frames[0]), len(frames), w.compress is not None)
+        key = (id(frames[0]), len(frames), id(coding))
         hit = batches.get(key)
         if hit is not None and hit[0] == frames:  # list ==: identity first, so cheap for shared frames
             data = hit[1]
+            if coding is not None:
+                coding.account(hit[2], len(data), 0.0)
         else:
             data = frames[0] if len(frames) == 1 else b"".join(frames)
-            if w.compress is not None:
-                data = w.compress(data)
-            batches[key] = (frames, data)
+            size = len(data)
+            if coding is not None:
+                data = coding.solo(data)
+            batches[key] = (frames, data, size)
         w.sink.write(data)
 
     def _wait_writable(self, w: Watcher) -> None:
@@ -498,7 +537,7 @@ class Broadcaster:
                 for i in range(0, len(view), INITIAL_BATCH):
                     await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
             elif head is None:
-                await self._send_objects(sink, w.media_type, objects, w.compress)
+                await self._send_objects(sink, w.media_type, objects, w.coding)
             if end:
                 sink.write(end)
         except (ConnectionError, RuntimeError):
@@ -514,7 +553,7 @@ class Broadcaster:
         sink: Sink,
         media_type: str,
         objects: Iterable[CachedObject],
-        compress: Callable[[bytes], bytes] | None,
+        coding: Coding | None,
     ) -> None:
         batch: list[bytes] = []
         size = 0
@@ -525,11 +564,11 @@ class Broadcaster:
             size += len(frame)
             if size >= INITIAL_BATCH:
                 data = b"".join(batch)
-                await self._send(sink, compress(data) if compress is not None else data)
+                await self._send(sink, coding.solo(data) if coding is not None else data)
                 batch, size = [], 0
         if batch:
             data = b"".join(batch)
-            sink.write(compress(data) if compress is not None else data)
+            sink.write(coding.solo(data) if coding is not None else data)
 
     async def _send(self, sink: Sink, data: bytes) -> None:
         if sink.closing():

@@ -30,7 +30,9 @@ from kproxy.compress.backends import Codec, codec, gzip_library
 from kproxy.compress.headers import mark_encoded, no_transform, strong_if_none_match, weaken_etag
 from kproxy.compress.negotiate import Negotiated, negotiate
 from kproxy.compress.reply import decode_reply
+from kproxy.compress.shared import WatchCoding
 from kproxy.context import FilterContext
+from kproxy.eventstream import EventStreamBody
 
 Coding = Literal["zstd", "gzip"]
 
@@ -170,13 +172,19 @@ class Compression(FilterBase):
             for c in settings.encodings
         }
         self.offered = tuple(settings.encodings)
-        self.metrics = _Metrics(CollectorRegistry())
+        self._use_metrics(_Metrics(CollectorRegistry()))
+
+    def _use_metrics(self, metrics: _Metrics) -> None:
+        self.metrics = metrics
+        #: Watches served by kproxy itself (from the watch cache) are compressed where they are
+        #: fanned out, once for all the watchers in step (``kproxy.cache.shared_stream``).
+        self.watch_codings = {c: WatchCoding(codec, metrics.account(c)) for c, codec in self.watch_codecs.items()}
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         # One set of series per registry: a reload that replaces this filter (or a second
         # compression entry) starts another instance with the same registry.
-        self.metrics = ctx.shared(_METRICS_KEY, lambda: _Metrics(ctx.registry))
+        self._use_metrics(ctx.shared(_METRICS_KEY, lambda: _Metrics(ctx.registry)))
 
     def _skip(self, reason: str) -> None:
         self.metrics.skipped.labels(reason).inc()
@@ -248,6 +256,11 @@ class Compression(FilterBase):
             decode_reply(reply, self.metrics.decode_account())
 
         body = reply.body
+        if streaming and isinstance(body, EventStreamBody) and body.coding is None:
+            body.coding = self.watch_codings[coding]
+            mark_encoded(reply.headers, coding)
+            self.metrics.responses.labels(coding).inc()
+            return reply
         if isinstance(body, BytesBody):
             if len(body.data) < self.settings.min_size and identity_ok:
                 self._skip("small")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +18,9 @@ from multidict import CIMultiDict
 from kproxy.cache import ADDED, CachedObject
 from kproxy.cache.broadcaster import Selection
 from kproxy.chain import Reply
-from kproxy.eventstream import EventStreamBody
+from kproxy.compress.backends import gzip_codec
+from kproxy.compress.shared import WatchCoding
+from kproxy.eventstream import EventStreamBody, Starter
 from kproxy.status import StatusCause, StatusError, resource_expired, timeout
 
 from .frames import CONTENT_TYPES
@@ -30,14 +31,16 @@ log = logging.getLogger("kproxy.watchcache")
 _MAX_BODIES = 64  # bodies kept per resource (shared with whole lists)
 
 
+#: The apiserver's watch-list gzip (1.37's ``WatchListCompression``): every write is one complete
+#: member (``WatchCoding.solo``: laid out as Go's gzip writer leaves it after ``Flush`` then
+#: ``Close``, so that client-go's reader hands the events over at the sync point), at level 1 as
+#: the apiserver's ``gzipContentEncodingLevel``.
+WATCH_LIST_GZIP = WatchCoding(gzip_codec(1), shared=False)
+
+
 def gzip_member(data: bytes) -> bytes:
-    """One complete gzip member laid out as Go's gzip writer leaves it after ``Flush`` then
-    ``Close`` (the apiserver's per-flush watch-list writer): the data ends with a sync-flush
-    block, and the final block that follows is empty. A reader (Go's ``gzip.Reader``, client-go)
-    gets the events at the sync point; with the data in the final block it would hold them back
-    until the next member starts. Level 1, the apiserver's ``gzipContentEncodingLevel``."""
-    c = zlib.compressobj(1, zlib.DEFLATED, 31)
-    return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH) + c.flush(zlib.Z_FINISH)
+    """One complete watch-list gzip member."""
+    return WATCH_LIST_GZIP.solo(data)
 
 
 def too_large_rv(want: int, current: int) -> StatusError:
@@ -79,13 +82,15 @@ async def open_watch(rc: ResourceCache, read: WatchRead, *, wait: float, min_tim
     return Reply(200, headers, EventStreamBody(read.media_type, _starter(rc, read, seconds, error)))
 
 
-def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusError | None) -> Callable[[Any], Any]:
+def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusError | None) -> Starter:
     """What runs when the stream is attached to its client: the watcher is registered at that
     moment, in one step with what it gets first, so no event falls in between."""
 
-    def start(sink: Any) -> Callable[[], None]:
+    def start(sink: Any, coding: WatchCoding | None) -> Callable[[], None]:
         cache, frames, media = rc.cache, rc.frames, read.media_type
-        compress = gzip_member if read.gzip else None
+        if coding is None and read.gzip:
+            coding = WATCH_LIST_GZIP
+        compress = coding.solo if coding is not None else None
         if not cache.ready:
             # The resource stopped being served since the watch was planned (its CRD deleted):
             # the apiserver ends its watches then, without an event; so does this one.
@@ -109,7 +114,8 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
         selection = Selection(read.namespace, predicate, (read.namespace, read.label_text, read.field_text))
         bc = rc.broadcaster
         if read.initial:
-            key = ("watch", media, read.gzip, read.namespace, read.label_text, read.field_text)
+            # Any complete frame of the coding decodes, whatever its level: the name is the key.
+            key = ("watch", media, coding.name if coding else "", read.namespace, read.label_text, read.field_text)
 
             def initial_body(objects: Sequence[CachedObject]) -> bytes:
                 found = cache.bodies.get(key)
@@ -132,11 +138,13 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
                 initial_events_end=read.initial_events_end,
                 timeout=seconds,
                 initial_body=initial_body,
-                compress=compress,
+                coding=coding,
             )
         else:
             since = read.rv if read.consistency == "since" else cache.rv
-            w = bc.watch_since(sink, selection, media, bookmarks=read.bookmarks, timeout=seconds, rv=since)
+            w = bc.watch_since(
+                sink, selection, media, bookmarks=read.bookmarks, timeout=seconds, rv=since, coding=coding
+            )
         return lambda: bc.close(w)
 
     return start

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -266,14 +267,26 @@ async def test_compressed_watchers_get_one_member_per_write_compressed_once_per_
 
     calls: list[bytes] = []
 
-    def compress(data: bytes) -> bytes:
-        calls.append(data)
-        return gzip.compress(data)
+    class Members:
+        """The watch-list gzip's kind of coding: every write one complete member, never shared."""
+
+        name, shared = "gzip", False
+
+        def account(self, n_in: int, n_out: int, seconds: float) -> None:
+            pass
+
+        def solo(self, data: bytes) -> bytes:
+            calls.append(data)
+            return gzip.compress(data)
+
+        def new_frame(self) -> Any:
+            raise AssertionError("never shared")
 
     bc = Broadcaster(cache, Frames())
     sinks = [Sink() for _ in range(3)]
+    coding = Members()
     for s in sinks:
-        bc.watch_initial(s, Selection(), "json", bookmarks=True, initial_events_end=True, timeout=60, compress=compress)
+        bc.watch_initial(s, Selection(), "json", bookmarks=True, initial_events_end=True, timeout=60, coding=coding)
     await settle()
     cache.apply(MODIFIED, obj("ns/a", 11))
     cache.apply(MODIFIED, obj("ns/a", 12))
