@@ -129,7 +129,7 @@ def start_proxy(
     kubeconfig = tmp / "kproxy.kubeconfig"
     kc_cmd = [sys.executable, "-m", "kproxy.cli", "kubeconfig", "--config", str(cfg_path), "--output", str(kubeconfig)]
     if token:
-        kc_cmd += ["--token", token]
+        kc_cmd += [f"--token={token}"]  # a token may start with "-"
     if ca_path:
         kc_cmd += ["--certificate-authority", str(ca_path)]
     subprocess.run(kc_cmd, check=True, capture_output=True)

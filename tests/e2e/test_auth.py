@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 def _kubeconfig(rp: RunningProxy, token: str, out: Path) -> Path:
     assert rp.config_path is not None and rp.ca_file is not None
     cmd = [sys.executable, "-m", "kproxy.cli", "kubeconfig", "--config", str(rp.config_path), "--output", str(out)]
-    subprocess.run([*cmd, "--token", token, "--certificate-authority", str(rp.ca_file)], check=True)
+    subprocess.run([*cmd, f"--token={token}", "--certificate-authority", str(rp.ca_file)], check=True)
     return out
 
 
