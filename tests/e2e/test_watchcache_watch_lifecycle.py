@@ -5,8 +5,8 @@
 * Metrics: open watches, events in, deliveries, writes, the delivery latency histogram.
 * A WebSocket watch is passed through (the apiserver's framing: one event per message).
 * The ``compression`` filter with ``watch: true`` in front of the cache compresses its watch
-  streams (the event stream is read through ``chunks()`` then), and the events arrive as they
-  happen, decodable as they come.
+  streams, and the events arrive as they happen, decodable as they come; watchers in step get
+  the same compressed bytes (one compressor for all of them).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import signal
 import socket
 import zlib
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
+from backports import zstd
 from test_watchcache_outage import metric
 
 from kproxy.testing.envtest import ControlPlaneInfo
@@ -183,6 +185,80 @@ def test_compression_filter_compresses_cached_watches_event_by_event(
         ("ADDED", "z2"),
     ]
     sock.close()
+
+
+class _CompressedWatch:
+    """A raw watch with ``Accept-Encoding``: its chunks as they come and their decoded text
+    (several zstd frames or gzip members in a row)."""
+
+    def __init__(self, rp: RunningProxy, path: str, coding: str) -> None:
+        self.sock = _open(rp, path, "Accept: application/json", f"Accept-Encoding: {coding}")
+        head, self.buf = _head(self.sock)
+        assert head.startswith(b"HTTP/1.1 200") and f"content-encoding: {coding}".encode() in head.lower(), head
+        self.coding = coding
+        self.decoder: Any = None
+        self.text = b""
+
+    def _decode(self, data: bytes) -> None:
+        while data:
+            if self.decoder is None:
+                self.decoder = zstd.ZstdDecompressor() if self.coding == "zstd" else zlib.decompressobj(wbits=31)
+            self.text += self.decoder.decompress(data)
+            if not self.decoder.eof:
+                return
+            data, self.decoder = self.decoder.unused_data, None
+
+    def until(self, marker: bytes) -> bytes:
+        """The chunk bytes received until ``marker`` is in the decoded text."""
+        got = b""
+        while marker not in self.text:
+            chunks, self.buf = _chunks(self.buf)
+            for c in chunks:
+                got += c
+                self._decode(c)
+            if marker in self.text:
+                break
+            data = self.sock.recv(65536)
+            assert data, self.text[-200:]
+            self.buf += data
+        return got
+
+
+@pytest.mark.parametrize("coding", ["zstd", "gzip"])
+def test_cached_watches_in_step_get_the_same_compressed_bytes(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, coding: str
+) -> None:
+    """Watchers in step share one compressor: the same bytes on every connection. One that starts
+    later gets frames of its own, then joins the shared stream when it starts a new frame."""
+    rp = proxy_factory(extra={"filters": [{"name": "compression", "watch": True}, *CACHED["filters"]]})
+    _ready(rp)
+    path = f"/api/v1/namespaces/{namespace}/configmaps?watch=1"
+    status, listed = control_plane.request("GET", f"/api/v1/namespaces/{namespace}/configmaps")
+    assert status == 200
+    rv = json.loads(listed)["metadata"]["resourceVersion"]
+    watches = [_CompressedWatch(rp, f"{path}&resourceVersion={rv}", coding) for _ in range(3)]
+    wait_for(lambda: _cache_watches(rp) == 3, 20, "the watches to be served from the cache")
+    for i in range(3):
+        _configmap(control_plane, namespace, f"s{i}", str(i))
+        got = [w.until(f'"name":"s{i}"'.encode()) for w in watches]
+        assert got[0] == got[1] == got[2], f"write {i}: the watchers in step got different bytes"
+    late = _CompressedWatch(rp, path, coding)  # unset resourceVersion: the current state first
+    wait_for(lambda: _cache_watches(rp) == 4, 20, "the late watch to be served from the cache")
+    late.until(b'"name":"s2"')
+    joined = False
+    for i in range(3, 60):  # one write after another until it has joined (within about a second)
+        _configmap(control_plane, namespace, f"s{i}", str(i))
+        got = [w.until(f'"name":"s{i}"'.encode()) for w in (*watches, late)]
+        assert got[0] == got[1] == got[2]
+        if got[3] == got[0]:
+            joined = True
+            break
+    assert joined, "the late watcher never joined the shared stream"
+    for w in (*watches, late):
+        events = [json.loads(line) for line in w.text.splitlines()]
+        names = [e["object"]["metadata"]["name"] for e in events]
+        assert names == [f"s{k}" for k in range(i + 1)] and {e["type"] for e in events} == {"ADDED"}
+        w.sock.close()
 
 
 async def test_websocket_watch_passes_through_to_the_apiserver(
