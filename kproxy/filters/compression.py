@@ -4,7 +4,9 @@ The apiserver gzips only bodies over 128 KiB, only for the exact token ``gzip`` 
 streams. This filter negotiates ``Accept-Encoding`` properly (``kproxy.compress.negotiate``),
 compresses with the fastest installed backends, streams large lists through the compressor as
 they arrive, and (``watch: true``) compresses watch streams with a flush after every batch of
-events. The apiserver does no compression work: for a request this filter will encode, the
+events: a watch passed through to the apiserver with a compressor of its own, a watch served
+from the watch cache where it is fanned out, with one compressor for all the watchers in step
+(``kproxy.cache.shared_stream``). The apiserver does no compression work: for a request this filter will encode, the
 upstream request carries no ``Accept-Encoding`` (or ``gzip`` when ``upstream_gzip`` says the
 upstream link is the expensive part, in which case a gzip body is passed through untouched to a
 gzip client and decoded once otherwise).
@@ -40,7 +42,8 @@ Coding = Literal["zstd", "gzip"]
 #: the GIL), so a large BytesBody some filter produced does not stall the event loop.
 THREAD_ABOVE = 1 << 20
 #: zstd state for watch streams: a 64 KiB window and 2 Ki-entry hash table instead of level 1's
-#: 512 KiB and 16 Ki. A watcher's compressor stays small (memory, and what each event touches
+#: 512 KiB and 16 Ki. A passed-through watch's compressor (one per watcher; a cached watch
+#: shares one per selection) stays small (memory, and what each event touches
 #: in the CPU caches: with ten watchers interleaved, compressing cost twice the isolated figure
 #: with the full state) while holding a dozen recent events to match against. Smaller still
 #: (16 KiB, 2^10) is cheaper in the codec benchmark with 1 MB of other work between a watcher's
