@@ -125,7 +125,7 @@ class TransportSink:
 
     def write(self, data: bytes) -> None:
         transport = self._transport
-        if transport.is_closing():
+        if transport.is_closing() or not data:  # an empty chunk would end the stream
             return
         if self.chunked:
             transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
