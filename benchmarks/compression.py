@@ -19,7 +19,10 @@ scheduler):
 * the same watch rounds served from the watch cache: a third kproxy whose chain is
   ``compression`` (``watch: true``) in front of ``watchcache`` (pods), once its cache has listed,
   with each count of ``--cached-watchers`` watchers; every watch is checked to be served from
-  the cache (its metrics), none passed on.
+  the cache (its metrics), none passed on; then gzip and zstd again with the largest count,
+  ``--cached-late`` of its watchers (half by default) opened half way through the updates at the
+  same resource version, so that they replay what they missed on their own and then catch up
+  (with a shared compressor: their own frames, then joining the shared one).
 * In every watch round, bytes per event are the compressed bytes each watcher received, and
   each watcher's stream is decoded as it comes (several zstd frames / gzip members in a row
   allowed, counted) and its events checked: each patched pod once, with the round's update,
@@ -47,12 +50,24 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks.run import BenchError, Process, control_plane, log, start_kproxy, work_dir
+from benchmarks.run import (
+    BenchError,
+    Process,
+    control_plane,
+    log,
+    start_kproxy,
+    work_dir,
+)
 from kproxy.testing import envtest
 from kproxy.testing.processes import process_cpu_seconds
 
 NAMESPACE = "bench-compress"
-IMAGES = ["registry.k8s.io/pause:3.10", "nginx:1.27.3", "quay.io/prometheus/node-exporter:v1.8.2", "redis:7.4.1"]
+IMAGES = [
+    "registry.k8s.io/pause:3.10",
+    "nginx:1.27.3",
+    "quay.io/prometheus/node-exporter:v1.8.2",
+    "redis:7.4.1",
+]
 
 
 def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
@@ -85,16 +100,34 @@ def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
                     "args": ["--port=8080", f"--shard={i % 16}", "--log-level=info"],
                     "env": [
                         {"name": "POD_INDEX", "value": str(i)},
-                        {"name": "REQUEST_ID_SEED", "value": f"{rnd.getrandbits(64):016x}"},
-                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {
+                            "name": "REQUEST_ID_SEED",
+                            "value": f"{rnd.getrandbits(64):016x}",
+                        },
+                        {
+                            "name": "POD_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        },
                     ],
-                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}],
+                    "ports": [
+                        {"name": "http", "containerPort": 8080},
+                        {"name": "metrics", "containerPort": 9090},
+                    ],
                     "resources": {
-                        "requests": {"cpu": f"{50 + i % 200}m", "memory": f"{64 + i % 256}Mi"},
+                        "requests": {
+                            "cpu": f"{50 + i % 200}m",
+                            "memory": f"{64 + i % 256}Mi",
+                        },
                         "limits": {"cpu": "1", "memory": "512Mi"},
                     },
-                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 10},
-                    "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "failureThreshold": 5},
+                    "readinessProbe": {
+                        "httpGet": {"path": "/readyz", "port": 8080},
+                        "periodSeconds": 10,
+                    },
+                    "livenessProbe": {
+                        "httpGet": {"path": "/livez", "port": 8080},
+                        "failureThreshold": 5,
+                    },
                     "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
                 },
                 {
@@ -104,7 +137,14 @@ def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
                 },
             ],
             "volumes": [{"name": "config", "configMap": {"name": f"{app}-config"}}],
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "bench", "effect": "NoSchedule"}],
+            "tolerations": [
+                {
+                    "key": "dedicated",
+                    "operator": "Equal",
+                    "value": "bench",
+                    "effect": "NoSchedule",
+                }
+            ],
             "nodeSelector": {"kubernetes.io/os": "linux"},
         },
     }
@@ -177,7 +217,11 @@ def decode_body(body: bytes, coding: str) -> bytes:
 
 
 async def measure_list(
-    info: envtest.ControlPlaneInfo, kproxy_url: str, admin_url: str, kproxy_pid: int, fetches: int
+    info: envtest.ControlPlaneInfo,
+    kproxy_url: str,
+    admin_url: str,
+    kproxy_pid: int,
+    fetches: int,
 ) -> tuple[list[dict[str, Any]], bytes]:
     """Every case fetched ``fetches`` times in turn (after one warm-up each)."""
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -193,7 +237,9 @@ async def measure_list(
     reference: bytes | None = None
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(
-        auto_decompress=False, connector=aiohttp.TCPConnector(ssl=ssl_ctx), timeout=timeout
+        auto_decompress=False,
+        connector=aiohttp.TCPConnector(ssl=ssl_ctx),
+        timeout=timeout,
     ) as s:
         for name, base, coding in cases:
             headers = {"Accept": "application/json", "Accept-Encoding": coding}
@@ -319,10 +365,18 @@ async def wait_cache_listed(admin_url: str, kproxy_url: str, timeout: float = 12
     deadline = time.monotonic() + timeout
     async with _px_session() as s:
         while True:
-            async with s.get(kproxy_url + "/api/v1/pods", params={"resourceVersion": "0", "limit": "1"}) as r:
+            async with s.get(
+                kproxy_url + "/api/v1/pods",
+                params={"resourceVersion": "0", "limit": "1"},
+            ) as r:
                 await r.read()
             if await _metric(
-                s, admin_url, "kproxy_watchcache_reads_total", resource="pods", verb="list", served="cache"
+                s,
+                admin_url,
+                "kproxy_watchcache_reads_total",
+                resource="pods",
+                verb="list",
+                served="cache",
             ):
                 return
             if time.monotonic() > deadline:
@@ -337,9 +391,13 @@ async def measure_cached_watch(
     kproxy_pid: int,
     updates: int,
     watcher_counts: Sequence[int],
+    late: int = 0,
 ) -> list[dict[str, Any]]:
     """As :func:`measure_watch`, through a kproxy whose ``watchcache`` serves the watches, for
-    each of ``watcher_counts``; every watch is checked to be served from the cache."""
+    each of ``watcher_counts``; every watch is checked to be served from the cache. With
+    ``late``, gzip and zstd again with the largest count, ``late`` of its watchers opened half
+    way through the updates: they replay what they missed on their own (their own frames) and
+    then catch up with the others."""
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     ssl_ctx = info.ssl_context()
     rows: list[dict[str, Any]] = []
@@ -350,17 +408,29 @@ async def measure_cached_watch(
     ):
         names = await _names(api, path, updates)
         round_no = 30
-        for watchers in watcher_counts:
-            for coding in ("identity", "gzip", "zstd"):
-                round_no += 1
-                w = _WatchRound(px, api, kproxy_url + path, coding, updates, watchers, cached=True)
-                rows.append(await w.run(admin_url, kproxy_pid, names, round_no))
-                r = rows[-1]
-                log(
-                    f"WATCH from the cache, {watchers} watchers, {coding}: {r['bytes_per_event']:.0f} bytes/event, "
-                    f"{r['kproxy_cpu_us_per_event_per_watcher']:.1f} us/event/watcher, "
-                    f"{r['frames_per_watcher']:.1f} frames/watcher"
-                )
+        rounds = [(w, c, 0) for w in watcher_counts for c in ("identity", "gzip", "zstd")]
+        if late and watcher_counts:
+            rounds += [(max(watcher_counts), c, late) for c in ("gzip", "zstd")]
+        for watchers, coding, n_late in rounds:
+            round_no += 1
+            w = _WatchRound(
+                px,
+                api,
+                kproxy_url + path,
+                coding,
+                updates,
+                watchers,
+                cached=True,
+                late=n_late,
+            )
+            rows.append(await w.run(admin_url, kproxy_pid, names, round_no))
+            r = rows[-1]
+            log(
+                f"WATCH from the cache, {watchers} watchers ({n_late} late), {coding}: "
+                f"{r['bytes_per_event']:.0f} bytes/event, "
+                f"{r['kproxy_cpu_us_per_event_per_watcher']:.1f} us/event/watcher, "
+                f"{r['frames_per_watcher']:.1f} frames/watcher"
+            )
     return rows
 
 
@@ -450,9 +520,13 @@ class _WatchRound:
         watchers: int,
         *,
         cached: bool = False,
+        late: int = 0,
     ) -> None:
         self.px, self.api, self.url, self.coding = px, api, url, coding
         self.updates, self.watchers, self.cached = updates, watchers, cached
+        #: watchers opened (at the same resource version) once half the updates are written:
+        #: they replay what they missed, then catch up with the others
+        self.late = late
         self.counts = [0] * watchers
         self.wire = [0] * watchers
         self.decoders = [StreamDecoder(coding) for _ in range(watchers)]
@@ -502,7 +576,7 @@ class _WatchRound:
                 if got != self.coding:
                     raise BenchError(f"watch asked for {self.coding} came back with Content-Encoding {got}")
                 self.opened += 1
-                if self.opened == self.watchers:
+                if self.opened >= self.watchers - self.late:
                     self.all_open.set()
                 buf = b""
                 async for chunk in r.content.iter_any():
@@ -528,34 +602,46 @@ class _WatchRound:
         body = {"metadata": {"annotations": {"bench/update": f"{round_no}-{name}"}}}
         headers = {"Content-Type": "application/merge-patch+json"}
         path = self.url.split("://", 1)[1].split("/", 1)[1]
-        async with sem, self.api.patch(f"/{path}/{name}", json=body, headers=headers) as r:
+        async with (
+            sem,
+            self.api.patch(f"/{path}/{name}", json=body, headers=headers) as r,
+        ):
             if r.status != 200:
                 raise BenchError(f"patch {name}: {r.status} {await r.text()}")
 
     async def _cache_reads(self, admin_url: str, served: str) -> float:
         return await _metric(
-            self.px, admin_url, "kproxy_watchcache_reads_total", resource="pods", verb="watch", served=served
+            self.px,
+            admin_url,
+            "kproxy_watchcache_reads_total",
+            resource="pods",
+            verb="watch",
+            served=served,
         )
 
     async def _wait_open(self, admin_url: str, cache0: float, upstream0: float) -> None:
-        """Until every watch has its response head; through the cache, until the cache counts
-        them all as its own (none passed through)."""
+        """Until every watch (but the late ones) has its response head; through the cache,
+        until the cache counts them all as its own (none passed through)."""
+        early = self.watchers - self.late
         try:
             await asyncio.wait_for(self.all_open.wait(), 60)
         except TimeoutError:
-            raise BenchError(f"{self.opened} of {self.watchers} watches opened ({self.error})") from None
+            raise BenchError(f"{self.opened} of {early} watches opened ({self.error})") from None
         if self.error:
             raise BenchError(self.error)
         if not self.cached:
             await asyncio.sleep(1.0)  # every watch open upstream before the first update
             return
+        await self._served_from_cache(admin_url, cache0, upstream0, early)
+
+    async def _served_from_cache(self, admin_url: str, cache0: float, upstream0: float, count: int) -> None:
         deadline = time.monotonic() + 30
-        while (served := await self._cache_reads(admin_url, "cache") - cache0) < self.watchers:
+        while (served := await self._cache_reads(admin_url, "cache") - cache0) < count:
             if time.monotonic() > deadline:
-                raise BenchError(f"{served:.0f} of {self.watchers} watches served from the cache")
+                raise BenchError(f"{served:.0f} of {count} watches served from the cache")
             await asyncio.sleep(0.1)
         passed = await self._cache_reads(admin_url, "upstream") - upstream0
-        if served != self.watchers or passed:
+        if served != count or passed:
             raise BenchError(f"{served:.0f} watches served from the cache, {passed:.0f} passed on")
 
     async def _settle(self, admin_url: str, open0: float, timeout: float = 30.0) -> None:
@@ -589,14 +675,24 @@ class _WatchRound:
                 await self._cache_reads(admin_url, "upstream"),
             )
         open0 = await _metric(self.px, admin_url, "kproxy_open_watches")
-        tasks = [asyncio.create_task(self.watcher(k, rv)) for k in range(self.watchers)]
+        early = self.watchers - self.late
+        tasks = [asyncio.create_task(self.watcher(k, rv)) for k in range(early)]
+        patched = 0
+
+        async def patch(name: str) -> None:
+            nonlocal patched
+            await self.patch(sem, name, round_no)
+            patched += 1
+            if self.late and patched == len(names) // 2:
+                tasks.extend(asyncio.create_task(self.watcher(k, rv)) for k in range(early, self.watchers))
+
         try:
             await self._wait_open(admin_url, cache0, upstream0)
             s_cpu0 = await _metric(self.px, admin_url, COMPRESSION_CPU, operation="compress")
             cpu0 = proc_cpu(kproxy_pid)
             t = time.monotonic()
             sem = asyncio.Semaphore(16)
-            await asyncio.gather(*(self.patch(sem, n, round_no) for n in names))
+            await asyncio.gather(*(patch(n) for n in names))
             try:
                 await asyncio.wait_for(self.done.wait(), 120)
             except TimeoutError:
@@ -611,6 +707,8 @@ class _WatchRound:
         s_cpu1 = await _metric(self.px, admin_url, COMPRESSION_CPU, operation="compress")
         if self.error:
             raise BenchError(f"{self.coding}, {self.watchers} watchers: {self.error}")
+        if self.cached and self.late:
+            await self._served_from_cache(admin_url, cache0, upstream0, self.watchers)
         for k in range(self.watchers):
             if self.counts[k] != self.updates or len(self.seen[k]) != self.updates or self.left[k]:
                 raise BenchError(
@@ -621,6 +719,7 @@ class _WatchRound:
         return {
             "encoding": self.coding,
             "watchers": self.watchers,
+            "late": self.late,
             "events_per_watcher": self.updates,
             "bytes_per_event": sum(self.wire) / events,
             "kproxy_cpu_us_per_event_per_watcher": (cpu1 - cpu0) / events * 1e6,
@@ -633,7 +732,9 @@ class _WatchRound:
 # --------------------------------------------------------------------------- codecs
 
 
-def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def measure_codecs(
+    body: bytes,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The codecs on the real list body (one core, in this process), per-event costs on its
     items as watch events, and the cost and gain on small bodies (the threshold)."""
     import zlib
@@ -676,7 +777,13 @@ def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, An
     table = []
     for name, fn in codecs:
         secs, out = best_of(fn, body)
-        table.append({"codec": name, "mb_per_s": len(body) / secs / 1e6, "ratio": len(body) / len(out)})
+        table.append(
+            {
+                "codec": name,
+                "mb_per_s": len(body) / secs / 1e6,
+                "ratio": len(body) / len(out),
+            }
+        )
 
     items = json.loads(body)["items"][:1000]
     events = [json.dumps({"type": "MODIFIED", "object": it}, separators=(",", ":")).encode() + b"\n" for it in items]
@@ -711,14 +818,23 @@ def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, An
         )
     per_event.insert(
         0,
-        {"codec": "none", "us_per_event": 0.0, "bytes_per_event": plain / len(events), "cool_us": 0.0, "cold_us": 0.0},
+        {
+            "codec": "none",
+            "us_per_event": 0.0,
+            "bytes_per_event": plain / len(events),
+            "cool_us": 0.0,
+            "cold_us": 0.0,
+        },
     )
 
     small = []
     for size in (256, 512, 1024, 2048, 4096):
         data = body[:size]
         row: dict[str, Any] = {"size": size}
-        for name, fn in (("gzip", gzip_codec(1).compress), ("zstd", zstd_codec(1).compress)):
+        for name, fn in (
+            ("gzip", gzip_codec(1).compress),
+            ("zstd", zstd_codec(1).compress),
+        ):
             n = 2000
             t = time.thread_time()
             for _ in range(n):
@@ -817,7 +933,9 @@ def _watch_tables(watches: list[dict[str, Any]], cached: list[dict[str, Any]]) -
         out.append(
             f"\nWatch served from the watch cache: kproxy with `compression` (`watch: true`) in front of "
             f"`watchcache` (`resources: [pods]`), {cached[0]['events_per_watcher']} pod updates each; every "
-            "watcher's stream decoded (zstd frames / gzip members in a row) and its events checked:\n"
+            "watcher's stream decoded (zstd frames / gzip members in a row) and its events checked; "
+            "late watchers open at the same resource version half way through the updates, replay what "
+            "they missed and catch up:\n"
         )
         out.append(
             "| watchers | watch encoding | bytes / event | fewer bytes | kproxy CPU / event / watcher "
@@ -826,11 +944,14 @@ def _watch_tables(watches: list[dict[str, Any]], cached: list[dict[str, Any]]) -
         out.append("|---|---|---|---|---|---|---|")
         for r in cached:
             base = next(
-                c["bytes_per_event"] for c in cached if c["watchers"] == r["watchers"] and c["encoding"] == "identity"
+                c["bytes_per_event"]
+                for c in cached
+                if c["watchers"] == r["watchers"] and c["encoding"] == "identity" and not c["late"]
             )
+            who = f"{r['watchers']}, {r['late']} of them late" if r["late"] else str(r["watchers"])
             frames = "-" if r["encoding"] == "identity" else f"{r['frames_per_watcher']:.1f}"
             out.append(
-                f"| {r['watchers']} | {r['encoding']} | {r['bytes_per_event']:.0f} "
+                f"| {who} | {r['encoding']} | {r['bytes_per_event']:.0f} "
                 f"| {base / r['bytes_per_event']:.1f}x "
                 f"| {r['kproxy_cpu_us_per_event_per_watcher']:.1f} us "
                 f"| {r['compression_cpu_us_per_event_per_watcher']:.1f} us | {frames} |"
@@ -859,7 +980,9 @@ def _ab_table(ab: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def _codec_tables(
-    codecs: list[dict[str, Any]], per_event: list[dict[str, Any]], small: list[dict[str, Any]]
+    codecs: list[dict[str, Any]],
+    per_event: list[dict[str, Any]],
+    small: list[dict[str, Any]],
 ) -> list[str]:
     out: list[str] = []
     out.append("\nCodecs on the same list body (one core, best of 3):\n")
@@ -892,7 +1015,9 @@ async def run(args: argparse.Namespace, info: envtest.ControlPlaneInfo, work: Pa
     small_work = work / "smaller-watch-state"
     small_work.mkdir()
     small_proc, small_peer = start_kproxy(
-        small_work, info, [{"name": "compression", "watch": True, **SMALLER_WATCH_STATE}]
+        small_work,
+        info,
+        [{"name": "compression", "watch": True, **SMALLER_WATCH_STATE}],
     )
     lists: list[dict[str, Any]] = []
     body = b""
@@ -905,7 +1030,11 @@ async def run(args: argparse.Namespace, info: envtest.ControlPlaneInfo, work: Pa
         watches = await measure_watch(info, url, admin_url, proc.proc.pid, args.updates, args.watchers)
         sides = {
             "default (64 KiB window, hash 2^11)": (url, admin_url, proc.proc.pid),
-            "smaller (16 KiB window, hash 2^10)": (small_peer.base_url, small_admin, small_proc.proc.pid),
+            "smaller (16 KiB window, hash 2^10)": (
+                small_peer.base_url,
+                small_admin,
+                small_proc.proc.pid,
+            ),
         }
         ab = await measure_watch_ab(info, sides, args.updates, args.watchers, args.ab_pairs) if args.ab_pairs else None
     finally:
@@ -924,9 +1053,9 @@ async def run_cached(args: argparse.Namespace, info: envtest.ControlPlaneInfo, w
     proc, peer = start_kproxy(cached_work, info, CACHED_CHAIN)
     try:
         admin_url = "http://" + yaml.safe_load((cached_work / "kproxy.yaml").read_text())["admin_listen"]
-        return await measure_cached_watch(
-            info, peer.base_url, admin_url, proc.proc.pid, args.updates, args.cached_watchers
-        )
+        counts = args.cached_watchers
+        late = (max(counts) // 2 if counts else 0) if args.cached_late is None else args.cached_late
+        return await measure_cached_watch(info, peer.base_url, admin_url, proc.proc.pid, args.updates, counts, late)
     finally:
         proc.stop()
 
@@ -943,12 +1072,26 @@ def _counts(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envtest-dir", type=Path, help="reuse a control plane started with `kproxy envtest up`")
+    p.add_argument(
+        "--envtest-dir",
+        type=Path,
+        help="reuse a control plane started with `kproxy envtest up`",
+    )
     p.add_argument("--pods", type=int, default=5000)
-    p.add_argument("--fetches", type=int, default=5, help="LIST fetches per case (after one warm-up)")
+    p.add_argument(
+        "--fetches",
+        type=int,
+        default=5,
+        help="LIST fetches per case (after one warm-up)",
+    )
     p.add_argument("--updates", type=int, default=1000)
     p.add_argument("--watchers", type=int, default=10)
-    p.add_argument("--ab-pairs", type=int, default=3, help="zstd watch rounds per watch state, alternating (0: none)")
+    p.add_argument(
+        "--ab-pairs",
+        type=int,
+        default=3,
+        help="zstd watch rounds per watch state, alternating (0: none)",
+    )
     p.add_argument(
         "--cached-watchers",
         type=_counts,
@@ -956,7 +1099,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="watcher counts of the watches served from the watch cache, comma-separated ('' skips them)",
     )
     p.add_argument(
-        "--only-watch", action="store_true", help="skip the LIST and codec parts (and seed only --updates pods)"
+        "--cached-late",
+        type=int,
+        help="watchers opened half way through the updates in extra gzip and zstd rounds with the largest "
+        "--cached-watchers count (default: half of them; 0: no such rounds)",
+    )
+    p.add_argument(
+        "--only-watch",
+        action="store_true",
+        help="skip the LIST and codec parts (and seed only --updates pods)",
     )
     p.add_argument("--output", type=Path)
     return p.parse_args(argv)
