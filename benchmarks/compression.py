@@ -50,24 +50,12 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks.run import (
-    BenchError,
-    Process,
-    control_plane,
-    log,
-    start_kproxy,
-    work_dir,
-)
+from benchmarks.run import BenchError, Process, control_plane, log, start_kproxy, work_dir
 from kproxy.testing import envtest
 from kproxy.testing.processes import process_cpu_seconds
 
 NAMESPACE = "bench-compress"
-IMAGES = [
-    "registry.k8s.io/pause:3.10",
-    "nginx:1.27.3",
-    "quay.io/prometheus/node-exporter:v1.8.2",
-    "redis:7.4.1",
-]
+IMAGES = ["registry.k8s.io/pause:3.10", "nginx:1.27.3", "quay.io/prometheus/node-exporter:v1.8.2", "redis:7.4.1"]
 
 
 def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
@@ -100,34 +88,16 @@ def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
                     "args": ["--port=8080", f"--shard={i % 16}", "--log-level=info"],
                     "env": [
                         {"name": "POD_INDEX", "value": str(i)},
-                        {
-                            "name": "REQUEST_ID_SEED",
-                            "value": f"{rnd.getrandbits(64):016x}",
-                        },
-                        {
-                            "name": "POD_NAME",
-                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
-                        },
+                        {"name": "REQUEST_ID_SEED", "value": f"{rnd.getrandbits(64):016x}"},
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     ],
-                    "ports": [
-                        {"name": "http", "containerPort": 8080},
-                        {"name": "metrics", "containerPort": 9090},
-                    ],
+                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}],
                     "resources": {
-                        "requests": {
-                            "cpu": f"{50 + i % 200}m",
-                            "memory": f"{64 + i % 256}Mi",
-                        },
+                        "requests": {"cpu": f"{50 + i % 200}m", "memory": f"{64 + i % 256}Mi"},
                         "limits": {"cpu": "1", "memory": "512Mi"},
                     },
-                    "readinessProbe": {
-                        "httpGet": {"path": "/readyz", "port": 8080},
-                        "periodSeconds": 10,
-                    },
-                    "livenessProbe": {
-                        "httpGet": {"path": "/livez", "port": 8080},
-                        "failureThreshold": 5,
-                    },
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 10},
+                    "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "failureThreshold": 5},
                     "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
                 },
                 {
@@ -137,14 +107,7 @@ def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
                 },
             ],
             "volumes": [{"name": "config", "configMap": {"name": f"{app}-config"}}],
-            "tolerations": [
-                {
-                    "key": "dedicated",
-                    "operator": "Equal",
-                    "value": "bench",
-                    "effect": "NoSchedule",
-                }
-            ],
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "bench", "effect": "NoSchedule"}],
             "nodeSelector": {"kubernetes.io/os": "linux"},
         },
     }
@@ -217,11 +180,7 @@ def decode_body(body: bytes, coding: str) -> bytes:
 
 
 async def measure_list(
-    info: envtest.ControlPlaneInfo,
-    kproxy_url: str,
-    admin_url: str,
-    kproxy_pid: int,
-    fetches: int,
+    info: envtest.ControlPlaneInfo, kproxy_url: str, admin_url: str, kproxy_pid: int, fetches: int
 ) -> tuple[list[dict[str, Any]], bytes]:
     """Every case fetched ``fetches`` times in turn (after one warm-up each)."""
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -237,9 +196,7 @@ async def measure_list(
     reference: bytes | None = None
     timeout = aiohttp.ClientTimeout(total=300)
     async with aiohttp.ClientSession(
-        auto_decompress=False,
-        connector=aiohttp.TCPConnector(ssl=ssl_ctx),
-        timeout=timeout,
+        auto_decompress=False, connector=aiohttp.TCPConnector(ssl=ssl_ctx), timeout=timeout
     ) as s:
         for name, base, coding in cases:
             headers = {"Accept": "application/json", "Accept-Encoding": coding}
@@ -365,18 +322,10 @@ async def wait_cache_listed(admin_url: str, kproxy_url: str, timeout: float = 12
     deadline = time.monotonic() + timeout
     async with _px_session() as s:
         while True:
-            async with s.get(
-                kproxy_url + "/api/v1/pods",
-                params={"resourceVersion": "0", "limit": "1"},
-            ) as r:
+            async with s.get(kproxy_url + "/api/v1/pods", params={"resourceVersion": "0", "limit": "1"}) as r:
                 await r.read()
             if await _metric(
-                s,
-                admin_url,
-                "kproxy_watchcache_reads_total",
-                resource="pods",
-                verb="list",
-                served="cache",
+                s, admin_url, "kproxy_watchcache_reads_total", resource="pods", verb="list", served="cache"
             ):
                 return
             if time.monotonic() > deadline:
@@ -413,16 +362,7 @@ async def measure_cached_watch(
             rounds += [(max(watcher_counts), c, late) for c in ("gzip", "zstd")]
         for watchers, coding, n_late in rounds:
             round_no += 1
-            w = _WatchRound(
-                px,
-                api,
-                kproxy_url + path,
-                coding,
-                updates,
-                watchers,
-                cached=True,
-                late=n_late,
-            )
+            w = _WatchRound(px, api, kproxy_url + path, coding, updates, watchers, cached=True, late=n_late)
             rows.append(await w.run(admin_url, kproxy_pid, names, round_no))
             r = rows[-1]
             log(
@@ -602,21 +542,13 @@ class _WatchRound:
         body = {"metadata": {"annotations": {"bench/update": f"{round_no}-{name}"}}}
         headers = {"Content-Type": "application/merge-patch+json"}
         path = self.url.split("://", 1)[1].split("/", 1)[1]
-        async with (
-            sem,
-            self.api.patch(f"/{path}/{name}", json=body, headers=headers) as r,
-        ):
+        async with sem, self.api.patch(f"/{path}/{name}", json=body, headers=headers) as r:
             if r.status != 200:
                 raise BenchError(f"patch {name}: {r.status} {await r.text()}")
 
     async def _cache_reads(self, admin_url: str, served: str) -> float:
         return await _metric(
-            self.px,
-            admin_url,
-            "kproxy_watchcache_reads_total",
-            resource="pods",
-            verb="watch",
-            served=served,
+            self.px, admin_url, "kproxy_watchcache_reads_total", resource="pods", verb="watch", served=served
         )
 
     async def _wait_open(self, admin_url: str, cache0: float, upstream0: float) -> None:
@@ -732,9 +664,7 @@ class _WatchRound:
 # --------------------------------------------------------------------------- codecs
 
 
-def measure_codecs(
-    body: bytes,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+def measure_codecs(body: bytes) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The codecs on the real list body (one core, in this process), per-event costs on its
     items as watch events, and the cost and gain on small bodies (the threshold)."""
     import zlib
@@ -777,13 +707,7 @@ def measure_codecs(
     table = []
     for name, fn in codecs:
         secs, out = best_of(fn, body)
-        table.append(
-            {
-                "codec": name,
-                "mb_per_s": len(body) / secs / 1e6,
-                "ratio": len(body) / len(out),
-            }
-        )
+        table.append({"codec": name, "mb_per_s": len(body) / secs / 1e6, "ratio": len(body) / len(out)})
 
     items = json.loads(body)["items"][:1000]
     events = [json.dumps({"type": "MODIFIED", "object": it}, separators=(",", ":")).encode() + b"\n" for it in items]
@@ -818,23 +742,14 @@ def measure_codecs(
         )
     per_event.insert(
         0,
-        {
-            "codec": "none",
-            "us_per_event": 0.0,
-            "bytes_per_event": plain / len(events),
-            "cool_us": 0.0,
-            "cold_us": 0.0,
-        },
+        {"codec": "none", "us_per_event": 0.0, "bytes_per_event": plain / len(events), "cool_us": 0.0, "cold_us": 0.0},
     )
 
     small = []
     for size in (256, 512, 1024, 2048, 4096):
         data = body[:size]
         row: dict[str, Any] = {"size": size}
-        for name, fn in (
-            ("gzip", gzip_codec(1).compress),
-            ("zstd", zstd_codec(1).compress),
-        ):
+        for name, fn in (("gzip", gzip_codec(1).compress), ("zstd", zstd_codec(1).compress)):
             n = 2000
             t = time.thread_time()
             for _ in range(n):
@@ -980,9 +895,7 @@ def _ab_table(ab: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def _codec_tables(
-    codecs: list[dict[str, Any]],
-    per_event: list[dict[str, Any]],
-    small: list[dict[str, Any]],
+    codecs: list[dict[str, Any]], per_event: list[dict[str, Any]], small: list[dict[str, Any]]
 ) -> list[str]:
     out: list[str] = []
     out.append("\nCodecs on the same list body (one core, best of 3):\n")
@@ -1015,9 +928,7 @@ async def run(args: argparse.Namespace, info: envtest.ControlPlaneInfo, work: Pa
     small_work = work / "smaller-watch-state"
     small_work.mkdir()
     small_proc, small_peer = start_kproxy(
-        small_work,
-        info,
-        [{"name": "compression", "watch": True, **SMALLER_WATCH_STATE}],
+        small_work, info, [{"name": "compression", "watch": True, **SMALLER_WATCH_STATE}]
     )
     lists: list[dict[str, Any]] = []
     body = b""
@@ -1030,11 +941,7 @@ async def run(args: argparse.Namespace, info: envtest.ControlPlaneInfo, work: Pa
         watches = await measure_watch(info, url, admin_url, proc.proc.pid, args.updates, args.watchers)
         sides = {
             "default (64 KiB window, hash 2^11)": (url, admin_url, proc.proc.pid),
-            "smaller (16 KiB window, hash 2^10)": (
-                small_peer.base_url,
-                small_admin,
-                small_proc.proc.pid,
-            ),
+            "smaller (16 KiB window, hash 2^10)": (small_peer.base_url, small_admin, small_proc.proc.pid),
         }
         ab = await measure_watch_ab(info, sides, args.updates, args.watchers, args.ab_pairs) if args.ab_pairs else None
     finally:
@@ -1072,26 +979,12 @@ def _counts(text: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--envtest-dir",
-        type=Path,
-        help="reuse a control plane started with `kproxy envtest up`",
-    )
+    p.add_argument("--envtest-dir", type=Path, help="reuse a control plane started with `kproxy envtest up`")
     p.add_argument("--pods", type=int, default=5000)
-    p.add_argument(
-        "--fetches",
-        type=int,
-        default=5,
-        help="LIST fetches per case (after one warm-up)",
-    )
+    p.add_argument("--fetches", type=int, default=5, help="LIST fetches per case (after one warm-up)")
     p.add_argument("--updates", type=int, default=1000)
     p.add_argument("--watchers", type=int, default=10)
-    p.add_argument(
-        "--ab-pairs",
-        type=int,
-        default=3,
-        help="zstd watch rounds per watch state, alternating (0: none)",
-    )
+    p.add_argument("--ab-pairs", type=int, default=3, help="zstd watch rounds per watch state, alternating (0: none)")
     p.add_argument(
         "--cached-watchers",
         type=_counts,
@@ -1105,9 +998,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--cached-watchers count (default: half of them; 0: no such rounds)",
     )
     p.add_argument(
-        "--only-watch",
-        action="store_true",
-        help="skip the LIST and codec parts (and seed only --updates pods)",
+        "--only-watch", action="store_true", help="skip the LIST and codec parts (and seed only --updates pods)"
     )
     p.add_argument("--output", type=Path)
     return p.parse_args(argv)
