@@ -58,6 +58,12 @@ class Codec:
     level: int
     new_encoder: Callable[[], Encoder]
     compress: Callable[[bytes], bytes]
+    #: The encoder for a body streamed through (a long list), given ``body_chunk`` bytes a call.
+    new_body_encoder: Callable[[], Encoder] | None = None
+    body_chunk: int = 256 * 1024
+
+    def body_encoder(self) -> Encoder:
+        return (self.new_body_encoder or self.new_encoder)()
 
 
 # ----------------------------------------------------------------------------------- gzip
@@ -173,6 +179,46 @@ class _ZstdEncoder:
         return bytes(self._obj.flush(self._frame))
 
 
+class _ZstdFramesEncoder:
+    """A streamed body as independent frames, one per call, from one reused context.
+
+    Measured on a pod list (5,000 pods; one core, same run): zstd level 1 through a streaming
+    context, 256 KiB a call, 683 MB/s; one frame per 1 MiB, 882 MB/s (one-shot of the whole body
+    890), for a ratio 2.7% lower (29.2 against 30.0): the streaming API copies every input
+    into its window buffer and grows the output in steps. A zstd body of several frames is
+    what RFC 8878 defines (one or more frames) and what every decoder here reads (curl, Go,
+    aiohttp, urllib3, ``compression.zstd``)."""
+
+    __slots__ = ("_obj", "_wrote", "compress_frame")
+
+    def __init__(self, obj: Any, frame: int) -> None:
+        self._obj = obj
+        self._wrote = False
+        self.compress_frame: Callable[[Data], bytes] = partial(obj.compress, mode=frame)
+
+    def compress(self, data: Data) -> bytes:
+        if not data:
+            return b""
+        self._wrote = True
+        return self.compress_frame(data)
+
+    def flush(self) -> bytes:
+        return b""
+
+    def compress_flush(self, data: Data) -> bytes:
+        return self.compress(data)
+
+    def finish(self) -> bytes:
+        if self._wrote:
+            return b""
+        self._wrote = True
+        return self.compress_frame(b"")  # an empty body is one empty frame
+
+
+#: Bytes per frame of a streamed zstd body (see ``_ZstdFramesEncoder``).
+ZSTD_BODY_FRAME = 1 << 20
+
+
 def zstd_codec(level: int | None = None, window_log: int | None = None, hash_log: int | None = None) -> Codec:
     """zstd at ``level`` (None: 1, measured). ``window_log`` and ``hash_log`` bound a streaming
     encoder's state (memory, and cache footprint per event) for long-lived streams; one-shot
@@ -194,7 +240,10 @@ def zstd_codec(level: int | None = None, window_log: int | None = None, hash_log
     def one_shot(data: bytes) -> bytes:
         return bytes(bz.compress(data, lvl))
 
-    return Codec("zstd", "backports.zstd", lvl, new, one_shot)
+    def new_body() -> Encoder:
+        return _ZstdFramesEncoder(bz.ZstdCompressor(options=options), bz.ZstdCompressor.FLUSH_FRAME)
+
+    return Codec("zstd", "backports.zstd", lvl, new, one_shot, new_body, ZSTD_BODY_FRAME)
 
 
 def codec(coding: str, level: int | None = None, window_log: int | None = None, hash_log: int | None = None) -> Codec:

@@ -37,10 +37,11 @@ def encode(
     flush_each: bool = False,
     newline_framed: bool = False,
     prefix: bytes = b"",
+    coalesce: int = COALESCE,
 ) -> AsyncIterator[bytes]:
     """``prefix`` (bytes already read to decide on compression) then ``chunks``, compressed.
 
-    Without ``flush_each`` (lists), chunks are gathered to ``COALESCE`` bytes per codec call:
+    Without ``flush_each`` (lists), chunks are gathered to ``coalesce`` bytes per codec call:
     the upstream delivers a body in TLS-record-sized pieces, and a gzip call per 16 KiB costs a
     quarter of the throughput and a fifth of the ratio (the compressor holds data back anyway).
     With ``flush_each`` (watches), every chunk is compressed and flushed at once, or, when
@@ -52,7 +53,7 @@ def encode(
         if prefix:
             chunks = _after(prefix, chunks)
         return _encode_flushed(chunks, encoder, account, newline_framed)
-    return _encode_coalesced(chunks, encoder, account, prefix)
+    return _encode_coalesced(chunks, encoder, account, prefix, coalesce)
 
 
 async def _after(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -62,7 +63,7 @@ async def _after(prefix: bytes, chunks: AsyncIterator[bytes]) -> AsyncIterator[b
 
 
 async def _encode_coalesced(
-    chunks: AsyncIterator[bytes], encoder: Encoder, account: Account, prefix: bytes
+    chunks: AsyncIterator[bytes], encoder: Encoder, account: Account, prefix: bytes, coalesce: int
 ) -> AsyncIterator[bytes]:
     clock = time.thread_time
     n_in = n_out = 0
@@ -73,7 +74,7 @@ async def _encode_coalesced(
         async for chunk in chunks:
             held.append(chunk)
             size += len(chunk)
-            if size < COALESCE:
+            if size < coalesce:
                 continue
             chunk = b"".join(held)
             held.clear()

@@ -289,7 +289,11 @@ class Compression(FilterBase):
                         self._skip("small")
                         return reply
                     return await self._compress_whole(reply, whole, coding)
-        enc = (self.watch_codecs if streaming else self.codecs)[coding].new_encoder()
+        if streaming:
+            enc, coalesce = self.watch_codecs[coding].new_encoder(), stream.COALESCE
+        else:
+            body_codec = self.codecs[coding]
+            enc, coalesce = body_codec.body_encoder(), body_codec.body_chunk
         # JSON watch events end with a newline: flush once per complete event (or batch of them).
         # Followed logs and protobuf watches are flushed after every chunk.
         newline_framed = watch and reply.headers.get("Content-Type", "").startswith("application/json")
@@ -300,6 +304,7 @@ class Compression(FilterBase):
             flush_each=streaming,
             newline_framed=newline_framed,
             prefix=prefix,
+            coalesce=coalesce,
         )
         reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort)
         mark_encoded(reply.headers, coding)

@@ -166,6 +166,26 @@ async def test_list_stream_is_coalesced_and_round_trips(coding: str) -> None:
     assert sum(a[1] for a in account) == len(out)
 
 
+@pytest.mark.parametrize("size", [0, 1000, 3 * 1024 * 1024 + 17])
+async def test_a_zstd_body_is_one_frame_per_body_chunk(size: int) -> None:
+    """Lists go out as independent zstd frames of ``body_chunk`` bytes (a streaming context is
+    slower, see ``_ZstdFramesEncoder``); an empty body is one empty frame."""
+    data = (DATA * (size // len(DATA) + 1))[:size]
+    parts = [data[i : i + 16384] for i in range(0, len(data), 16384)] or [b""]
+    c = codec("zstd")
+    out = b"".join(
+        [p async for p in stream.encode(_aiter(parts), c.body_encoder(), lambda *a: None, coalesce=c.body_chunk)]
+    )
+    assert zstd.decompress(out) == data
+    frames, rest = 0, out
+    while rest:
+        d = zstd.ZstdDecompressor()
+        d.decompress(rest)
+        assert d.eof
+        rest, frames = d.unused_data, frames + 1
+    assert frames == max(1, -(-size // c.body_chunk))
+
+
 async def test_gzip_decoder_reads_multi_member_streams() -> None:
     members = [gzip_codec().compress(b"a" * 1000 + b"\n"), gzip_codec().compress(b"second member\n")]
     blob = b"".join(members)
