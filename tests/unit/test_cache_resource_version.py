@@ -53,7 +53,6 @@ def test_protobuf_without_metadata_gets_one() -> None:
 
 def test_json_resource_version_replaced_key_order_and_go_escapes_kept() -> None:
     data = (
-        b'{"apiVersion":"x/v1","kind":"K","metadata":{"name":"a","resourceVersion":"5"},'
-        b'"spec":{"s":"\\u003cb\\u003e"}}'
+        b'{"apiVersion":"x/v1","kind":"K","metadata":{"name":"a","resourceVersion":"5"},"spec":{"s":"\\u003cb\\u003e"}}'
     )
     assert json_with_resource_version(data, 77) == data.replace(b'"5"', b'"77"')
