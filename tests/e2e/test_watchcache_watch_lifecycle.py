@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
 import pytest
-from backports import zstd
 from test_watchcache_outage import metric
+from watchstream import Inflater, open_raw, read_head, split_chunks
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
@@ -36,25 +34,6 @@ def _configmap(cp: ControlPlaneInfo, namespace: str, name: str, value: str) -> N
     body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": value}})
     status, _ = cp.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", body=body.encode())
     assert status == 201
-
-
-def _open(rp: RunningProxy, path: str, *headers: str) -> socket.socket:
-    host, port = rp.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    extra = "".join(f"{h}\r\n" for h in headers)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
-    sock.settimeout(20)
-    return sock
-
-
-def _head(sock: socket.socket) -> tuple[bytes, bytes]:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        data = sock.recv(65536)
-        assert data, buf
-        buf += data
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    return head, rest
 
 
 def _cache_watches(rp: RunningProxy) -> float:
@@ -79,12 +58,12 @@ def test_sigterm_ends_cached_watches_cleanly(
     _ready(rp)
     base = f"/api/v1/namespaces/{namespace}/configmaps?watch=1"
     watches = [
-        _open(rp, base, "Accept: application/json"),
-        _open(rp, base + "&allowWatchBookmarks=true", "Accept: application/vnd.kubernetes.protobuf"),
-        _open(rp, "/api/v1/configmaps?watch=1&resourceVersion=0", "Accept: application/json"),
+        open_raw(rp, base, "Accept: application/json"),
+        open_raw(rp, base + "&allowWatchBookmarks=true", "Accept: application/vnd.kubernetes.protobuf"),
+        open_raw(rp, "/api/v1/configmaps?watch=1&resourceVersion=0", "Accept: application/json"),
     ]
     for sock in watches:
-        head, _ = _head(sock)
+        head, _ = read_head(sock)
         assert head.startswith(b"HTTP/1.1 200"), head
     wait_for(lambda: _cache_watches(rp) == 3, 20, "the three watches to be served from the cache")
     wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 3, 20, "three open watches")
@@ -105,11 +84,11 @@ def test_watch_metrics_count_events_deliveries_and_latency(
     rp = proxy_factory(extra=CACHED)
     _ready(rp)
     watchers = [
-        _open(rp, f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0", "Accept: application/json")
+        open_raw(rp, f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0", "Accept: application/json")
         for _ in range(5)
     ]
     for sock in watchers:
-        _head(sock)
+        read_head(sock)
     wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 5, 20, "five watches")
     events0 = metric(rp, "kproxy_watchcache_events_total", resource="configmaps")
     deliveries0 = metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps")
@@ -136,32 +115,18 @@ def test_watch_metrics_count_events_deliveries_and_latency(
     wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 0, 20, "watches closed")
 
 
-def _chunks(buf: bytes) -> tuple[list[bytes], bytes]:
-    """Complete HTTP chunks in ``buf`` and what is left."""
-    out = []
-    while True:
-        line, sep, rest = buf.partition(b"\r\n")
-        if not sep:
-            return out, buf
-        size = int(line, 16)
-        if len(rest) < size + 2:
-            return out, buf
-        out.append(rest[:size])
-        buf = rest[size + 2 :]
-
-
 def test_compression_filter_compresses_cached_watches_event_by_event(
     proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
 ) -> None:
     rp = proxy_factory(extra={"filters": [{"name": "compression", "watch": True}, *CACHED["filters"]]})
     _ready(rp)
-    sock = _open(
+    sock = open_raw(
         rp,
         f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0",
         "Accept: application/json",
         "Accept-Encoding: gzip",
     )
-    head, rest = _head(sock)
+    head, rest = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200") and b"content-encoding: gzip" in head.lower(), head
     wait_for(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
     inflate = zlib.decompressobj(wbits=31)
@@ -171,7 +136,7 @@ def test_compression_filter_compresses_cached_watches_event_by_event(
         _configmap(control_plane, namespace, f"z{i}", str(i))
         # Each event is readable as soon as it is sent: the stream is flushed per batch of events.
         while text.count(b"\n") < i + 1:
-            chunks, buf = _chunks(buf)
+            chunks, buf = split_chunks(buf)
             for c in chunks:
                 text += inflate.decompress(c)
             if text.count(b"\n") >= i + 1:
@@ -193,30 +158,20 @@ class _CompressedWatch:
     (several zstd frames or gzip members in a row)."""
 
     def __init__(self, rp: RunningProxy, path: str, coding: str) -> None:
-        self.sock = _open(rp, path, "Accept: application/json", f"Accept-Encoding: {coding}")
-        head, self.buf = _head(self.sock)
+        self.sock = open_raw(rp, path, "Accept: application/json", f"Accept-Encoding: {coding}")
+        head, self.buf = read_head(self.sock)
         assert head.startswith(b"HTTP/1.1 200") and f"content-encoding: {coding}".encode() in head.lower(), head
-        self.coding = coding
-        self.decoder: Any = None
+        self.inflater = Inflater(coding)
         self.text = b""
-
-    def _decode(self, data: bytes) -> None:
-        while data:
-            if self.decoder is None:
-                self.decoder = zstd.ZstdDecompressor() if self.coding == "zstd" else zlib.decompressobj(wbits=31)
-            self.text += self.decoder.decompress(data)
-            if not self.decoder.eof:
-                return
-            data, self.decoder = self.decoder.unused_data, None
 
     def until(self, marker: bytes) -> bytes:
         """The chunk bytes received until ``marker`` is in the decoded text."""
         got = b""
         while marker not in self.text:
-            chunks, self.buf = _chunks(self.buf)
+            chunks, self.buf = split_chunks(self.buf)
             for c in chunks:
                 got += c
-                self._decode(c)
+                self.text += self.inflater.feed(c)
             if marker in self.text:
                 break
             data = self.sock.recv(65536)

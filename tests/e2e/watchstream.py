@@ -10,14 +10,47 @@ layout the server chooses, and can still tell that the stream ended on a frame b
 from __future__ import annotations
 
 import json
+import socket
 import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from backports.zstd import ZstdDecompressor
-from test_watchcache_watch_lifecycle import _chunks, _head, _open
 
 from kproxy.testing.proxyproc import RunningProxy
+
+
+def open_raw(rp: RunningProxy, path: str, *headers: str) -> socket.socket:
+    host, port = rp.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    extra = "".join(f"{h}\r\n" for h in headers)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+    sock.settimeout(20)
+    return sock
+
+
+def read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        assert data, buf
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def split_chunks(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Complete HTTP chunks in ``buf`` and what is left."""
+    out = []
+    while True:
+        line, sep, rest = buf.partition(b"\r\n")
+        if not sep:
+            return out, buf
+        size = int(line, 16)
+        if len(rest) < size + 2:
+            return out, buf
+        out.append(rest[:size])
+        buf = rest[size + 2 :]
 
 
 class _Decompressor(Protocol):
@@ -69,8 +102,8 @@ class RawWatch:
 
     def __init__(self, rp: RunningProxy, path: str, coding: str | None, accept: str = "application/json") -> None:
         self.path = path
-        self.sock = _open(rp, path, f"Accept: {accept}", f"Accept-Encoding: {coding or 'identity'}")
-        head, self._wire = _head(self.sock)
+        self.sock = open_raw(rp, path, f"Accept: {accept}", f"Accept-Encoding: {coding or 'identity'}")
+        head, self._wire = read_head(self.sock)
         assert head.startswith(b"HTTP/1.1 200"), head
         fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:])
         headers = {k.strip().lower().decode(): v.strip().decode() for k, v in fields.items()}
@@ -87,7 +120,7 @@ class RawWatch:
         self.after_end = b""  # bytes after the chunked terminator (there must be none)
 
     def _absorb(self) -> None:
-        chunks, self._wire = _chunks(self._wire)
+        chunks, self._wire = split_chunks(self._wire)
         for chunk in chunks:
             if self.ended:
                 self.after_end += chunk or b"<0>"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from backports import zstd
+from test_cache_broadcaster import Sink as PlainSink
 
 from kproxy.cache import MODIFIED, CachedObject, Kind, WatchCache
 from kproxy.cache.broadcaster import Broadcaster, Selection, Watcher
@@ -65,37 +66,32 @@ class Decoder:
         return self.obj is None
 
 
-class Sink:
+class Sink(PlainSink):
+    """A fake connection whose bytes are decoded as they come (``coding``), and that can fill up
+    (``full``) and drain again any number of times."""
+
     def __init__(self, coding: str | None) -> None:
-        self.writes: list[bytes] = []
+        super().__init__()
         self.decoder = Decoder(coding) if coding else None
-        self.closed = False
-        self.full = False
-        self.resumed = asyncio.Event()
+
+    @property
+    def full(self) -> bool:
+        return not self._writable
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self._writable = not value
 
     def write(self, data: bytes) -> None:
         assert not self.closed
-        self.writes.append(data)
+        super().write(data)
         if self.decoder is not None:
             self.decoder.feed(data)
             # Every write is decodable at once: what came out so far ends with a whole event.
             assert self.decoder.text.endswith(b";"), self.decoder.text[-40:]
 
-    def writable(self) -> bool:
-        return not self.full
-
-    async def drain(self) -> None:
-        await self.resumed.wait()
-
-    def closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
-
     def resume(self) -> None:
-        self.full = False
-        self.resumed.set()
+        super().resume()
         self.resumed = asyncio.Event()
 
     @property
