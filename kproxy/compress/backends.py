@@ -184,8 +184,9 @@ class _ZstdFramesEncoder:
 
     Measured on a pod list (5,000 pods; one core, same run): zstd level 1 through a streaming
     context, 256 KiB a call, 683 MB/s; one frame per 1 MiB, 882 MB/s (one-shot of the whole body
-    890), for a ratio 2.7% lower (29.2 against 30.0): the streaming API copies every input
-    into its window buffer and grows the output in steps. A zstd body of several frames is
+    890), for a ratio 2.7% lower (29.2 against 30.0; on the apiserver's 22.9 MB list of 5,000
+    pods, 459 against 422 KB, and 0.98 against 0.68 GB/s inside kproxy): the streaming API
+    copies every input into its window buffer and grows the output in steps. A zstd body of several frames is
     what RFC 8878 defines (one or more frames) and what every decoder here reads (curl, Go,
     aiohttp, urllib3, ``compression.zstd``)."""
 
