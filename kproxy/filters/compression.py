@@ -6,8 +6,8 @@ compresses with the fastest installed backends, streams large lists through the 
 they arrive, and (``watch: true``) compresses watch streams with a flush after every batch of
 events: a watch passed through to the apiserver with a compressor of its own, a watch served
 from the watch cache where it is fanned out, with one compressor for all the watchers in step
-(``kproxy.cache.shared_stream``). The apiserver does no compression work: for a request this filter will encode, the
-upstream request carries no ``Accept-Encoding`` (or ``gzip`` when ``upstream_gzip`` says the
+(``kproxy.cache.shared_stream``). The apiserver does no compression work: for a request this
+filter will encode, the upstream request carries no ``Accept-Encoding`` (or ``gzip`` when ``upstream_gzip`` says the
 upstream link is the expensive part, in which case a gzip body is passed through untouched to a
 gzip client and decoded once otherwise).
 

@@ -38,11 +38,6 @@ _MAX_BODIES = 64  # bodies kept per resource (shared with whole lists)
 WATCH_LIST_GZIP = WatchCoding(gzip_codec(1), shared=False)
 
 
-def gzip_member(data: bytes) -> bytes:
-    """One complete watch-list gzip member."""
-    return WATCH_LIST_GZIP.solo(data)
-
-
 def too_large_rv(want: int, current: int) -> StatusError:
     """``storage.NewTooLargeResourceVersionError`` as the cacher returns it (retry after 1 s)."""
     return timeout(

@@ -7,7 +7,9 @@ from __future__ import annotations
 import gzip
 import zlib
 
-from kproxy.watchcache.watches import gzip_member
+from kproxy.watchcache.watches import WATCH_LIST_GZIP
+
+gzip_member = WATCH_LIST_GZIP.solo
 
 FINAL_EMPTY_BLOCK_AND_TRAILER = 2 + 8  # BFINAL fixed-Huffman empty block, CRC-32, ISIZE
 
