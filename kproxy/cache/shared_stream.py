@@ -16,9 +16,10 @@ frame forgets the compressor's history, so it is started at most that often.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
+
+from kproxy.compress.stream import cpu_timed
 
 if TYPE_CHECKING:
     from .broadcaster import Watcher
@@ -117,9 +118,7 @@ class SharedStream:
         frame = self.frame
         assert frame is not None
         data = frames[0] if len(frames) == 1 else b"".join(frames)
-        t = time.thread_time()
-        out = frame.compress(data)
-        seconds = time.thread_time() - t
+        out, seconds = cpu_timed(frame.compress, data)
         members: dict[Watcher, None] = {}
         for w in in_step:
             w.sink.write(out)

@@ -21,11 +21,11 @@ flush, empty final block) so that client-go's gzip reader hands the events over 
 from __future__ import annotations
 
 import struct
-import time
 import zlib
 from collections.abc import Callable
 
 from kproxy.compress.backends import Codec, Encoder
+from kproxy.compress.stream import cpu_timed
 
 #: Called with (bytes in, bytes out, CPU seconds) for each codec call.
 Account = Callable[[int, int, float], None]
@@ -77,14 +77,18 @@ class WatchCoding:
 
     def solo(self, data: bytes) -> bytes:
         """``data`` as one complete frame, decodable at once (accounted)."""
-        t = time.thread_time()
-        enc = self.codec.new_encoder()
-        out = enc.compress_flush(data) + enc.finish()
-        self.account(len(data), len(out), time.thread_time() - t)
+        out, seconds = cpu_timed(_one_frame, (self.codec, data))
+        self.account(len(data), len(out), seconds)
         return out
 
     def new_frame(self) -> SharedFrame:
         return SharedFrame(self.codec.new_encoder(), self.name == "gzip")
+
+
+def _one_frame(args: tuple[Codec, bytes]) -> bytes:
+    codec, data = args
+    enc = codec.new_encoder()
+    return enc.compress_flush(data) + enc.finish()
 
 
 def _ignore(n_in: int, n_out: int, seconds: float) -> None:

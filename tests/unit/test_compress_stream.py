@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import AsyncIterator
 
@@ -200,3 +201,23 @@ async def test_peek() -> None:
     assert (head, ended) == (b"abcdef", False)
     assert [p async for p in it] == [b"ghi"]
     assert await stream.peek(_aiter([b"ab", b"c"]), 10) == (b"abc", True)
+
+
+def test_cpu_timed_returns_the_output_and_the_calls_cpu_time() -> None:
+    """The clock's own cost is taken off, never more: a call that burns 20 ms of CPU measures
+    about that, a call that does nothing measures zero or a hair above, never below."""
+    import time
+
+    def burn(ms: float) -> bytes:
+        end = time.thread_time() + ms / 1000
+        while time.thread_time() < end:
+            pass
+        return b"done"
+
+    out, seconds = stream.cpu_timed(burn, 20)
+    assert out == b"done"
+    assert 0.019 <= seconds < 0.1
+    for _ in range(1000):
+        out, seconds = stream.cpu_timed(bytes, b"x")
+        assert out == b"x"
+        assert 0.0 <= seconds < 0.01
