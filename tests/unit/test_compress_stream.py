@@ -206,7 +206,6 @@ async def test_peek() -> None:
 def test_cpu_timed_returns_the_output_and_the_calls_cpu_time() -> None:
     """The clock's own cost is taken off, never more: a call that burns 20 ms of CPU measures
     about that, a call that does nothing measures zero or a hair above, never below."""
-    import time
 
     def burn(ms: float) -> bytes:
         end = time.thread_time() + ms / 1000
