@@ -14,14 +14,18 @@ import re
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+import urllib3
 from full_chain import (
     DRY_RULE,
     FILTERS,
     JSON,
     PROTOBUF,
+    YAML,
     Side,
     api_client,
     drop_namespace,
@@ -592,6 +596,333 @@ def test_strict_and_warn_patch_with_the_python_client(
         )
         answers.append((code, obj.data, headers.getlist("Warning")))
     assert answers[1] == answers[0] == (200, {"a": "1", "b": "2"}, ['299 - "unknown field \\"metadata.colour\\""'])
+
+
+# --------------------------------------------------------------------------- bad input through the whole chain
+
+_BIG = 3 * 1024 * 1024  # the apiserver's and kproxy's default max_request_body_bytes
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One malformed request, sent through kproxy and straight to the apiserver."""
+
+    id: str
+    method: str
+    path: str  # {ns} is the namespace
+    query: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | None = None
+    ns: str = "plain"  # plain | dry | strict: which policy namespace the request is in
+    watch: bool = False  # a stream: read what arrives within a few seconds
+
+
+_CM = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"new"},"data":{"a":"1"}}'
+_J = (("Content-Type", JSON),)
+BAD: list[Bad] = [
+    Bad("post-malformed-json", "POST", "/api/v1/namespaces/{ns}/configmaps", headers=_J, body=_CM[:40].encode()),
+    Bad(
+        "post-malformed-json-strict", "POST", "/api/v1/namespaces/{ns}/configmaps", headers=_J, body=b"{,}", ns="strict"
+    ),
+    Bad("post-malformed-json-dry", "POST", "/api/v1/namespaces/{ns}/configmaps", headers=_J, body=b"[1,", ns="dry"),
+    Bad("post-json-wrong-type", "POST", "/api/v1/namespaces/{ns}/configmaps", headers=_J, body=b'{"data":[1]}'),
+    Bad(
+        "post-malformed-yaml",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        headers=(("Content-Type", YAML),),
+        body=b"apiVersion: v1\nkind: ConfigMap\nmetadata: [name: x\n",
+    ),
+    Bad(
+        "post-yaml-tab-strict",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        headers=(("Content-Type", YAML),),
+        body=b"apiVersion: v1\n\tkind: ConfigMap\n",
+        ns="strict",
+    ),
+    Bad(
+        "post-not-protobuf",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        headers=(("Content-Type", PROTOBUF),),
+        body=b"this is not protobuf",
+    ),
+    Bad(
+        "post-protobuf-garbage-after-magic",
+        "POST",
+        "/api/v1/namespaces/{ns}/pods",
+        headers=(("Content-Type", PROTOBUF), ("Accept", PROTOBUF)),
+        body=b"k8s\x00\x0a\xff\xff\xff\x0f",
+    ),
+    Bad(
+        "post-wrong-content-type",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        headers=(("Content-Type", "text/plain"),),
+        body=_CM.encode(),
+    ),
+    Bad(
+        "post-no-content-type",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        query=(("dryRun", "All"),),
+        body=_CM.encode(),
+    ),
+    Bad("put-malformed-json", "PUT", "/api/v1/namespaces/{ns}/configmaps/x", headers=_J, body=b'{"kind":'),
+    Bad("put-empty-body", "PUT", "/api/v1/namespaces/{ns}/configmaps/x", headers=_J, body=b""),
+    Bad("patch-content-type-json", "PATCH", "/api/v1/namespaces/{ns}/configmaps/x", headers=_J, body=b"{}"),
+    Bad("patch-no-content-type", "PATCH", "/api/v1/namespaces/{ns}/configmaps/x", body=b'{"data":{"b":"2"}}'),
+    Bad(
+        "patch-unsupported-type",
+        "PATCH",
+        "/api/v1/namespaces/{ns}/configmaps/x",
+        headers=(("Content-Type", "application/apply-patch+cbor"),),
+        body=b"\xa0",
+    ),
+    Bad(
+        "patch-unknown-type",
+        "PATCH",
+        "/api/v1/namespaces/{ns}/pods/p",
+        headers=(("Content-Type", "application/x-kproxy-patch"),),
+        body=b"{}",
+        ns="dry",
+    ),
+    Bad(
+        "patch-malformed-merge",
+        "PATCH",
+        "/api/v1/namespaces/{ns}/configmaps/x",
+        headers=(("Content-Type", "application/merge-patch+json"),),
+        body=b'{"data":',
+    ),
+    Bad(
+        "patch-json-patch-not-a-list",
+        "PATCH",
+        "/api/v1/namespaces/{ns}/configmaps/x",
+        headers=(("Content-Type", "application/json-patch+json"),),
+        body=b'{"op":"add"}',
+        ns="strict",
+    ),
+    Bad(
+        "post-oversized",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        headers=_J,
+        body=b'{"data":{"a":"' + b"x" * _BIG + b'"}}',
+    ),
+    Bad(
+        "patch-oversized",
+        "PATCH",
+        "/api/v1/namespaces/{ns}/configmaps/x",
+        headers=(("Content-Type", "application/merge-patch+json"),),
+        body=b'{"data":{"a":"' + b"x" * _BIG + b'"}}',
+        ns="dry",
+    ),
+    Bad("delete-malformed-body", "DELETE", "/api/v1/namespaces/{ns}/configmaps/x", headers=_J, body=b"{nope"),
+    Bad(
+        "delete-malformed-body-dry",
+        "DELETE",
+        "/api/v1/namespaces/{ns}/configmaps/x",
+        headers=_J,
+        body=b"{nope",
+        ns="dry",
+    ),
+    Bad("list-unknown-query", "GET", "/api/v1/namespaces/{ns}/pods", query=(("foo", "bar"), ("labelSelector", "a=b"))),
+    Bad("list-rv-abc", "GET", "/api/v1/namespaces/{ns}/pods", query=(("resourceVersion", "abc"),)),
+    Bad("list-timeout-negative", "GET", "/api/v1/namespaces/{ns}/configmaps", query=(("timeoutSeconds", "-1"),)),
+    Bad("list-limit-negative", "GET", "/api/v1/namespaces/{ns}/pods", query=(("limit", "-5"),)),
+    Bad(
+        "list-limit-negative-rv0",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("limit", "-5"), ("resourceVersion", "0")),
+    ),
+    Bad("list-label-selector-invalid", "GET", "/api/v1/namespaces/{ns}/pods", query=(("labelSelector", "app=("),)),
+    Bad("list-label-selector-spaces", "GET", "/api/v1/namespaces/{ns}/configmaps", query=(("labelSelector", "a b c"),)),
+    Bad("list-field-selector-unknown", "GET", "/api/v1/namespaces/{ns}/pods", query=(("fieldSelector", "spec.foo=x"),)),
+    Bad(
+        "list-field-selector-no-op", "GET", "/api/v1/namespaces/{ns}/pods", query=(("fieldSelector", "metadata.name"),)
+    ),
+    Bad(
+        "list-field-selector-cm-data",
+        "GET",
+        "/api/v1/namespaces/{ns}/configmaps",
+        query=(("fieldSelector", "data.a=1"),),
+    ),
+    Bad(
+        "list-rvm-bogus",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("resourceVersion", "1"), ("resourceVersionMatch", "Bogus")),
+    ),
+    Bad(
+        "list-rvm-without-rv", "GET", "/api/v1/namespaces/{ns}/pods", query=(("resourceVersionMatch", "NotOlderThan"),)
+    ),
+    Bad(
+        "list-continue-garbage",
+        "GET",
+        "/api/v1/namespaces/{ns}/configmaps",
+        query=(("limit", "1"), ("continue", "garbage")),
+    ),
+    Bad("get-accept-html", "GET", "/api/v1/namespaces/{ns}/configmaps/x", headers=(("Accept", "text/html"),)),
+    Bad(
+        "list-accept-unknown-as",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        headers=(("Accept", "application/json;as=Bogus;g=x;v=y"),),
+    ),
+    Bad("list-accept-image", "GET", "/api/v1/namespaces/{ns}/pods", headers=(("Accept", "image/png"),)),
+    Bad(
+        "watch-accept-yaml",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"),),
+        headers=(("Accept", YAML),),
+        watch=True,
+    ),
+    Bad(
+        "watch-rv-abc",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("resourceVersion", "abc")),
+        watch=True,
+    ),
+    Bad(
+        "watch-timeout-negative",
+        "GET",
+        "/api/v1/namespaces/{ns}/configmaps",
+        query=(("watch", "1"), ("timeoutSeconds", "-1"), ("resourceVersion", "0")),
+        watch=True,
+    ),
+    Bad(
+        "watch-label-selector-invalid",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("labelSelector", "app=(")),
+        watch=True,
+    ),
+    Bad(
+        "watch-field-selector-unknown",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("fieldSelector", "spec.foo=x")),
+        watch=True,
+    ),
+    Bad(
+        "watch-rvm-exact",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("resourceVersion", "1"), ("resourceVersionMatch", "Exact")),
+        watch=True,
+    ),
+    Bad(
+        "watch-rvm-without-rv",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("resourceVersionMatch", "NotOlderThan")),
+        watch=True,
+    ),
+    Bad(
+        "watch-initial-events-without-rvm",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("sendInitialEvents", "true")),
+        watch=True,
+    ),
+    Bad(
+        "watch-initial-events-rvm-exact",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(
+            ("watch", "1"),
+            ("sendInitialEvents", "true"),
+            ("resourceVersionMatch", "Exact"),
+            ("resourceVersion", "0"),
+        ),
+        watch=True,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_spaces(
+    control_plane: ControlPlaneInfo, apis: tuple[client.CoreV1Api, client.CoreV1Api]
+) -> Iterator[dict[str, str]]:
+    """A plain, a dry-* and a strict-* namespace, each with configmap x and pod p."""
+    direct, _ = apis
+    spaces = {
+        "plain": make_namespace(control_plane, "fc-bad"),
+        "dry": make_namespace(control_plane, "dry-fc-bad"),
+        "strict": make_namespace(control_plane, "strict-fc-bad"),
+    }
+    for ns in spaces.values():
+        direct.create_namespaced_config_map(ns, _cm("x", {"a": "1"}))
+        direct.create_namespaced_pod(ns, _pod("p", {"app": "web"}))
+    yield spaces
+    for ns in spaces.values():
+        drop_namespace(control_plane, ns)
+
+
+def _send(side: Side, case: Bad, ns: str, extra: tuple[tuple[str, str], ...]) -> tuple[int, str, bytes]:
+    path = case.path.format(ns=ns)
+    query = list(case.query) + list(extra)
+    if not case.watch:
+        got = side.request(case.method, path, query=query, headers=dict(case.headers), body=case.body)
+        return got.status, got.content_type, got.body
+    url = side.base + path + "?" + urlencode(query)
+    resp = side.pool.request(
+        "GET",
+        url,
+        headers={"Authorization": f"Bearer {side.token}", **dict(case.headers)},
+        preload_content=False,
+        timeout=urllib3.Timeout(connect=10, read=3),
+    )
+    data = b""
+    try:
+        for chunk in resp.stream(None, decode_content=True):
+            data += chunk
+    except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+        pass  # a watch that stays open: what arrived so far
+    finally:
+        resp.release_conn()
+    return resp.status, str(resp.headers.get("Content-Type", "")), data
+
+
+_VOLATILE = re.compile(rb'"(uid|creationTimestamp|time)":"[^"]*"')
+
+
+@pytest.mark.parametrize("encoding", [None, "zstd, gzip"], ids=["plain", "compressed"])
+@pytest.mark.parametrize("case", BAD, ids=[c.id for c in BAD])
+def test_bad_input_answered_as_the_apiserver(
+    case: Bad, encoding: str | None, sides: tuple[Side, Side], bad_spaces: dict[str, str], chain: RunningProxy
+) -> None:
+    """The same malformed request through the whole chain and straight to the apiserver (which gets
+    the query a policy adds in that namespace: dryRun=All in dry-*, fieldValidation=Strict in
+    strict-*): the same status code, Content-Type and body (a Status with the same reason and
+    message), never a traceback or an HTML page; also with ``Accept-Encoding`` (kproxy's
+    compression then encodes what it sends, the client decodes it)."""
+    d, p = sides
+    ns = bad_spaces[case.ns]
+    extra = {"plain": (), "dry": (("dryRun", "All"),), "strict": (("fieldValidation", "Strict"),)}[case.ns]
+    if case.method == "GET":
+        extra = ()  # policies add nothing to reads
+    if encoding:
+        case = replace(case, headers=(*case.headers, ("Accept-Encoding", encoding)))
+    want = _send(d, case, ns, extra)
+    got = _send(p, case, ns, ())
+    assert got[0] == want[0], (got, want)
+    assert got[1] == want[1], (got[1], want[1])
+    assert b"Traceback" not in got[2] and b"<html" not in got[2].lower()
+    if want[1] == JSON and not case.watch and want[0] >= 400:
+        theirs, ours = json.loads(want[2]), json.loads(got[2])
+        assert ours.get("kind") == "Status", ours
+        assert (ours.get("reason"), ours.get("message"), ours.get("code")) == (
+            theirs.get("reason"),
+            theirs.get("message"),
+            theirs.get("code"),
+        )
+    assert _VOLATILE.sub(b"", got[2]) == _VOLATILE.sub(b"", want[2])
+    assert "Traceback" not in chain.log_text()
 
 
 # ------------------------------------------------- 410 after compaction (last: restarts the apiserver)
