@@ -39,6 +39,12 @@ FILTERS: list[dict[str, Any]] = [
     },
     {"name": "watchcache", "resources": ["pods", "configmaps"]},
 ]
+#: The order README.md's "The filter chain" shows (the cache outside the policies, transcode innermost).
+README_ORDER = ["compression", "watchcache", "dryrun", "validation", "transcode"]
+ORDERS: dict[str, list[dict[str, Any]]] = {
+    "config-example-order": FILTERS,
+    "readme-order": [next(f for f in FILTERS if f["name"] == name) for name in README_ORDER],
+}
 
 
 @dataclass
