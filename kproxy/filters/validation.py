@@ -10,7 +10,8 @@ apiserver's default); the first matching rule may raise it (never lower it). Wha
 * **Strict, POST/PUT** -- kproxy strict-decodes the body against the upstream's OpenAPI v3 schema
   first. When it finds unknown or duplicate fields, and it can prove the apiserver would answer
   exactly that (the body has no other decode error, its apiVersion/kind are the endpoint's, the
-  options are valid, the answer is JSON, the caller is authorized for the write), kproxy answers
+  options are valid, the answer is JSON, YAML or protobuf (no ``as=`` conversion), the caller is
+  authorized for the write), kproxy answers
   the apiserver's 400 itself and the write never reaches the apiserver. Otherwise the request
   goes up with ``fieldValidation=Strict`` and the apiserver answers -- exact by construction.
 * **Strict, PATCH** -- forwarded with ``fieldValidation=Strict``: the apiserver's answer quotes
@@ -28,7 +29,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from multidict import MultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -38,7 +39,7 @@ from kproxy.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.context import FilterContext
-from kproxy.negotiation import JSON, YAML, is_pretty, media_type_of, negotiate
+from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate
 from kproxy.policy import Rule, first_match_lazy
 from kproxy.requestinfo import RequestInfo
 from kproxy.status import StatusError
@@ -47,10 +48,17 @@ from kproxy.validation.messages import create_update_error, warning_values
 from kproxy.validation.openapi import SchemaCache, cancel
 from kproxy.validation.validator import Outcome, validate_body
 
+if TYPE_CHECKING:
+    from kproxy.codec import ProtobufCodec
+
 log = logging.getLogger("kproxy.validation")
 
 _METRICS_SERVICE = "kproxy.validation.metrics"
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+#: The transcode filter's key: one codec (and one loaded schema) per process.
+_CODEC_SERVICE = "kproxy.codec.ProtobufCodec"
+#: Media types a local Strict answer is written in, as the apiserver would write its Status.
+_LOCAL_MEDIA = (JSON, YAML, PROTOBUF)
 # Answers the apiserver gives before it decodes a body: no field warnings on them.
 _BEFORE_DECODE = frozenset({401, 403, 404, 405, 406, 413, 415, 429})
 
@@ -308,25 +316,42 @@ class Validation(FilterBase):
     async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
         """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say.
 
-        In front of an upstream that validates, kproxy answers only in JSON (other encodings
-        are left to the apiserver). When kproxy provides the validation, it always answers:
-        in JSON even if the client asked for YAML or protobuf (a documented difference).
+        The Status is written as the apiserver writes it: JSON (pretty when asked), YAML or
+        protobuf as negotiated. A request with no acceptable media type (the apiserver's 406)
+        or a conversion (``as=``) is left to the apiserver in front of an upstream that
+        validates; when kproxy provides the validation, it answers those in JSON.
         """
         if not _options_valid(ex.query):
             return None
         negotiated = negotiate(ex.headers.get("Accept"))
-        as_json = negotiated is not None and negotiated.media_type == JSON and negotiated.convert is None
-        if self.upstream_validates and (not as_json or not await self._authorized(ex)):
+        media = negotiated.media_type if negotiated is not None and negotiated.convert is None else None
+        if self.upstream_validates and (media not in _LOCAL_MEDIA or not await self._authorized(ex)):
             return None
         endpoint = ex.state["validation.endpoint"]
         err = create_update_error(endpoint.kind, ex.state["validation.version"], outcome)
-        pretty = (negotiated is not None and negotiated.pretty) or is_pretty(
-            ex.query.get("pretty"), ex.headers.get("User-Agent")
-        )
         reply = Reply.from_status(err)
-        if pretty:
+        if media in _LOCAL_MEDIA and media != JSON:
+            from kproxy.codec import to_yaml  # as transcode: the codec is loaded when first needed
+
+            # The apiserver writes the Status in the negotiated type: protobuf for client-go's
+            # protobuf clients and for the ``transcode`` filter when it sits in front of this one
+            # (it asks for ``protobuf, <client's Accept>`` and turns the answer back into JSON).
+            data = self._protobuf().from_json(err.to_dict()) if media == PROTOBUF else to_yaml(err.to_dict())
+            reply.headers["Content-Type"] = media
+            reply.body = BytesBody(data, media)
+        elif (negotiated is not None and negotiated.pretty) or is_pretty(
+            ex.query.get("pretty"), ex.headers.get("User-Agent")
+        ):
             reply.body = BytesBody(err.body(pretty=True), "application/json")
         return reply
+
+    def _protobuf(self) -> ProtobufCodec:
+        """The process's protobuf codec (shared with ``transcode``), built on first use."""
+        from kproxy.codec import ProtobufCodec
+
+        assert self.ctx is not None
+        codec: ProtobufCodec = self.ctx.shared(_CODEC_SERVICE, ProtobufCodec)
+        return codec
 
     async def _authorized(self, ex: Exchange) -> bool:
         assert self.ctx is not None and self.access is not None

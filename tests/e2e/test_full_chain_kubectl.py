@@ -32,24 +32,28 @@ from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
 pytestmark = pytest.mark.e2e
 
 DRY_RULE = "dry-namespaces"
+#: The order config.example.yaml's sections give (compression first, as it says), and the order
+#: README.md's "The filter chain" calls the one that works; both are run.
+ORDER = ("compression", "transcode", "dryrun", "validation", "watchcache")
+README_ORDER = ("compression", "watchcache", "dryrun", "validation", "transcode")
 DRY_WARNING = f'Warning: kproxy dryrun rule "{DRY_RULE}" ran this request as a dry run: nothing was persisted'
 
 
-def full_chain() -> list[dict[str, Any]]:
-    """Every built-in filter, in the recommended order (outermost first)."""
-    return [
-        {"name": "compression", "watch": True},
-        {"name": "transcode", "upstream": "protobuf"},
-        {"name": "dryrun", "rules": [{"name": DRY_RULE, "match": {"namespaces": ["dry-*"]}, "action": "enforce"}]},
-        {
-            "name": "validation",
+def full_chain(order: tuple[str, ...] = ORDER) -> list[dict[str, Any]]:
+    """Every built-in filter, in ``order`` (outermost first)."""
+    settings: dict[str, dict[str, Any]] = {
+        "compression": {"watch": True},
+        "transcode": {"upstream": "protobuf"},
+        "dryrun": {"rules": [{"name": DRY_RULE, "match": {"namespaces": ["dry-*"]}, "action": "enforce"}]},
+        "validation": {
             "rules": [
                 {"name": "strict-namespaces", "match": {"namespaces": ["strict-*"]}, "level": "Strict"},
                 {"name": "everywhere-else", "level": "Warn"},
-            ],
+            ]
         },
-        {"name": "watchcache", "resources": ["pods", "configmaps", "deployments.apps"]},
-    ]
+        "watchcache": {"resources": ["pods", "configmaps", "deployments.apps"]},
+    }
+    return [{"name": name, **settings[name]} for name in order]
 
 
 @dataclass
@@ -70,14 +74,14 @@ def _user_kubeconfig(rp: RunningProxy, token: str) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["forward-tls", "proxy-http"])
+@pytest.fixture(scope="module", params=["forward-tls", "proxy-http", "forward-tls-readme-order"])
 def chain(
     request: pytest.FixtureRequest, control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Chain]:
     cp = control_plane
     tmp = tmp_path_factory.mktemp(f"full-chain-{request.param}")
-    extra = {"filters": full_chain()}
-    if request.param == "forward-tls":
+    extra = {"filters": full_chain(README_ORDER if request.param.endswith("readme-order") else ORDER)}
+    if request.param.startswith("forward-tls"):
         rp = start_proxy(tmp, cp.admin_kubeconfig, credentials="forward", tls=True, token=cp.admin_token, extra=extra)
         ch = Chain(request.param, rp, rp.kubeconfig, _user_kubeconfig(rp, cp.user_token))
     else:
@@ -172,7 +176,13 @@ class Sides:
         p = self.kubectl(
             ["get", kind, name, "-n", ns, "-o", "json", "--ignore-not-found", "--show-managed-fields"], check=True
         )
-        return json.loads(mask(p.stdout, ns)) if p.stdout.strip() else None
+        if not p.stdout.strip():
+            return None
+        obj: dict[str, Any] = json.loads(mask(p.stdout, ns))
+        # The apiserver orders managedFields by time, then manager: writes a second apart on the
+        # two sides order them differently.
+        obj["metadata"].get("managedFields", []).sort(key=lambda m: (m["manager"], m["operation"]))
+        return obj
 
 
 @pytest.fixture
@@ -400,6 +410,10 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
     cache_watches = cache_watch_count()
     via = KubectlWatch(cp, chain.admin, args, tmp_path / "via-cache")
     direct = KubectlWatch(cp, cp.admin_kubeconfig, args, tmp_path / "direct-cache")
+    # kubectl's default table watch asks for as=Table: the apiserver prints it (through the chain).
+    table_args = ["get", "configmaps", "-n", namespace, "--watch"]
+    via_table = KubectlWatch(cp, chain.admin, table_args, tmp_path / "via-table")
+    direct_table = KubectlWatch(cp, cp.admin_kubeconfig, table_args, tmp_path / "direct-table")
     try:
 
         def printed(kw: KubectlWatch) -> list[tuple[str, str]]:
@@ -407,6 +421,8 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
 
         for kw in (via, direct):
             wait_for(lambda kw=kw: ("ADDED", "first") in printed(kw), 30, "the initial configmaps")  # type: ignore[misc]
+        for kw in (via_table, direct_table):
+            wait_for(lambda kw=kw: len(table(kw.text())) == 2, 30, "the initial table")  # type: ignore[misc]
         wait_for(lambda: cache_watch_count() >= cache_watches + 1, 30, "kubectl's watch to be served by the cache")
         gz_before = metric(chain.rp, "kproxy_compression_input_bytes_total", encoding="gzip")
         writes: list[tuple[list[str], tuple[str, str]]] = [
@@ -433,9 +449,13 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
             return metric(chain.rp, "kproxy_compression_input_bytes_total", encoding="gzip") - gz_before
 
         wait_for(lambda: gzipped() >= events_bytes, 10, f"{events_bytes} bytes of events counted as gzipped")
+
+        wait_for(lambda: len(table(direct_table.text())) == 2 + len(writes), 10, "the table watch on the apiserver")
+        wait_for(lambda: table(via_table.text()) == table(direct_table.text()), 10, "the same table through kproxy")
+        assert [row[0] for row in table(via_table.text())] == ["NAME", "first", "second", "first", "second", "first"]
     finally:
-        via.stop()
-        direct.stop()
+        for kw in (via, direct, via_table, direct_table):
+            kw.stop()
 
 
 # --------------------------------------------------------------------------- policy namespaces
@@ -474,8 +494,12 @@ def test_dry_run_namespace_persists_nothing(
 
 
 def test_strict_namespace_rejects_unknown_fields_and_warn_namespace_warns(
-    sides: Sides, make_namespace: Callable[[str], str]
+    sides: Sides, chain: Chain, make_namespace: Callable[[str], str]
 ) -> None:
+    def local_answers() -> float:
+        return metric(chain.rp, "kproxy_validation_requests_total", level="Strict", outcome="rejected")
+
+    before = local_answers()
     strict, strict_ref = make_namespace("strict"), make_namespace("kw-strict-ref")
     warn, warn_ref = make_namespace("kw-warn"), make_namespace("kw-warn-ref")
     bad = yaml.safe_dump({**yaml.safe_load(configmap("bad", a="1")), "bogus": 1})
@@ -494,6 +518,9 @@ def test_strict_namespace_rejects_unknown_fields_and_warn_namespace_warns(
             # Server-side apply reports unknown fields its own way, whatever the level.
             assert ("field not declared in schema" if "--server-side" in verb else "unknown field") in via.err
             assert sides.obj(kind, name, strict) is None
+    # create and client-side apply POST the object: kproxy answered those itself, whatever filter
+    # sits in front of it (transcode asks for protobuf); server-side apply went to the apiserver.
+    assert local_answers() - before == 4
     via = sides.via(["create", "--validate=false", "-f", "-", "-n", strict], bad)
     assert via.err == (
         'Error from server (BadRequest): error when creating "STDIN": ConfigMap in version "v1" cannot be handled '
