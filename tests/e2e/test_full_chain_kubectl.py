@@ -364,10 +364,19 @@ def test_explain_api_resources_and_auth_can_i(sides: Sides, chain: Chain, contro
 def test_raw_limit_and_chunked_lists_page_through_the_cache(
     sides: Sides, chain: Chain, kubectl: Kubectl, namespace: str
 ) -> None:
+    # 30 KB each: every page is compressed (kubectl asks gzip), a whole list is 150 KB.
     for i in range(5):
-        kubectl(["create", "configmap", f"cm{i}", "-n", namespace, f"--from-literal=i={i}"])
+        blob = f"{i}" * 30_000
+        kubectl(["create", "configmap", f"cm{i}", "-n", namespace, f"--from-literal=i={i}", f"--from-literal=b={blob}"])
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    served_before = metric(chain.rp, "kproxy_watchcache_reads_total", resource="configmaps", served="cache")
+
+    def reads(**labels: str) -> float:
+        return metric(chain.rp, "kproxy_watchcache_reads_total", resource="configmaps", served="cache", **labels)
+
+    def gzipped() -> float:
+        return metric(chain.rp, "kproxy_compression_responses_total", encoding="gzip")
+
+    served_before, continued_before, gzipped_before = reads(), reads(reason="continue"), gzipped()
 
     def names(page: dict[str, Any]) -> list[str]:
         return [item["metadata"]["name"] for item in page["items"]]
@@ -389,12 +398,11 @@ def test_raw_limit_and_chunked_lists_page_through_the_cache(
     assert json.loads(sides.via(args).out)["items"] == json.loads(sides.direct(args).out)["items"]
     args = ["get", "configmaps", "-n", namespace, "--chunk-size=2"]
     assert cells(sides.via(args).out) == cells(sides.direct(args).out)
-    continued = metric(chain.rp, "kproxy_watchcache_reads_total", resource="configmaps", served="cache",
-                       reason="continue")  # fmt: skip
-    assert continued >= 4, chain.rp.metrics()
-    served = metric(chain.rp, "kproxy_watchcache_reads_total", resource="configmaps", served="cache")
-    # limit=1 and two pages of two by hand, then kubectl's three pages of two.
-    assert served - served_before >= 6
+    # limit=1 and two pages of two by hand, then kubectl's three pages of two: from the cache,
+    # four of them following its continue tokens, each gzipped.
+    assert reads() - served_before >= 6
+    assert reads(reason="continue") - continued_before >= 4
+    assert gzipped() - gzipped_before >= 6
 
 
 def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
@@ -491,6 +499,26 @@ def test_dry_run_namespace_persists_nothing(
     # Reads in the dry-run namespace are untouched (and served as usual).
     run = sides.same(["get", "configmaps,deployments", "-n", dry, "-o", "name"])
     assert "configmap/settings" not in run.out
+
+    # Objects that exist (written straight on the apiserver): every change is a dry run too.
+    sides.direct(["apply", "-f", "-", "-n", dry], docs)
+    stored = {kind: sides.obj(kind, name, dry) for kind, name in (("configmap", "settings"), ("deployment", "web"))}
+    assert all(stored.values()), stored
+    changes: list[tuple[list[str], str | None, str]] = [
+        (["apply", "-f", "-"], manifests(configmap("settings", a="2"), deployment("web", replicas=9)),
+         "configmap/settings configured\ndeployment.apps/web configured\n"),
+        (["label", "configmap", "settings", "x=y"], None, "configmap/settings labeled\n"),
+        (["scale", "deployment", "web", "--replicas=5"], None, "deployment.apps/web scaled\n"),
+        (["patch", "configmap", "settings", "--type=merge", "-p", '{"data":{"a":"3"}}'], None,
+         "configmap/settings patched\n"),
+        (["delete", "configmap", "settings", "--wait=false"], None,
+         f'configmap "settings" deleted from {dry} namespace\n'),
+    ]  # fmt: skip
+    for args, stdin, printed in changes:
+        run = sides.via([*args, "-n", dry], stdin)
+        assert (run.rc, run.out, run.err) == (0, printed, DRY_WARNING + "\n"), (args, run)
+    for kind, name in (("configmap", "settings"), ("deployment", "web")):
+        assert sides.obj(kind, name, dry) == stored[kind], (kind, name)
 
 
 def test_strict_namespace_rejects_unknown_fields_and_warn_namespace_warns(
