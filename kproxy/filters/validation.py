@@ -39,7 +39,7 @@ from kproxy.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.context import FilterContext
-from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate
+from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate, router_accepts
 from kproxy.policy import Rule, first_match_lazy
 from kproxy.requestinfo import RequestInfo
 from kproxy.status import StatusError
@@ -310,6 +310,7 @@ class Validation(FilterBase):
         elif outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
             outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
         ex.state["validation.endpoint"] = endpoint
+        ex.state["validation.custom"] = resolved.custom
         ex.state["validation.version"] = version
         return outcome
 
@@ -317,14 +318,18 @@ class Validation(FilterBase):
         """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say.
 
         The Status is written as the apiserver writes it: JSON (pretty when asked), YAML or
-        protobuf as negotiated. A request with no acceptable media type (the apiserver's 406)
-        or a conversion (``as=``) is left to the apiserver in front of an upstream that
-        validates; when kproxy provides the validation, it answers those in JSON.
+        protobuf as negotiated. A request with no acceptable media type is the apiserver's (its
+        406 comes before decoding, in both modes: the body is never stored). A conversion
+        (``as=``) is left to the apiserver in front of an upstream that validates; when kproxy
+        provides the validation, it answers that in JSON.
         """
         if not _options_valid(ex.query):
             return None
-        negotiated = negotiate(ex.headers.get("Accept"))
-        media = negotiated.media_type if negotiated is not None and negotiated.convert is None else None
+        accept = ex.headers.get("Accept")
+        negotiated = negotiate(accept)
+        if negotiated is None or (not ex.state["validation.custom"] and not router_accepts(accept)):
+            return None  # the apiserver's 406 comes before it decodes the body
+        media = negotiated.media_type if negotiated.convert is None else None
         if self.upstream_validates and (media not in _LOCAL_MEDIA or not await self._authorized(ex)):
             return None
         endpoint = ex.state["validation.endpoint"]
@@ -339,9 +344,7 @@ class Validation(FilterBase):
             data = self._protobuf().from_json(err.to_dict()) if media == PROTOBUF else to_yaml(err.to_dict())
             reply.headers["Content-Type"] = media
             reply.body = BytesBody(data, media)
-        elif (negotiated is not None and negotiated.pretty) or is_pretty(
-            ex.query.get("pretty"), ex.headers.get("User-Agent")
-        ):
+        elif negotiated.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent")):
             reply.body = BytesBody(err.body(pretty=True), "application/json")
         return reply
 
