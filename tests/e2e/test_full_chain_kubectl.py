@@ -5,9 +5,11 @@ included) outermost, then ``transcode`` (protobuf upstream), ``dryrun`` (dry run
 ``dry-*`` namespaces), ``validation`` (Strict in ``strict-*`` namespaces, Warn elsewhere) and
 ``watchcache`` (pods, configmaps, deployments). Each kubectl command runs through kproxy and
 straight on the apiserver, and the two outputs are compared (ages, uids, resource versions,
-timestamps and namespace names masked). Every test runs against two kproxies: `credentials:
+timestamps and namespace names masked). Every test runs against three kproxies: `credentials:
 forward` over TLS (kubectl's bearer token reaches the apiserver; the cache authorizes each read)
-and `credentials: proxy` over plain HTTP (where kubectl always asks for gzip)."""
+and `credentials: proxy` over plain HTTP (where kubectl always asks for gzip) with the filters in
+the order above (config.example.yaml's sections), and `forward` over TLS in README's order
+(compression, watchcache, dryrun, validation, transcode)."""
 
 from __future__ import annotations
 
