@@ -54,6 +54,7 @@ class Raw:
     status: int
     headers: urllib3.HTTPHeaderDict
     body: bytes
+    url: str = ""
 
     @property
     def content_type(self) -> str:
@@ -92,7 +93,7 @@ class Side:
         url = self.base + path + (("?" + urlencode(query)) if query else "")
         hdrs = {"Authorization": f"Bearer {self.token}", **(headers or {})}
         resp = self.pool.request(method, url, headers=hdrs, body=body, timeout=timeout, preload_content=True)
-        return Raw(resp.status, resp.headers, resp.data)
+        return Raw(resp.status, resp.headers, resp.data, url)
 
     def stream(
         self, path: str, *, query: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None

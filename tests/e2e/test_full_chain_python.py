@@ -15,6 +15,7 @@ import re
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
@@ -28,6 +29,7 @@ from full_chain import (
     ORDERS,
     PROTOBUF,
     YAML,
+    Raw,
     Side,
     api_client,
     drop_namespace,
@@ -605,6 +607,135 @@ def test_strict_and_warn_patch_with_the_python_client(
         )
         answers.append((code, obj.data, headers.getlist("Warning")))
     assert answers[1] == answers[0] == (200, {"a": "1", "b": "2"}, ['299 - "unknown field \\"metadata.colour\\""'])
+
+
+# --------------------------------------------------------------------------- negotiation matrix
+
+_ACCEPTS = [
+    JSON,
+    YAML,
+    PROTOBUF,
+    f"{PROTOBUF}, {JSON}",  # client-go's default
+    "application/json;as=Table;g=meta.k8s.io;v=v1",
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    f"{PROTOBUF};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+    "*/*",
+    "application/*",
+    "text/plain, */*;q=0.1",
+    None,
+]
+
+
+def _same_read(d: Side, p: Side, path: str, query: dict[str, str], headers: dict[str, str]) -> str | None:
+    """None when kproxy answers a GET as the apiserver does (the apiserver asked before and after
+    kproxy: its leases move consistent reads' resourceVersion); else what differs."""
+    first = d.request("GET", path, query=query, headers=headers)
+    got = p.request("GET", path, query=query, headers=headers)
+    ours = (got.status, got.content_type, _comparable(got))
+    for want in (first, d.request("GET", path, query=query, headers=headers)):
+        if ours == (want.status, want.content_type, _comparable(want)):
+            return None
+    theirs = f"{want.status} {want.content_type} {want.body[:150]!r}"
+    return f"{path} {query} {headers}: {theirs} | {ours[:2]} {ours[2][:150]!r}"
+
+
+_CONTINUE = re.compile(rb'"continue":"[^"]*"|continue: \S+')
+
+
+def _comparable(answer: Raw) -> bytes:
+    """The body without its continue token (kproxy's tokens carry ``"kp":1``); protobuf lists read
+    as JSON first (the token's length is inside the message)."""
+    body = answer.body
+    if "limit" in answer.url and answer.content_type == PROTOBUF and answer.status == 200:
+        body = ProtobufCodec().to_json(body)
+    return _CONTINUE.sub(b"", body)
+
+
+def test_reads_in_every_media_type_and_encoding(sides: tuple[Side, Side], listed_ns: str) -> None:
+    """GET and LIST (from the cache, consistent, resourceVersion=0, paged, selected, pretty) in
+    every Accept clients send, with and without Accept-Encoding: through the whole chain the same
+    status, Content-Type and decoded body as straight from the apiserver (paged lists: but for
+    the continue token)."""
+    d, p = sides
+    ns = listed_ns
+    paths = [
+        f"/api/v1/namespaces/{ns}/pods",
+        f"/api/v1/namespaces/{ns}/configmaps/c-04",
+        f"/api/v1/namespaces/{ns}/pods/p-03",
+    ]
+    queries: list[dict[str, str]] = [
+        {},
+        {"resourceVersion": "0"},
+        {"pretty": "true"},
+        {"limit": "2"},
+        {"labelSelector": "app=db"},
+    ]
+    jobs = [
+        (path, q, {**({"Accept": a} if a else {}), **({"Accept-Encoding": e} if e else {})})
+        for path in paths
+        for q in (queries if path.endswith("pods") else queries[:3])
+        for a in _ACCEPTS
+        for e in (None, "gzip", "zstd")
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        found = [m for m in pool.map(lambda j: _same_read(d, p, *j), jobs) if m]
+    assert not found, f"{len(found)} of {len(jobs)} differ:\n" + "\n".join(found[:10])
+
+
+def _watch_body(side: Side, path: str, query: dict[str, str], headers: dict[str, str]) -> tuple[int, str, bytes]:
+    resp = side.stream(path, query=query, headers=headers)
+    try:
+        data = b"".join(resp.read_chunked(decode_content=True))
+    finally:
+        resp.release_conn()
+    ct = str(resp.headers.get("Content-Type", ""))
+    if ct.startswith(PROTOBUF):  # compare events as the codec reads them
+        t = ProtobufCodec().watch_transcoder()
+        data = t.feed(data) + t.finish()
+    events = [json.loads(line) for line in data.splitlines() if line.strip()]
+    # Periodic bookmarks (2 s before the timeout, on each side's own tick) come or not with timing;
+    # the initial-events-end bookmark is compared, but for each cache's own resourceVersion.
+    events = [ev for ev in events if ev["type"] != "BOOKMARK" or _initial_end(ev["object"])]
+    for ev in events:
+        if ev["type"] == "BOOKMARK":
+            ev["object"]["metadata"]["resourceVersion"] = "*"
+    return resp.status, ct, json.dumps(events).encode()
+
+
+def test_watches_in_every_media_type_and_encoding(sides: tuple[Side, Side], listed_ns: str) -> None:
+    """Watches (state then timeout, watch-list with bookmarks, selected, matching nothing) in JSON,
+    protobuf and client-go's Accept, plain, gzip and zstd: the same events as straight from the
+    apiserver (bookmarks compared but for their resourceVersion). Each watch lasts 3 s: a watch-list
+    first waits for a consistent state, which under load can take more than a second."""
+    d, p = sides
+    path = f"/api/v1/namespaces/{listed_ns}/pods"
+    queries = [
+        {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "3"},
+        {
+            "watch": "1",
+            "sendInitialEvents": "true",
+            "resourceVersionMatch": "NotOlderThan",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "3",
+        },
+        {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "3", "fieldSelector": "spec.nodeName=node-a"},
+        {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "3", "labelSelector": "app=none"},
+    ]
+    jobs = [
+        (q, {"Accept": a, **({"Accept-Encoding": e} if e else {})})
+        for q in queries
+        for a in (JSON, f"{PROTOBUF};stream=watch", f"{PROTOBUF}, {JSON}")
+        for e in (None, "gzip", "zstd")
+    ]
+
+    def one(job: tuple[dict[str, str], dict[str, str]]) -> str | None:
+        q, h = job
+        want, got = _watch_body(d, path, q, h), _watch_body(p, path, q, h)
+        return None if got == want else f"{q} {h}: {want[:2]} {want[2][:200]!r} | {got[:2]} {got[2][:200]!r}"
+
+    with ThreadPoolExecutor(6) as pool:
+        found = [m for m in pool.map(one, jobs) if m]
+    assert not found, f"{len(found)} of {len(jobs)} differ:\n" + "\n".join(found[:10])
 
 
 # --------------------------------------------------------------------------- compressed watches that end empty
