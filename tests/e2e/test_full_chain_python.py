@@ -915,6 +915,28 @@ BAD: list[Bad] = [
         ns="dry",
     ),
     Bad("list-unknown-query", "GET", "/api/v1/namespaces/{ns}/pods", query=(("foo", "bar"), ("labelSelector", "a=b"))),
+    Bad(
+        "post-unknown-query",
+        "POST",
+        "/api/v1/namespaces/{ns}/configmaps",
+        query=(("foo", "bar"), ("dryRun", "All")),
+        headers=_J,
+        body=_CM.encode(),
+    ),
+    Bad(
+        "watch-unknown-query",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("foo", "bar"), ("resourceVersion", "0"), ("timeoutSeconds", "2")),
+        watch=True,
+    ),
+    Bad(
+        "watch-limit-negative",
+        "GET",
+        "/api/v1/namespaces/{ns}/pods",
+        query=(("watch", "1"), ("limit", "-5"), ("resourceVersion", "0"), ("timeoutSeconds", "2")),
+        watch=True,
+    ),
     Bad("list-rv-abc", "GET", "/api/v1/namespaces/{ns}/pods", query=(("resourceVersion", "abc"),)),
     Bad("list-timeout-negative", "GET", "/api/v1/namespaces/{ns}/configmaps", query=(("timeoutSeconds", "-1"),)),
     Bad("list-limit-negative", "GET", "/api/v1/namespaces/{ns}/pods", query=(("limit", "-5"),)),
@@ -1117,6 +1139,8 @@ def test_bad_input_answered_as_the_apiserver(
         for body in (got[2], want[2]):
             assert body == b"" or json.loads(body)["object"]["metadata"]["name"] == "x", body
     else:
+        if got != want and case.method == "GET" and not case.watch and want[0] == 200:
+            want = _send(d, case, ns, extra)  # a consistent list: the apiserver's revision moved meanwhile
         assert _VOLATILE.sub(b"", got[2]) == _VOLATILE.sub(b"", want[2])
     assert "Traceback" not in chain.log_text()
 
