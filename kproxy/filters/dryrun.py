@@ -52,6 +52,7 @@ from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Rep
 from kproxy.codec.envelope import encode_varint, read_varint, skip_field
 from kproxy.codec.errors import CodecError
 from kproxy.context import FilterContext
+from kproxy.gojson import syntax_error
 from kproxy.policy import Rule, first_match_lazy, match_verb
 from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, _unescape
 from kproxy.status import (
@@ -120,6 +121,11 @@ class UnsupportedBodyType(BodyError):
     """A DELETE body in a media type the apiserver does not decode DeleteOptions from."""
 
 
+class NotJSON(BodyError):
+    """A JSON DELETE body that is not JSON at all: the message is the apiserver's own 400 for it
+    (Go's ``encoding/json`` syntax error, which its decoder meets before anything else)."""
+
+
 # --------------------------------------------------------------------------- query parameters
 
 
@@ -185,7 +191,12 @@ def _json_options(data: bytes, mt: str) -> Any:
                 raise BodyError("the DeleteOptions body must be one YAML document")
             return docs[0]
         return orjson.loads(data)
-    except (orjson.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as err:
+    except orjson.JSONDecodeError as err:
+        go = syntax_error(data)
+        if go is not None:
+            raise NotJSON(f"couldn't get version/kind; json parse error: {go}") from None
+        raise BodyError(f"the DeleteOptions body is not valid JSON: {err}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise BodyError(f"the DeleteOptions body is not valid {'YAML' if mt == _YAML else 'JSON'}: {err}") from None
 
 
@@ -445,6 +456,8 @@ class DryRun(FilterBase):
                 new_body, content_type, values = enforce_delete_body(body, ex.headers.get("Content-Type", ""))
             except UnsupportedBodyType:
                 raise unsupported_media_type(_DELETE_MEDIA_TYPES) from None
+            except NotJSON as err:
+                raise bad_request(str(err)) from None  # what the apiserver answers for this body
             except BodyError as err:
                 raise bad_request(f"kproxy dryrun: {err}") from None
             if values is not None and not is_dry_run(values):
