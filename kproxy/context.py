@@ -99,6 +99,11 @@ class ApiClient:
                 return resp.status, raw.decode("utf-8", "replace")
 
 
+#: ``services`` key of the process's one ``kproxy.codec.ProtobufCodec`` (its schema loaded once,
+#: shared by transcode, watchcache and validation).
+PROTOBUF_CODEC = "kproxy.codec.ProtobufCodec"
+
+
 @dataclass(slots=True)
 class FilterContext:
     """Handed to every filter's ``start(ctx)``.

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
 from kproxy.codec.errors import CodecError
+from kproxy.context import PROTOBUF_CODEC
 from kproxy.negotiation import (
     JSON,
     PROTOBUF,
@@ -173,7 +174,7 @@ class Transcode(FilterBase):
 
         # Building the schema takes a few hundred ms: once, at start, not on the first request
         # (and once per process: a reloaded instance keeps the codec and its memo).
-        self.codec = ctx.shared("kproxy.codec.ProtobufCodec", ProtobufCodec)
+        self.codec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
         schema = load_schema()
         self._known = frozenset((g, v) for (g, v, _k) in schema.kinds if g != "meta.k8s.io")
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kproxy.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
-from kproxy.context import FilterContext
+from kproxy.context import PROTOBUF_CODEC, FilterContext
 from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate, router_accepts
 from kproxy.policy import Rule, first_match_lazy
 from kproxy.requestinfo import RequestInfo
@@ -55,8 +55,6 @@ log = logging.getLogger("kproxy.validation")
 
 _METRICS_SERVICE = "kproxy.validation.metrics"
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-#: The transcode filter's key: one codec (and one loaded schema) per process.
-_CODEC_SERVICE = "kproxy.codec.ProtobufCodec"
 #: Media types a local Strict answer is written in, as the apiserver would write its Status.
 _LOCAL_MEDIA = (JSON, YAML, PROTOBUF)
 # Answers the apiserver gives before it decodes a body: no field warnings on them.
@@ -354,11 +352,11 @@ class Validation(FilterBase):
         over a second cold) happen on a worker thread, not on the event loop."""
         ctx = self.ctx
         assert ctx is not None
-        if _CODEC_SERVICE not in ctx.services:
+        if PROTOBUF_CODEC not in ctx.services:
             await asyncio.to_thread(_load_codec_schema)
         from kproxy.codec import ProtobufCodec  # imported by now
 
-        codec: ProtobufCodec = ctx.shared(_CODEC_SERVICE, ProtobufCodec)
+        codec: ProtobufCodec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
         return codec
 
     async def _authorized(self, ex: Exchange) -> bool:

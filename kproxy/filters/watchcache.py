@@ -22,7 +22,7 @@ from kproxy.cache import object_key, select
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.compress.backends import Codec, gzip_codec
-from kproxy.context import FilterContext
+from kproxy.context import PROTOBUF_CODEC, FilterContext
 from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate
 from kproxy.status import StatusError, not_found
 from kproxy.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
@@ -123,7 +123,7 @@ class WatchCacheFilter(FilterBase):
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         self._metrics = cache_metrics(ctx)
-        self._codec = ctx.shared("kproxy.codec", ProtobufCodec)
+        self._codec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
