@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 import pytest
 import urllib3
-import zstandard
+from backports import zstd
 from full_chain import (
     DRY_RULE,
     JSON,
@@ -775,7 +775,7 @@ def _decode(encoding: str, raw: bytes) -> bytes:
         return gzip.decompress(raw)
     out = b""
     while raw:
-        d = zstandard.ZstdDecompressor().decompressobj()
+        d = zstd.ZstdDecompressor()
         out += d.decompress(raw)
         assert d.eof, "a zstd frame that does not end"
         raw = d.unused_data
