@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import yaml
 from corpus.compare import JSON, PROTOBUF, YAML, Answer, Sides
@@ -453,6 +453,9 @@ async def diff(
     """The request straight to the apiserver, then through kproxy, compared (gzip bodies decoded;
     whether each side compressed is compared as a header)."""
     full = query_path(path, params)
+    # The semantics come from the whole query, the part written into ``path`` included (a test may
+    # write it there to control its encoding, e.g. %20 in a selector).
+    params = [*parse_qsl(path.partition("?")[2]), *params]
 
     async def send(via_proxy: bool) -> Answer:
         answer = await sides.request(method, full, via_proxy=via_proxy, accept=accept, headers=dict(headers or {}))
