@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
+import json
 import ssl
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kproxy.testing.errors import ControlPlaneError
 from kproxy.testing.kubectl import Kubectl
@@ -98,6 +102,24 @@ class ControlPlaneInfo:
     @property
     def etcd_url(self) -> str:
         return f"http://127.0.0.1:{self.etcd_client_port}"
+
+    def etcd(self, call: str, body: Mapping[str, object]) -> dict[str, Any]:
+        """One call to etcd's v3 JSON gateway (``kv/range``, ``kv/compaction``, ...)."""
+        req = urllib.request.Request(
+            f"{self.etcd_url}/v3/{call}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            out: dict[str, Any] = json.loads(r.read())
+            return out
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (what the apiserver's resource versions count)."""
+        head = self.etcd("kv/range", {"key": base64.b64encode(b"/registry/").decode(), "limit": 1})
+        return int(head["header"]["revision"])
+
+    def compact_etcd(self, revision: int) -> None:
+        """Compact etcd's history up to ``revision``, as the apiserver does every 5 minutes."""
+        self.etcd("kv/compaction", {"revision": str(revision), "physical": True})
 
     def ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
         """A client context trusting the envtest CA, presenting the admin certificate unless told not to."""

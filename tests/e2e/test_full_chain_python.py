@@ -8,12 +8,10 @@ compared with the apiserver's own answer to the same request, made with the same
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import re
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -880,15 +878,6 @@ def test_bad_input_answered_as_the_apiserver(
 # ------------------------------------------------- 410 after compaction (last: restarts the apiserver)
 
 
-def _etcd(cp: ControlPlaneInfo, call: str, body: dict[str, object]) -> dict[str, Any]:
-    req = urllib.request.Request(
-        f"{cp.etcd_url}/v3/{call}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        out: dict[str, Any] = json.loads(r.read())
-        return out
-
-
 def _try(call: Callable[[], Any]) -> Any:
     try:
         return call()
@@ -913,10 +902,10 @@ def test_too_old_and_compacted_resource_versions_after_restart(
     direct, proxied = apis
     old = direct.create_namespaced_pod(namespace, _pod("old")).metadata.resource_version
     direct.patch_namespaced_pod("old", namespace, {"metadata": {"labels": {"x": "1"}}})
-    head = _etcd(control_plane, "kv/range", {"key": base64.b64encode(b"/registry/").decode()})
+    revision = control_plane.etcd_revision()
     control_plane.stop_apiserver(kill=True)
     try:
-        _etcd(control_plane, "kv/compaction", {"revision": head["header"]["revision"], "physical": True})
+        control_plane.compact_etcd(revision)
     finally:
         control_plane.start_apiserver()
     # kproxy reconnects on its own; wait until it reads through again

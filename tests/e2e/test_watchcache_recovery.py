@@ -7,10 +7,8 @@ discovery shows it, and dropped when the definition is deleted."""
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -22,20 +20,10 @@ from kproxy.testing.proxyproc import RunningProxy, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def _etcd(cp: ControlPlaneInfo, call: str, body: dict[str, object]) -> dict[str, object]:
-    req = urllib.request.Request(
-        f"{cp.etcd_url}/v3/{call}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        out: dict[str, object] = json.loads(r.read())
-        return out
-
-
 def _compact(cp: ControlPlaneInfo) -> int:
     """Compact etcd at its current revision (through etcd's own JSON gateway)."""
-    head = _etcd(cp, "kv/range", {"key": base64.b64encode(b"/registry/").decode()})
-    revision = int(head["header"]["revision"])  # type: ignore[index]
-    _etcd(cp, "kv/compaction", {"revision": str(revision), "physical": True})
+    revision = cp.etcd_revision()
+    cp.compact_etcd(revision)
     return revision
 
 
