@@ -53,15 +53,25 @@ class EventStreamBody(StreamBody):
         if self._stop is not None:
             self._stop()
 
+    def empty_end(self) -> bytes:
+        """What ends a stream that got no frame at all: nothing as it is, one empty complete frame
+        (member) under a content coding (an empty body is not a zstd or gzip stream, and strict
+        decoders such as urllib3's fail on it)."""
+        return self.coding.solo(b"") if self.coding is not None else b""
+
     async def _queued(self) -> AsyncIterator[bytes]:
         sink = QueueSink()
         self.attach(sink)
+        wrote = False
         try:
             while True:
                 data = await sink.get()
                 if data is None:
-                    return
+                    break
+                wrote = True
                 yield data
+            if not wrote and (end := self.empty_end()):
+                yield end
         finally:
             self.abort()
 
@@ -115,18 +125,20 @@ class TransportSink:
     """Frames written straight to the client's transport, each batch as one HTTP/1.1 chunk
     (``chunked``) or raw (an HTTP/1.0 client: the stream ends with the connection)."""
 
-    __slots__ = ("_protocol", "_transport", "chunked", "done")
+    __slots__ = ("_protocol", "_transport", "chunked", "done", "wrote")
 
     def __init__(self, transport: asyncio.Transport, protocol: Any, *, chunked: bool) -> None:
         self._transport = transport
         self._protocol = protocol
         self.chunked = chunked
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.wrote = False
 
     def write(self, data: bytes) -> None:
         transport = self._transport
         if transport.is_closing() or not data:  # an empty chunk would end the stream
             return
+        self.wrote = True
         if self.chunked:
             transport.writelines((b"%x\r\n" % len(data), data, b"\r\n"))
         else:
@@ -165,5 +177,7 @@ async def serve_events(request: web.BaseRequest, resp: web.StreamResponse, body:
     body.attach(sink)
     await sink.done
     if not sink.closing():
+        if not sink.wrote:
+            sink.write(body.empty_end())
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
             await resp.write_eof()

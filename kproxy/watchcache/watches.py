@@ -85,8 +85,6 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
         cache, frames, media = rc.cache, rc.frames, read.media_type
         if coding is None and read.gzip:
             coding = WATCH_LIST_GZIP
-        elif coding is not None:
-            sink = _NeverEmpty(sink, coding)
         compress = coding.solo if coding is not None else None
         if not cache.ready:
             # The resource stopped being served since the watch was planned (its CRD deleted):
@@ -149,37 +147,3 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
 
 def _nothing() -> None:
     pass
-
-
-class _NeverEmpty:
-    """A compressed watch's sink (the ``compression`` filter's coding) that ends a stream it wrote
-    nothing to with one empty complete frame (member): the reply says ``Content-Encoding``, and an
-    empty body is not a zstd or gzip stream (urllib3 and other strict decoders fail on it). A
-    passed-through watch compressed by the filter ends the same way."""
-
-    __slots__ = ("_coding", "_sink", "_wrote")
-
-    def __init__(self, sink: Any, coding: WatchCoding) -> None:
-        self._sink = sink
-        self._coding = coding
-        self._wrote = False
-
-    def write(self, data: bytes) -> None:
-        if data:
-            self._wrote = True
-            self._sink.write(data)
-
-    def writable(self) -> bool:
-        return bool(self._sink.writable())
-
-    async def drain(self) -> None:
-        await self._sink.drain()
-
-    def closing(self) -> bool:
-        return bool(self._sink.closing())
-
-    def close(self) -> None:
-        if not self._wrote and not self._sink.closing():
-            self._wrote = True
-            self._sink.write(self._coding.solo(b""))
-        self._sink.close()
