@@ -30,6 +30,40 @@ def _fetch(url: str, accept: str, ctx: ssl.SSLContext | None = None) -> tuple[in
         return e.code, e.headers.get("Content-Type", ""), e.read()
 
 
+_JSON_LIST_RV = re.compile(rb'^(\{"kind":"\w+List","apiVersion":"v1","metadata":\{"resourceVersion":")(\d+)"')
+_YAML_LIST_RV = re.compile(rb'\nmetadata:\n  resourceVersion: "(\d+)"\n$')
+
+
+def _list_rv_span(body: bytes) -> tuple[int, int] | None:
+    """Where the resourceVersion of a list answer in JSON (first) or YAML (last) is."""
+    m = _JSON_LIST_RV.match(body) or _YAML_LIST_RV.search(body)
+    return m.span(m.lastindex or 0) if m else None
+
+
+def _list_rv(body: bytes) -> bytes:
+    span = _list_rv_span(body)
+    return body[span[0] : span[1]] if span else b""
+
+
+def _same_but_list_rv(via: tuple[int, str, bytes], direct: tuple[int, str, bytes], rvs: tuple[bytes, bytes]) -> bool:
+    """Whether two answers to a ``resourceVersion=0`` list differ only in the list's
+    resourceVersion. "Any state" lets the two caches answer from different points: a consistent
+    read makes the apiserver's own cache catch up with etcd's latest revision (a progress
+    notification), which reaches kproxy's cache only with its next bookmark, and an earlier test
+    may have made one. ``rvs`` are (kproxy's, the apiserver's) list resourceVersions from the
+    JSON answers, used to mask the protobuf ListMeta (field 2, a length-prefixed string)."""
+    if via[:2] != direct[:2]:
+        return False
+    a, b = via[2], direct[2]
+    sa, sb = _list_rv_span(a), _list_rv_span(b)
+    if sa and sb:
+        return a[: sa[0]] + a[sa[1] :] == b[: sb[0]] + b[sb[1] :]
+    mine, theirs = rvs
+    if not mine or len(mine) != len(theirs):
+        return False
+    return a.replace(b"\x12" + bytes([len(mine)]) + mine, b"\x12" + bytes([len(theirs)]) + theirs, 1) == b
+
+
 def test_scopes_and_missing_routes_match_the_apiserver(
     proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
 ) -> None:
@@ -55,6 +89,8 @@ def test_scopes_and_missing_routes_match_the_apiserver(
             f"/api/v1/namespaces/{namespace}/pods/absent?resourceVersion=0",
             f"/api/v1/namespaces/{namespace}/pods?resourceVersion=0",
         ]
+        any_state_lists = {paths[1], paths[5], paths[10]}
+        rvs = (b"", b"")
         ctx = cp.ssl_context()
         before = rp.metrics().count('served="cache"')
         for path in paths:
@@ -68,6 +104,11 @@ def test_scopes_and_missing_routes_match_the_apiserver(
                     continue
                 if "limit=2" in path:
                     continue
+                if path in any_state_lists:
+                    if accept == "application/json":
+                        rvs = (_list_rv(via[2]), _list_rv(direct[2]))
+                    if via != direct and _same_but_list_rv(via, direct, rvs):
+                        continue
                 assert via == direct, (path, accept, via[:2], direct[:2], via[2][:300], direct[2][:300])
         metrics = rp.metrics()
         assert metrics.count('served="cache"') > before
