@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from kproxy.config import ConfigError
+from kproxy.tlschain import send_configured_chain_only
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -146,14 +147,19 @@ class UpstreamTarget:
         must never borrow the proxy's certificate."""
         if not self.is_tls:
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        # As client-go: a kubeconfig's CA is the only one trusted; the system's roots only
+        # when it names none. PROTOCOL_TLS_CLIENT verifies the certificate and the host name.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         elif self.ca_pem:
             ctx.load_verify_locations(cadata=self.ca_pem.decode())
+        else:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
         if with_client_cert and self.client_cert_pem and self.client_key_pem:
             _load_cert_chain(ctx, self.client_cert_pem, self.client_key_pem)
+            send_configured_chain_only(ctx)
         return ctx
 
 
