@@ -40,6 +40,7 @@ import aiohttp
 from yarl import URL
 
 from kproxy.testing.processes import process_cpu_seconds
+from kproxy.tlschain import send_configured_chain_only
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REQUEST_TIMEOUT = 60.0
@@ -118,6 +119,9 @@ def _ssl_context(tls: TLSFiles | None) -> ssl.SSLContext | None:
     ctx = ssl.create_default_context(cafile=tls.ca)
     if tls.cert:
         ctx.load_cert_chain(tls.cert, tls.key)
+        # The leaf alone, as client-go sends it: OpenSSL's default adds the CA, which makes the
+        # apiserver verify the leaf twice per request (kproxy/tlschain.py).
+        send_configured_chain_only(ctx)
     return ctx
 
 

@@ -201,7 +201,16 @@ class PoolResponse:
         return self._conn.body()
 
     async def read(self) -> bytes:
-        return b"".join([c async for c in self._conn.body()])
+        conn = self._conn
+        if conn.complete and conn.generation == self._generation and conn.lost is None:
+            # The whole body is already parsed (a small answer comes in one read): take it
+            # without the streaming generator, and give the connection back as body() would.
+            data = b"".join(conn.chunks)
+            conn.chunks.clear()
+            conn.buffered = 0
+            conn.pool.release(conn)
+            return data
+        return b"".join([c async for c in conn.body()])
 
     def close(self) -> None:
         """Abandon the response: the connection is closed (a watch upstream ends with it).

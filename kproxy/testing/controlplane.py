@@ -26,6 +26,7 @@ from kproxy.testing.processes import (
     _terminate,
 )
 from kproxy.testing.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
+from kproxy.tlschain import send_configured_chain_only
 
 __all__ = ["USER_NAME", "ControlPlaneInfo", "load"]
 
@@ -39,6 +40,7 @@ def _client_ssl_context(ca_file: Path, cert: Path | None = None, key: Path | Non
     ctx = ssl.create_default_context(cafile=str(ca_file))
     if cert is not None:
         ctx.load_cert_chain(str(cert), str(key) if key else None)
+        send_configured_chain_only(ctx)  # as client-go and kproxy: the leaf alone, not leaf + CA
     return ctx
 
 

@@ -77,6 +77,29 @@ async def test_keep_alive_reuse_and_framing() -> None:
         pool.close()
 
 
+async def test_read_whole_or_in_pieces_gives_the_connection_back() -> None:
+    """read() takes a body that arrived whole at once, and waits for one that comes in pieces;
+    either way the connection serves the next request."""
+
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if head.startswith(b"GET /pieces"):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"def")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nwhole")
+
+    async with Server(answer) as srv:
+        pool = pool_for(srv)
+        for path, body in (("/whole", b"whole"), ("/pieces", b"abcdef"), ("/whole", b"whole")):
+            resp = await pool.request("GET", path, [], None, None)
+            assert await resp.read() == body
+            assert len(pool.idle) == 1 and not pool.busy
+        assert srv.connections == 1
+        pool.close()
+
+
 async def gen(*chunks: bytes) -> AsyncIterator[bytes]:
     for c in chunks:
         await asyncio.sleep(0)
