@@ -30,6 +30,7 @@ import platform
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,8 @@ class Measurement:
     window_s: float = 0.0
     cpu_s: Counter[str] = field(default_factory=Counter)
     encodings: set[str] = field(default_factory=set)
+    #: requests/s of each round, in order (peers of one round ran minutes apart at most)
+    round_rps: list[float] = field(default_factory=list)
     _sorted: list[float] | None = None
 
     def add(self, r: LoadResult) -> None:
@@ -149,6 +152,7 @@ class Measurement:
         self.window_s += r.window_s
         self.cpu_s.update(r.cpu_s)
         self.encodings.add(r.content_encoding)
+        self.round_rps.append(r.ok / r.window_s if r.window_s else 0.0)
 
     def _lat(self) -> list[float]:
         if self._sorted is None:
@@ -471,6 +475,16 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x"
 
 
+def _per_round(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """Median (lowest-highest) of the per-round ratios ours/theirs."""
+    ratios = sorted(a / b for a, b in zip(ours, theirs, strict=False) if b)
+    if not ratios:
+        return "-"
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}x"
+    return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
 def report(
     results: dict[tuple[str, str], Measurement],
     scen: Sequence[Scenario],
@@ -513,16 +527,19 @@ def report(
             "",
             "Added p50 = the peer's p50 minus direct's p50 (the latency the proxy hop adds).",
             "",
+            "The per-round column compares the two peers within each round (measured back to back), "
+            "so that the machine's speed drifting between rounds cancels out: median (lowest-highest).",
+            "",
             "| scenario | added p50 kproxy ms | added p50 kubectl proxy ms | p50 kproxy/kubectl | "
-            "p99 kproxy/kubectl | req/s kproxy/kubectl | goal met |",
-            "|---|--:|--:|--:|--:|--:|---|",
+            "p99 kproxy/kubectl | req/s kproxy/kubectl | req/s kproxy/kubectl per round | goal met |",
+            "|---|--:|--:|--:|--:|--:|--:|---|",
         ]
         met_all = True
         for s in scen:
             k, c, d = results[(s.name, KPROXY)], results[(s.name, KUBECTL)], results.get((s.name, DIRECT))
             if k.failed or c.failed:
                 met_all = False
-                lines.append(f"| {s.name} | - | - | - | - | - | no data |")
+                lines.append(f"| {s.name} | - | - | - | - | - | - | no data |")
                 continue
             add_k: float | None
             add_c: float | None
@@ -543,7 +560,7 @@ def report(
             verdict = "yes" if met else f"**no** ({', '.join(misses) or 'errors'})"
             lines.append(
                 f"| {s.name} | {_f(add_k)} | {_f(add_c)} | {_ratio(k.p50, c.p50)} | {_ratio(k.p99, c.p99)} | "
-                f"{_ratio(k.rps, c.rps)} | {verdict} |"
+                f"{_ratio(k.rps, c.rps)} | {_per_round(k.round_rps, c.round_rps)} | {verdict} |"
             )
         lines += [
             "",
