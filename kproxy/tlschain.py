@@ -83,8 +83,8 @@ def send_configured_chain_only(ctx: ssl.SSLContext) -> bool:
             ssl.OPENSSL_VERSION,
         )
         return False
-    lib.SSL_CTX_ctrl(ptr, _SSL_CTRL_MODE, SSL_MODE_NO_AUTO_CHAIN, None)
-    return bool(ssl_ctx_mode(ctx) & SSL_MODE_NO_AUTO_CHAIN)
+    # SSL_CTX_set_mode adds the bits and returns the mode that results.
+    return bool(lib.SSL_CTX_ctrl(ptr, _SSL_CTRL_MODE, SSL_MODE_NO_AUTO_CHAIN, None) & SSL_MODE_NO_AUTO_CHAIN)
 
 
 def ssl_ctx_mode(ctx: ssl.SSLContext) -> int:
