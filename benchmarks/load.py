@@ -34,13 +34,14 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from yarl import URL
 
+from kproxy.testing.controlplane import client_ssl_context
 from kproxy.testing.processes import process_cpu_seconds
-from kproxy.tlschain import send_configured_chain_only
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REQUEST_TIMEOUT = 60.0
@@ -116,13 +117,8 @@ class LoadResult:
 def _ssl_context(tls: TLSFiles | None) -> ssl.SSLContext | None:
     if tls is None:
         return None
-    ctx = ssl.create_default_context(cafile=tls.ca)
-    if tls.cert:
-        ctx.load_cert_chain(tls.cert, tls.key)
-        # The leaf alone, as client-go sends it: OpenSSL's default adds the CA, which makes the
-        # apiserver verify the leaf twice per request (kproxy/tlschain.py).
-        send_configured_chain_only(ctx)
-    return ctx
+    # The certificate alone, as client-go sends it (see kproxy/tlschain.py).
+    return client_ssl_context(Path(tls.ca), Path(tls.cert) if tls.cert else None, Path(tls.key) if tls.key else None)
 
 
 def _machine_busy() -> float | None:

@@ -28,7 +28,7 @@ from kproxy.testing.processes import (
 from kproxy.testing.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
 from kproxy.tlschain import send_configured_chain_only
 
-__all__ = ["USER_NAME", "ControlPlaneInfo", "load"]
+__all__ = ["USER_NAME", "ControlPlaneInfo", "client_ssl_context", "load"]
 
 USER_NAME = "kproxy-user"
 
@@ -36,7 +36,8 @@ USER_NAME = "kproxy-user"
 # --------------------------------------------------------------------------- HTTP (stdlib only)
 
 
-def _client_ssl_context(ca_file: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+def client_ssl_context(ca_file: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    """A client context trusting ``ca_file``, presenting ``cert`` alone if given."""
     ctx = ssl.create_default_context(cafile=str(ca_file))
     if cert is not None:
         ctx.load_cert_chain(str(cert), str(key) if key else None)
@@ -126,8 +127,8 @@ class ControlPlaneInfo:
     def ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
         """A client context trusting the envtest CA, presenting the admin certificate unless told not to."""
         if client_cert:
-            return _client_ssl_context(self.ca_file, self.admin_cert, self.admin_key)
-        return _client_ssl_context(self.ca_file)
+            return client_ssl_context(self.ca_file, self.admin_cert, self.admin_key)
+        return client_ssl_context(self.ca_file)
 
     def request(
         self,

@@ -10,16 +10,15 @@ request (see ``kproxy/tlschain.py`` for the measurement).
 from __future__ import annotations
 
 import asyncio
-import base64
 import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kproxy.kubeconfig import from_kubeconfig
 from kproxy.testing import certs
+from kproxy.testing.kubeconfigs import write_kubeconfig
 from kproxy.tlschain import SSL_MODE_NO_AUTO_CHAIN, send_configured_chain_only, ssl_ctx_mode
 
 _HANDSHAKE, _CERTIFICATE = 22, 11
@@ -90,30 +89,17 @@ async def _certificates_sent(client_ctx: ssl.SSLContext, pki: dict[str, certs.Ce
 
 
 def _kubeconfig(tmp: Path, pki: dict[str, certs.CertKey], client_cert_pem: bytes) -> Path:
-    b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
-    cluster = {"server": "https://127.0.0.1:1", "certificate-authority-data": b64(pki["ca"].cert_pem)}
-    path = tmp / "kc"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "c",
-                "clusters": [{"name": "cl", "cluster": cluster}],
-                "users": [
-                    {
-                        "name": "u",
-                        "user": {
-                            "client-certificate-data": b64(client_cert_pem),
-                            "client-key-data": b64(pki["client"].key_pem),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "c", "context": {"cluster": "cl", "user": "u"}}],
-            }
-        )
+    (tmp / "ca.crt").write_bytes(pki["ca"].cert_pem)
+    (tmp / "c.crt").write_bytes(client_cert_pem)
+    (tmp / "c.key").write_bytes(pki["client"].key_pem)
+    return write_kubeconfig(
+        tmp / "kc",
+        server="https://127.0.0.1:1",
+        ca_file=tmp / "ca.crt",
+        user="me",
+        client_cert=tmp / "c.crt",
+        client_key=tmp / "c.key",
     )
-    return path
 
 
 async def test_openssl_alone_appends_the_ca_to_a_leaf_only_certificate(
