@@ -35,6 +35,7 @@ def _config_from_args(args: argparse.Namespace) -> Config:
 
 
 async def _serve(cfg: Config, args: argparse.Namespace) -> int:
+    from kproxy import gcpolicy
     from kproxy.filters import build_filters
     from kproxy.kubeconfig import resolve_upstream
     from kproxy.reload import Reloader
@@ -56,12 +57,15 @@ async def _serve(cfg: Config, args: argparse.Namespace) -> int:
         task.add_done_callback(reloads.discard)
 
     await server.start()
+    gcpolicy.freeze_started()
+    gcpolicy.observe_pauses(server.metrics.gc_pause)
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     reloader.start()
     await stop.wait()
     log.info("signal received, shutting down", extra={"deadline_s": server.cfg.shutdown_timeout})
     await reloader.stop()
     await server.shutdown()
+    gcpolicy.observe_pauses(None)
     log.info("stopped")
     return 0
 

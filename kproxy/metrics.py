@@ -6,11 +6,13 @@ Labels are bounded: verb and resource come from the parsed RequestInfo (resource
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_GC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _FILTER_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1)
 
 
@@ -59,6 +61,20 @@ class Metrics:
             "kproxy_config_last_load_timestamp_seconds", "When the running config was loaded.", registry=r
         )
         self.config_loaded.set_to_current_time()
+        # Filled by kproxy.gcpolicy.observe_pauses in a `kproxy run` process.
+        self.gc_pause = Histogram(
+            "kproxy_gc_pause_seconds",
+            "Garbage-collector runs (everything in the process waits), by generation.",
+            ["generation"],
+            buckets=_GC_BUCKETS,
+            registry=r,
+        )
+        for generation in ("0", "1", "2"):
+            self.gc_pause.labels(generation)
+        self.gc_frozen = Gauge(
+            "kproxy_gc_frozen_objects", "Objects frozen out of garbage collection after start-up.", registry=r
+        )
+        self.gc_frozen.set_function(gc.get_freeze_count)
 
         # Label children cached per label set: prometheus-client's labels() validates and locks on
         # every call, which showed in the per-request profile.

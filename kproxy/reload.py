@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from kproxy import gcpolicy
 from kproxy.chain import Chain, Filter
 from kproxy.config import Config, ConfigError, FilterEntry
 
@@ -132,6 +133,7 @@ class Reloader:
                     exc_info=not isinstance(err, ConfigError),
                 )
                 return False
+            gcpolicy.thaw()  # the filters frozen at start-up may be garbage now (kproxy.gcpolicy)
             metrics.config_reloads.labels("success").inc()
             metrics.config_loaded.set(time.time())
             log.info(

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from kproxy import gcpolicy
+
 from .history import ADDED, DELETED, MODIFIED
 from .objects import CachedObject
 from .watch_cache import WatchCache
@@ -240,15 +242,16 @@ class Reflector:
         objects: list[CachedObject] = []
         token = ""
         rv = 0
-        while True:
-            page = await self.lw.list(limit=self.page_size, continue_token=token)
-            objects.extend(page.objects)
-            rv = rv or page.rv
-            token = page.continue_token
-            if not token:
-                break
-        self.saw_upstream_rv(rv)
-        self._replace(objects, rv)
+        with gcpolicy.paused():  # the list's objects are long-lived (see kproxy.gcpolicy)
+            while True:
+                page = await self.lw.list(limit=self.page_size, continue_token=token)
+                objects.extend(page.objects)
+                rv = rv or page.rv
+                token = page.continue_token
+                if not token:
+                    break
+            self.saw_upstream_rv(rv)
+            self._replace(objects, rv)
 
     def _go_live(self) -> None:
         self._streams += 1
@@ -270,7 +273,11 @@ class Reflector:
         pending: list[CachedObject] | None = [] if listing else None
         # From what the stream itself delivered: the cache's rv may be ahead (a progress probe).
         rv = "" if listing else str(cache.applied_rv)
-        if not listing:
+        # The initial events are applied with collection held back (see kproxy.gcpolicy).
+        listing_pause = contextlib.ExitStack()
+        if listing:
+            listing_pause.enter_context(gcpolicy.paused())
+        else:
             self._go_live()
         try:
             async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
@@ -282,6 +289,7 @@ class Reflector:
                         self.saw_upstream_rv(ev.rv)
                         self._replace(pending, ev.rv)
                         pending = None
+                        listing_pause.close()
                         self._go_live()
                     continue
                 if ev.type == BOOKMARK:
@@ -291,6 +299,7 @@ class Reflector:
                     self.saw_upstream_rv(ev.rv)
                     cache.apply(ev.type, ev.obj)
         finally:
+            listing_pause.close()
             self._live = None
         if pending is not None:
             raise ConnectionError("the streaming list ended before its initial events were complete")

@@ -53,6 +53,7 @@ from multidict import CIMultiDict
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict
 
+from kproxy import gcpolicy
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
 from kproxy.codec.errors import CodecError
@@ -293,10 +294,11 @@ class Transcode(FilterBase):
 
         codec = self.codec
         assert codec is not None
-        if plan.target == YAML:
-            return to_yaml(codec.to_obj(data))
-        if plan.pretty:
-            return go_json_dumps(codec.to_obj(data), pretty=True)
+        if plan.target == YAML or plan.pretty:
+            # The whole body as Python objects, briefly: no collection walks them (kproxy.gcpolicy).
+            with gcpolicy.paused():
+                obj = codec.to_obj(data)
+                return to_yaml(obj) if plan.target == YAML else go_json_dumps(obj, pretty=True)
         # The apiserver's JSON body is json.Encoder.Encode's: the document and a newline.
         return codec.to_json(data) + b"\n"
 

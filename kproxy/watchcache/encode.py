@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from kproxy import gcpolicy
 from kproxy.cache import CachedObject, Kind
 from kproxy.codec import MAGIC, encode_envelope, to_yaml
 from kproxy.codec.envelope import encode_varint
@@ -127,11 +128,12 @@ def object_body(kind: Kind, obj: CachedObject, media_type: str, pretty: bool) ->
 
 
 def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
-    if media_type == YAML:
-        return to_yaml(orjson.loads(data))
-    if pretty:
-        return go_json_dumps(orjson.loads(data), pretty=True)
-    return data
+    if media_type != YAML and not pretty:
+        return data
+    # A whole list as Python objects, briefly: no collection walks them (kproxy.gcpolicy).
+    with gcpolicy.paused():
+        obj = orjson.loads(data)
+        return to_yaml(obj) if media_type == YAML else go_json_dumps(obj, pretty=True)
 
 
 CONTENT_TYPES = {JSON: "application/json", YAML: "application/yaml", PROTOBUF: PROTOBUF}
