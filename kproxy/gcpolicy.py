@@ -114,30 +114,30 @@ def _end() -> None:
 # ------------------------------------------------------------------------------- pause metrics
 
 
-class _Observer(Protocol):
+class _Histogram(Protocol):
     def labels(self, generation: str) -> Any: ...
 
 
 class _Timing:
-    sink: _Observer | None = None
+    children: tuple[Any, ...] = ()  # the histogram's series for generations 0, 1, 2
     started = 0.0
 
 
 _timing = _Timing()
-_GENERATIONS = ("0", "1", "2")
 
 
 def _on_gc(phase: str, info: dict[str, int]) -> None:
     t = _timing
     if phase == "start":
         t.started = time.perf_counter()
-    elif t.sink is not None:
-        t.sink.labels(_GENERATIONS[info["generation"]]).observe(time.perf_counter() - t.started)
+    elif t.children:
+        t.children[info["generation"]].observe(time.perf_counter() - t.started)
 
 
-def observe_pauses(histogram: _Observer | None) -> None:
+def observe_pauses(histogram: _Histogram | None) -> None:
     """Report each collection's duration to ``histogram`` (labelled by generation); None stops."""
-    _timing.sink = histogram
+    # Series resolved once: prometheus-client's labels() validates and locks on every call.
+    _timing.children = () if histogram is None else tuple(histogram.labels(g) for g in ("0", "1", "2"))
     if histogram is not None and _on_gc not in gc.callbacks:
         gc.callbacks.append(_on_gc)
     elif histogram is None and _on_gc in gc.callbacks:
