@@ -1,7 +1,8 @@
 """The garbage-collector policy of a real `kproxy run` (kproxy.gcpolicy), read from its /metrics:
 the start-up heap is frozen out of every later collection, every collection's pause is exported
-by generation, a reload returns the frozen objects to the collector, and a YAML LIST that the watch cache builds whole (thousands of Python objects
-alive at once) runs without a full collection, where without the policy it triggers several."""
+by generation, a reload returns the frozen objects to the collector, and a YAML LIST that the
+watch cache builds whole (thousands of Python objects alive at once) runs without a full
+collection, where without the policy it triggers several."""
 
 from __future__ import annotations
 
