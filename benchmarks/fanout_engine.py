@@ -134,8 +134,10 @@ class Server:
         await serve_events(request, resp, body)
         return resp
 
-    def _start(self, sink: Any) -> Callable[[], None]:
-        w = self.broadcaster.watch_since(sink, Selection(), JSON, bookmarks=False, timeout=3600, rv=self.cache.rv)
+    def _start(self, sink: Any, coding: Any) -> Callable[[], None]:
+        w = self.broadcaster.watch_since(
+            sink, Selection(), JSON, bookmarks=False, timeout=3600, rv=self.cache.rv, coding=coding
+        )
         self.raw.append(sink)
         if len(self.raw) == self.watchers:
             self.connected.set()
@@ -184,7 +186,8 @@ class Server:
 async def _server_main(args: argparse.Namespace) -> list[Result]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
     server = Server(args.watchers)
-    runner = web.ServerRunner(web.Server(server.handle), access_log=None)
+    # The watches never end by themselves: cleanup waits 1 s for them, not the default 60.
+    runner = web.ServerRunner(web.Server(server.handle), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
     await site.start()
