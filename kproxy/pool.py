@@ -174,6 +174,17 @@ class _Conn(asyncio.Protocol):
             await self.reader_waiter
             self.reader_waiter = None
 
+    def whole_body(self) -> bytes | None:
+        """The body if it has arrived whole (a small answer comes in one read), taken at once
+        with the connection given back as ``body()`` does at its end; None while it is coming."""
+        if not self.complete:
+            return None
+        data = b"".join(self.chunks)
+        self.chunks.clear()
+        self.buffered = 0
+        self.pool.release(self)
+        return data
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
@@ -202,14 +213,10 @@ class PoolResponse:
 
     async def read(self) -> bytes:
         conn = self._conn
-        if conn.complete and conn.generation == self._generation and conn.lost is None:
-            # The whole body is already parsed (a small answer comes in one read): take it
-            # without the streaming generator, and give the connection back as body() would.
-            data = b"".join(conn.chunks)
-            conn.chunks.clear()
-            conn.buffered = 0
-            conn.pool.release(conn)
-            return data
+        if conn.generation == self._generation and conn.lost is None:
+            data = conn.whole_body()  # without the streaming generator when it is all here
+            if data is not None:
+                return data
         return b"".join([c async for c in conn.body()])
 
     def close(self) -> None:
