@@ -334,6 +334,13 @@ class Pool:
                 await self._send(conn, head, body, length)
                 await conn.head
             except BaseException as err:
+                if isinstance(err, OSError) and _answered(conn):
+                    # The upstream answered before taking the whole body, then closed (Go's server
+                    # does so for an early 404/405/403/429 or 413): its answer stands, as Go's
+                    # Transport returns it, rather than a 503 for the write that could not finish.
+                    # Part of the body never went out, so the connection is never reused.
+                    conn.keep_alive = False
+                    return PoolResponse(conn)
                 conn.close()
                 retry = reused and attempt == 0 and not conn.got_bytes and _replayable(method, body)
                 if isinstance(err, OSError) and retry:
@@ -381,6 +388,12 @@ def request_head(method: str, target: str, host: str, headers: Iterable[tuple[st
 
 
 _SAFE = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))
+
+
+def _answered(conn: _Conn) -> bool:
+    """Whether the response head arrived (the body may still be coming or be complete)."""
+    head = conn.head
+    return head.done() and not head.cancelled() and head.exception() is None
 
 
 def _replayable(method: str, body: object) -> bool:

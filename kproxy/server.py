@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import ssl
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +32,10 @@ from kproxy.eventstream import EventStreamBody, serve_events
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
+from kproxy.listener import GoServer, MalformedBody
 from kproxy.metrics import Metrics
 from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, RequestInfoError, request_info_from_target
-from kproxy.status import StatusError, internal_error, request_entity_too_large
+from kproxy.status import StatusError, generic, internal_error, request_entity_too_large
 from kproxy.upgrade import splice
 from kproxy.upstream import Upstream
 
@@ -138,13 +140,8 @@ class ProxyServer:
             imp = self.cfg.impersonate
             self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
         await self.chain.start(self.context)
-        server = web.Server(
-            self.handle,
-            handler_cancellation=True,
-            access_log=None,
-            max_line_size=65536,
-            max_field_size=65536,
-        )
+        # GoServer: Go's limits on a request head and its answers to requests it cannot read.
+        server = GoServer(self.handle, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         ssl_ctx = None
@@ -263,12 +260,14 @@ class ProxyServer:
         # pair kept for upgrades), no Host (the upstream's own is set when sending).
         headers = end_to_end(request.headers, UPGRADE_REQUEST_SKIP if upgrade else REQUEST_SKIP)
         length = request.content_length
+        expect = request.headers.get("Expect", "")
+        client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
         ex = Exchange(
             request.method,
             raw_path,
             raw_query,
             headers,
-            _request_body(request, length, self._limit),
+            client.body(length, self._limit),
             info,
             client=request.remote,
             upgrade=upgrade,
@@ -282,16 +281,13 @@ class ProxyServer:
         status = 500
         sent = 0
         audit_id = ""
+        close = False
         try:
-            expect = request.headers.get("Expect")
-            if length is not None and length > self._limit:
+            if expect and not _expects_continue(expect):
+                # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
+                reply, close = Reply(417, CIMultiDict(), BytesBody(b"")), True
+            elif length is not None and length > self._limit:
                 reply = self._reject(request_entity_too_large(self._limit))
-            elif expect is not None and not await _continue(request, expect):
-                reply = Reply(
-                    417,
-                    CIMultiDict({"Content-Type": "text/plain; charset=utf-8"}),
-                    BytesBody(b"417 Expectation Failed"),
-                )
             elif self.callers is not None:
                 reply = await self._impersonating(request, chain, ex)
             else:
@@ -299,7 +295,7 @@ class ProxyServer:
             status = reply.status
             audit_id = reply.headers.get("Audit-Id", "")
             resp, sent = await self._write(request, ex, reply)
-            if self._stopping:
+            if close or self._stopping or client.closes_connection():
                 resp.force_close()
             return resp
         finally:
@@ -495,15 +491,54 @@ class ProxyServer:
         return cache.ok, cache.reason
 
 
-async def _continue(request: web.BaseRequest, expect: str) -> bool:
-    """``Expect``, as Go's server and aiohttp's router treat it: ``100-continue`` is answered at
-    once (the body is then streamed upstream as it arrives); any other expectation fails (417)."""
-    if expect.lower() != "100-continue":
-        return False
-    if request.version >= (1, 1):
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0
-    return True
+_CONTINUE = re.compile(r"(?:^|[ ,\t])100-continue(?:$|[ ,\t])", re.IGNORECASE)
+
+
+def _expects_continue(expect: str) -> bool:
+    """Go's ``expectsContinue``: the (first) Expect header holds the token ``100-continue``.
+    Any other non-empty Expect fails with 417; an empty one is no expectation."""
+    return bool(expect) and _CONTINUE.search(expect) is not None
+
+
+class _ClientBody:
+    """The client's request body as the chain sees it, read as Go's server reads it.
+
+    ``100 Continue`` goes out when the body is first read (Go's expectContinueReader), so an
+    answer given without reading it (a 413, a policy refusal) is not preceded by one; the
+    connection then closes after the answer, as Go closes it. A chunked body that turns
+    malformed gets the apiserver's 500 Status with Go's chunked-reader error, and the
+    connection closes (nothing after it can be read)."""
+
+    __slots__ = ("_continue", "_request")
+
+    def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
+        self._request = request
+        self._continue = expect_continue and request.body_exists
+
+    def body(self, length: int | None, limit: int) -> BytesBody | StreamBody:
+        request = self._request
+        if not request.body_exists:
+            return BytesBody(b"", request.headers.get("Content-Type", ""))
+        return StreamBody(self._chunks(), length, request.headers.get("Content-Type", ""), limit)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        request = self._request
+        if self._continue:
+            self._continue = False
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+        try:
+            async for chunk in request.content.iter_any():
+                yield chunk
+        except MalformedBody as err:
+            raise generic(500, "", str(err)) from None
+
+    def closes_connection(self) -> bool:
+        """Whether the answer must close the connection: the body was expected to wait for a
+        100 Continue that never went out, was malformed, or was answered before it all came
+        (the upstream refused it early): Go's server then closes rather than read on."""
+        content = self._request.content
+        return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
 
 
 async def _stop_filters(filters: list[Filter]) -> None:
@@ -530,12 +565,6 @@ def _request_info(method: str, raw: str, raw_path: str) -> RequestInfo:
         return err.info
     except InvalidRequestURIError:
         return RequestInfo(path=raw_path, verb=method.lower(), is_resource_request=False)
-
-
-def _request_body(request: web.BaseRequest, length: int | None, limit: int) -> BytesBody | StreamBody:
-    if not request.body_exists:
-        return BytesBody(b"", request.headers.get("Content-Type", ""))
-    return StreamBody(request.content.iter_any(), length, request.headers.get("Content-Type", ""), limit)
 
 
 def _bound(site: web.BaseSite) -> tuple[str, int]:
