@@ -35,6 +35,7 @@ from kproxy.compress.reply import decode_reply
 from kproxy.compress.shared import WatchCoding
 from kproxy.context import FilterContext
 from kproxy.eventstream import EventStreamBody
+from kproxy.requestinfo import param_bool
 
 Coding = Literal["zstd", "gzip"]
 
@@ -337,4 +338,9 @@ def _is_streaming(ex: Exchange) -> bool:
     info = ex.info
     if info.verb == "watch":
         return True
-    return info.subresource == "log" and ex.query.get("follow", "").lower() in ("true", "1", "t")
+    if info.subresource != "log":
+        return False
+    # PodLogOptions' query conversion (runtime.Convert_Slice_string_To_bool): present and
+    # anything but 0/false, the empty value and "yes" included, is a followed log.
+    follow = ex.query.get("follow")
+    return follow is not None and param_bool(follow)

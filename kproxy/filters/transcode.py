@@ -27,8 +27,9 @@ How it decides, per request (``upstream: protobuf``):
 Request bodies are never re-encoded: the apiserver accepts JSON, YAML and protobuf bodies for
 built-in resources, so there is no case where re-encoding would be needed, and none where a field
 could be dropped. The one body the upstream cannot take is protobuf for a group version without
-protobuf types (a custom resource): kube-apiserver panics on it and drops the connection, so kproxy
-answers the 415 ``UnsupportedMediaType`` Status instead of forwarding it.
+protobuf types (a custom resource, not its ``scale``): kube-apiserver panics on it and drops the
+connection, so kproxy sends it with a Content-Type the apiserver does not know, and the client gets
+the apiserver's own 415 ``UnsupportedMediaType`` Status (or the 403, 404 or 406 that comes first).
 
 A body the codec cannot read (wrong magic, truncated frame, unknown kind, garbage) gives a 500
 ``InternalError`` Status in the client's media type while nothing has been written yet; a list
@@ -68,7 +69,7 @@ from kproxy.negotiation import (
     negotiate,
     router_accepts,
 )
-from kproxy.status import StatusError, go_json_dumps, internal_error, service_unavailable, unsupported_media_type
+from kproxy.status import StatusError, go_json_dumps, internal_error, service_unavailable
 
 if TYPE_CHECKING:
     from kproxy.codec import ProtobufCodec
@@ -79,6 +80,9 @@ log = logging.getLogger("kproxy.transcode")
 # Subresources whose answer is not an API object (logs, proxied traffic, streams).
 _NOT_OBJECTS = frozenset({"log", "proxy", "exec", "attach", "portforward"})
 _UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+#: The Content-Type a protobuf body the apiserver cannot take is sent upstream with (Transcode.refuses_body).
+REFUSED_BODY_TYPE = "application/x-kproxy-unsupported-protobuf"
 
 Shape = Literal["object", "list", "watch"]
 Retry = Callable[[], Awaitable[Reply]]
@@ -97,6 +101,16 @@ def envelope_type(data: bytes) -> tuple[str, str] | None:
     except CodecError:
         return None
     return (api_version, kind) if kind else None
+
+
+def _yaml_error_status(message: str) -> bytes:
+    """The apiserver's YAML Status for an object its YAML writer fails on (sigs.k8s.io/yaml
+    reads the JSON back with go-yaml; ``kproxy.codec.yamlcodec.go_yaml_error``): a plain Go
+    error, so code 500 and no reason."""
+    from kproxy.codec import to_yaml
+
+    status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    return to_yaml({**status, "message": message, "code": 500})
 
 
 class TranscodeSettings(BaseModel):
@@ -202,22 +216,25 @@ class Transcode(FilterBase):
         pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
         return _Plan(chosen.media_type, pretty, shape)
 
-    def refuse_body(self, ex: Exchange) -> StatusError | None:
-        """A protobuf body the upstream cannot take: a POST/PUT for a group version without
-        protobuf types (custom resources) makes kube-apiserver panic and drop the connection
-        (seen with v1.37), so kproxy answers the 415 the handler should have given."""
+    def refuses_body(self, ex: Exchange) -> bool:
+        """A protobuf body the upstream cannot take: a POST/PUT of a custom resource (or its
+        ``status``) makes kube-apiserver v1.37 panic and drop the connection, since an
+        unstructured object has no protobuf form. A CR's ``scale`` is an autoscaling/v1 Scale,
+        which the apiserver does decode from protobuf, so it goes through as sent."""
         if self.codec is None or ex.method not in ("POST", "PUT") or not ex.info.is_resource_request:
-            return None
-        if media_type_of(ex.headers.get("Content-Type")) != PROTOBUF:
-            return None
-        if (ex.info.api_group, ex.info.api_version) in self._known:
-            return None
-        return unsupported_media_type([JSON, YAML])
+            return False
+        media_type = media_type_of(ex.headers.get("Content-Type")).partition(";")[0]  # ";stream=watch" too
+        if media_type != PROTOBUF or ex.info.subresource == "scale":
+            return False
+        return (ex.info.api_group, ex.info.api_version) not in self._known
 
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
-        refused = self.refuse_body(ex)
-        if refused is not None:
-            raise refused
+        if self.refuses_body(ex):
+            # The apiserver answers its own 415 to a type it does not know, after authorization,
+            # routing (404) and output negotiation (406), in the client's media type: it gets
+            # such a type instead of the protobuf it would panic on (the body is never decoded).
+            ex.headers["Content-Type"] = REFUSED_BODY_TYPE
+            return await call_next(ex)
         plan = self.plan(ex)
         if plan is None:
             return await call_next(ex)
@@ -283,14 +300,22 @@ class Transcode(FilterBase):
             if retry is not None and self.unknown_kind(data) is not None:
                 return await retry()
             return self._failed(plan, shape, err)
+        status, reason = reply.status, reply.reason
+        if isinstance(out, str):
+            # What the apiserver answers for an object go-yaml cannot write: a 500 Status, no reason.
+            status, reason = 500, None
+            out = _yaml_error_status(out)
         if m is not None:
             m.transcoded.labels(shape).inc()
             m.bytes_in.inc(len(data))
             m.bytes_out.inc(len(out))
-        return Reply(reply.status, self._headers(reply, plan.target), BytesBody(out, plan.target), reply.reason)
+        return Reply(status, self._headers(reply, plan.target), BytesBody(out, plan.target), reason)
 
-    def _whole(self, plan: _Plan, data: bytes) -> bytes:
+    def _whole(self, plan: _Plan, data: bytes) -> bytes | str:
+        """The body in the client's media type, or (a str) the error the apiserver's YAML writer
+        fails with on it."""
         from kproxy.codec import to_yaml
+        from kproxy.codec.yamlcodec import go_yaml_error
 
         codec = self.codec
         assert codec is not None
@@ -298,7 +323,9 @@ class Transcode(FilterBase):
             # The whole body as Python objects, briefly: no collection walks them (kproxy.gcpolicy).
             with gcpolicy.paused():
                 obj = codec.to_obj(data)
-                return to_yaml(obj) if plan.target == YAML else go_json_dumps(obj, pretty=True)
+                if plan.target == YAML:
+                    return go_yaml_error(obj) or to_yaml(obj)
+                return go_json_dumps(obj, pretty=True)
         # The apiserver's JSON body is json.Encoder.Encode's: the document and a newline.
         return codec.to_json(data) + b"\n"
 
@@ -342,7 +369,7 @@ class Transcode(FilterBase):
                 try:
                     chunk = await source.__anext__()
                 except StopAsyncIteration:
-                    first = transcoder.finish()
+                    first = transcoder.finish() + b"\n"
                     ended = True
                     break
                 taken += len(chunk)
@@ -370,10 +397,9 @@ class Transcode(FilterBase):
                         if out:
                             sent += len(out)
                             yield out
-                    tail = transcoder.finish()
-                    if tail:
-                        sent += len(tail)
-                        yield tail
+                    tail = transcoder.finish() + b"\n"  # json.Encoder.Encode's newline, as in _whole
+                    sent += len(tail)
+                    yield tail
                 except ValueError as err:
                     log.warning("transcode failed mid-list", extra={"error": str(err)})
                     if m is not None:

@@ -17,8 +17,9 @@ from kproxy import gcpolicy
 from kproxy.cache import CachedObject, Kind
 from kproxy.codec import MAGIC, encode_envelope, to_yaml
 from kproxy.codec.envelope import encode_varint
+from kproxy.codec.yamlcodec import go_yaml_error
 from kproxy.negotiation import JSON, PROTOBUF, YAML
-from kproxy.status import go_json_dumps
+from kproxy.status import generic, go_json_dumps
 
 
 def _ld(tag: int, payload: bytes) -> bytes:
@@ -127,13 +128,26 @@ def object_body(kind: Kind, obj: CachedObject, media_type: str, pretty: bool) ->
     return _reshape(obj.object_json(kind) + b"\n", media_type, pretty)
 
 
+#: Bytes without which go-yaml's reader cannot refuse a JSON document (DEL, C1 controls, U+FFFE/F).
+_YAML_SUSPECTS = (b"\x7f", b"\xc2", b"\xef\xbf")
+
+
 def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
+    """YAML or pretty JSON from the JSON. Where the apiserver's YAML writer fails (a character
+    go-yaml refuses), its 500 Status (a plain Go error: no reason), raised as the apiserver's
+    ``SerializeObject`` answers it."""
     if media_type != YAML and not pretty:
         return data
     # A whole list as Python objects, briefly: no collection walks them (kproxy.gcpolicy).
     with gcpolicy.paused():
         obj = orjson.loads(data)
-        return to_yaml(obj) if media_type == YAML else go_json_dumps(obj, pretty=True)
+        if media_type != YAML:
+            return go_json_dumps(obj, pretty=True)
+        if any(b in data for b in _YAML_SUSPECTS):
+            failure = go_yaml_error(obj)
+            if failure is not None:
+                raise generic(500, "", failure)
+        return to_yaml(obj)
 
 
 CONTENT_TYPES = {JSON: "application/json", YAML: "application/yaml", PROTOBUF: PROTOBUF}

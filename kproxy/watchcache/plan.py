@@ -15,10 +15,14 @@ from kproxy.cache import ContinueToken, decode_continue
 from kproxy.cache.fields import FieldSelector, SelectableFields, parse_field_selector
 from kproxy.cache.labels import LabelSelector, SelectorError, parse_label_selector
 from kproxy.chain import Exchange
+from kproxy.codec import CodecError
+from kproxy.codec.wellknown import parse_duration
 from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, negotiate, parse_bool, router_accepts
 
 RV_TEXT = re.compile(r"0|[1-9][0-9]{0,18}")
 INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+_INT64 = 1 << 63
+_GO_DURATION = re.compile(r"[+-]?(?:0|(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)")
 # Parameters a list may carry that the cache understands (or that do not change a list's answer).
 _LIST_PARAMS = frozenset(
     {
@@ -78,6 +82,37 @@ def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
     return chosen.media_type, pretty
 
 
+def go_int64(text: str) -> int | None:
+    """``strconv.ParseInt(text, 10, 64)`` (how ``limit`` and ``timeoutSeconds`` are read), or None
+    where it fails: the apiserver's 400 (``invalid syntax``, ``value out of range``)."""
+    if not INT_TEXT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -_INT64 <= value < _INT64 else None
+
+
+def deadline_ok(value: str | None) -> bool:
+    """The request-deadline filter's reading of ``timeout`` (``request_deadline.go``, before the
+    handler, for every request that is not long-running): absent or empty, or a Go duration
+    (``time.ParseDuration``, at most 2^63-1 ns); anything else is its 400 ``invalid timeout
+    specified in the request URL``."""
+    if not value:
+        return True
+    if not _GO_DURATION.fullmatch(value):
+        return False
+    try:
+        ns = parse_duration(value)
+    except (CodecError, ValueError):
+        return False
+    return -_INT64 <= ns < _INT64
+
+
+def valid_path_segment_name(name: str) -> bool:
+    """``path.IsValidPathSegmentName``, which the registry's key function checks before it reads an
+    object: otherwise its 400 ``Name parameter invalid: "a%b": may not contain '%'``."""
+    return name not in (".", "..") and "/" not in name and "%" not in name
+
+
 def utf8_query(raw_query: str) -> bool:
     try:
         unquote_to_bytes(raw_query).decode("utf-8")
@@ -128,9 +163,13 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     scope = common_scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope
+    if not deadline_ok(q.get("timeout")):
+        return Pass("invalid")
     if info.verb == "get":
         if set(q) - _GET_PARAMS or q.get("resourceVersion") != "0":
             return Pass("get")
+        if not valid_path_segment_name(info.name):
+            return Pass("invalid")
         media = _media(ex, protobuf)
         if isinstance(media, Pass):
             return media
@@ -153,10 +192,11 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         return Pass("invalid")
     limit = 0
     if "limit" in q:  # present but empty is the apiserver's ParseInt 400 too
-        if not INT_TEXT.fullmatch(limit_text):
+        parsed = go_int64(limit_text)
+        if parsed is None:
             return Pass("invalid")
-        limit = max(int(limit_text), 0)
-    if "timeoutSeconds" in q and not INT_TEXT.fullmatch(q["timeoutSeconds"]):
+        limit = max(parsed, 0)
+    if "timeoutSeconds" in q and go_int64(q["timeoutSeconds"]) is None:
         return Pass("invalid")
     cont: ContinueToken | None = None
     if cont_text:
@@ -179,10 +219,39 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     selectors = parse_selectors(label_text, field_text, selectable)
     if isinstance(selectors, Pass):
         return selectors
+    if limit and cont is None and single_object(selectors[1], scope, namespaced):
+        limit = 0  # one storage key, read whole: no continue token, whatever the limit
     media = _media(ex, protobuf)
     if isinstance(media, Pass):
         return media
     return Read("list", scope, "", mode, min_rv, limit, cont, *selectors, label_text, field_text, *media)
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def exact_match(fields: FieldSelector | None, field: str) -> str | None:
+    """``fields.Selector.RequiresExactMatch``: the value of the first ``=``/``==`` term on
+    ``field`` in Go's sorted term order (the order the terms are kept in)."""
+    if fields is not None:
+        for name, value, equal in fields.terms:
+            if equal and name == field:
+                return value
+    return None
+
+
+def single_object(fields: FieldSelector | None, namespace: str, namespaced: bool) -> bool:
+    """Whether the registry's ``ListPredicate`` reads the list as one storage key (no continue
+    token given, a field selector requiring ``metadata.name``, and a key the registry can build:
+    a valid name, and for a namespaced resource a namespace, from the path or from a
+    ``metadata.namespace`` term that is a DNS-1123 label). Such a list is never paginated."""
+    name = exact_match(fields, "metadata.name")
+    if not name or not valid_path_segment_name(name):
+        return False
+    if not namespaced or namespace:
+        return True
+    selected = exact_match(fields, "metadata.namespace")
+    return selected is not None and _DNS1123_LABEL.fullmatch(selected) is not None
 
 
 def parse_selectors(

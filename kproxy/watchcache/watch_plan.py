@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kproxy.cache.fields import FieldSelector, SelectableFields
+from kproxy.cache.fields import FieldSelector, SelectableFields, escape_value
 from kproxy.cache.labels import LabelSelector
 from kproxy.chain import Exchange
 from kproxy.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
 from kproxy.requestinfo import param_bool
 
-from .plan import INT_TEXT, RV_TEXT, Pass, common_scope, parse_selectors
+from .plan import RV_TEXT, Pass, common_scope, exact_match, go_int64, parse_selectors
 
 _WATCH_PARAMS = frozenset(
     {
@@ -55,7 +55,7 @@ class WatchRead:
     rv: int
     bookmarks: bool
     initial_events_end: bool
-    timeout_seconds: int  # 0: the apiserver's randomised default
+    timeout_seconds: float  # 0: the apiserver's randomised default
     labels: LabelSelector | None
     fields: FieldSelector | None
     label_text: str
@@ -107,23 +107,34 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         return Pass("invalid")
     if send_initial is None and match:
         return Pass("invalid")
-    timeout_seconds = 0
+    timeout_seconds = 0.0
     if "timeoutSeconds" in q:
-        if not INT_TEXT.fullmatch(q["timeoutSeconds"]):
+        given = go_int64(q["timeoutSeconds"])
+        if given is None:
             return Pass("invalid")
-        timeout_seconds = int(q["timeoutSeconds"])
+        timeout_seconds = _go_timeout(given)
         if timeout_seconds < 0:
-            return Pass("timeout")
+            return Pass("timeout")  # a watch that ends at once, as the apiserver's does
     label_text = q.get("labelSelector", "")
     field_text = q.get("fieldSelector", "")
-    if info.name:
-        # A watch of one object: get.go adds a metadata.name term to the field selector.
-        term = f"metadata.name={info.name}"
-        field_text = f"{field_text},{term}" if field_text else term
     selectors = parse_selectors(label_text, field_text, selectable)
     if isinstance(selectors, Pass):
         return selectors
     labels, fields = selectors
+    if info.name and len(info.parts) > 1:
+        # A watch of one object named in the path (get.go ListResource; a name the request info
+        # took from the field selector is that selector's own): a field selector of its own must
+        # require metadata.name to be that name (else the apiserver's 400 "fieldSelector
+        # metadata.name doesn't match requested name"); without one, that term is the selector.
+        if fields is not None:
+            if exact_match(fields, "metadata.name") != info.name:
+                return Pass("invalid")
+        else:
+            field_text = f"metadata.name={escape_value(info.name)}"
+            selectors = parse_selectors(label_text, field_text, selectable)
+            if isinstance(selectors, Pass):
+                return selectors
+            labels, fields = selectors
     media = _media(ex, protobuf)
     if isinstance(media, Pass):
         return media
@@ -154,6 +165,14 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         media,
         gzip,
     )
+
+
+def _go_timeout(seconds: int) -> float:
+    """``time.Duration(timeoutSeconds) * time.Second`` as Go computes it: int64 nanoseconds that
+    wrap around (a huge timeoutSeconds can come out short, or negative: a watch that ends at once);
+    0 is the randomised default."""
+    ns = (seconds * 1_000_000_000 + (1 << 63)) % (1 << 64) - (1 << 63)
+    return ns / 1e9
 
 
 def _offers_gzip(first_line: str) -> bool:

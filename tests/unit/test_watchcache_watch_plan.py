@@ -109,11 +109,44 @@ def test_watches_passed_to_the_apiserver(target: str, accept: str | None, reason
 
 
 def test_a_watch_of_one_object_selects_it_by_name() -> None:
-    read = _plan("/api/v1/namespaces/ns/pods/p1?watch=1&fieldSelector=spec.nodeName%3Dn1")
-    assert isinstance(read, WatchRead)
-    assert read.field_text == "spec.nodeName=n1,metadata.name=p1" and read.fields is not None
     read = _plan("/api/v1/watch/namespaces/ns/pods/p1")
     assert isinstance(read, WatchRead) and read.field_text == "metadata.name=p1"
+    # A field selector of its own must require that name (get.go): else the apiserver's 400.
+    read = _plan("/api/v1/watch/namespaces/ns/pods/p1?fieldSelector=metadata.name%3Dp1,spec.nodeName%3Dn1")
+    assert isinstance(read, WatchRead) and read.fields is not None
+    assert read.fields.terms == (("metadata.name", "p1", True), ("spec.nodeName", "n1", True))
+    for selector in (
+        "spec.nodeName%3Dn1",
+        "metadata.name%3Dp2",
+        "metadata.name!%3Dp1",
+        "metadata.name%3Da,metadata.name%3Dp1",
+    ):
+        assert _plan(f"/api/v1/watch/namespaces/ns/pods/p1?fieldSelector={selector}") == Pass("invalid")
+    read = _plan("/api/v1/watch/namespaces/ns/pods/a,b%3Dc")  # escaped into the selector
+    assert isinstance(read, WatchRead) and read.fields is not None
+    assert read.fields.terms == (("metadata.name", "a,b=c", True),)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [("5", 5.0), ("0", 0.0), ("18446744074", 0.290448384), ("9223372036", 9223372036.0)],
+)
+def test_timeout_seconds_as_go_multiplies_it(seconds: str, expected: float) -> None:
+    read = _plan(f"/api/v1/pods?watch=1&timeoutSeconds={seconds}")
+    assert isinstance(read, WatchRead) and read.timeout_seconds == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "reason"),
+    [
+        ("-1", "timeout"),
+        ("9999999999", "timeout"),
+        ("9223372036854775808", "invalid"),
+        ("-9223372036854775809", "invalid"),
+    ],
+)
+def test_timeout_seconds_go_would_refuse_or_end_at_once(seconds: str, reason: str) -> None:
+    assert _plan(f"/api/v1/pods?watch=1&timeoutSeconds={seconds}") == Pass(reason)
 
 
 def test_websocket_watches_pass_through() -> None:
