@@ -46,6 +46,7 @@ from kproxy.status import StatusError
 from kproxy.validation.levels import Level, parse_level
 from kproxy.validation.messages import create_update_error, warning_values
 from kproxy.validation.openapi import SchemaCache, cancel
+from kproxy.validation.schema import Node, no_schema_root
 from kproxy.validation.validator import Outcome, validate_body
 
 if TYPE_CHECKING:
@@ -263,13 +264,24 @@ class Validation(FilterBase):
             self.metrics.requests.labels(level.wire, "deferred").inc()
             return await call_next(ex)
         reply = await call_next(ex)
-        if reply.status not in _BEFORE_DECODE:
+        if await self._decoded(ex, reply.status):
             present = set(reply.headers.getall("Warning", []))
             for value in warning_values(outcome.errors):
                 if value not in present:
                     reply.headers.add("Warning", value)
         self.metrics.requests.labels(level.wire, "warned").inc()
         return reply
+
+    async def _decoded(self, ex: Exchange, status: int) -> bool:
+        """Whether the apiserver decoded the body before answering ``status`` (so that its
+        warnings come with the answer). The route exists (``_check`` looked), so a 404 is the
+        namespace's or the object's; authorization comes before decoding, so a 403 to a caller
+        allowed the write is admission's (a terminating namespace, a quota, a policy)."""
+        if status == 404:
+            return True
+        if status == 403:
+            return await self._authorized(ex)
+        return status not in _BEFORE_DECODE
 
     def _after_crd_write(self, info: RequestInfo) -> None:
         """A CRD written through kproxy: its group's schema is about to change."""
@@ -291,8 +303,10 @@ class Validation(FilterBase):
         except Exception as err:
             log.warning("validation: schema lookup failed (%s); the apiserver validates alone", err)
             return None
-        if resolved is None:
-            return None
+        if resolved is None or not resolved.endpoint.routes_to(
+            bool(info.namespace) and info.resource != "namespaces", bool(info.name), ex.method
+        ):
+            return None  # no such route: the apiserver's 404 or 405 comes before it decodes
         data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
         t0 = time.perf_counter()
         outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
@@ -301,16 +315,51 @@ class Validation(FilterBase):
         version = endpoint.version
         group, _, named = (outcome.api_version or "").rpartition("/")
         if resolved.custom and outcome.kind == endpoint.kind and group == info.api_group and named:
-            # A custom resource naming another version of its group: the apiserver still decodes
-            # it with the endpoint's schema (warning as usual), names the body's version in a
-            # Strict error, and refuses the version mismatch itself afterwards.
+            # A custom resource naming another version of its group: the apiserver prunes it with
+            # the schema of the body's own version (``structuralSchemas[gv.Version]``), warns as
+            # usual, names that version in a Strict error, and refuses the version mismatch itself
+            # afterwards.
             version = named
+            if named != endpoint.version:
+                outcome = await self._check_other_version(data, media, info, named, endpoint.kind, resolved.meta)
         elif outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
             outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
         ex.state["validation.endpoint"] = endpoint
         ex.state["validation.custom"] = resolved.custom
         ex.state["validation.version"] = version
         return outcome
+
+    async def _check_other_version(
+        self, data: bytes, media: str, info: RequestInfo, version: str, kind: str, meta: Node | None
+    ) -> Outcome:
+        """A custom resource body naming ``version`` of the endpoint's group, checked with that
+        version's schema. A version /openapi/v3 does not publish (not served, or not in the CRD:
+        the apiserver then prunes with no schema at all) is told apart by reading the CRD; the
+        schema of a version that is not served is not known here: left to the apiserver."""
+        assert self.cache is not None
+        try:
+            other = await self.cache.resolve(info.api_group, version, info.resource, info.subresource)
+        except Exception as err:
+            log.warning("validation: schema lookup failed (%s); the apiserver validates alone", err)
+            other = None
+        if other is not None and other.custom and other.endpoint.kind == kind:
+            return validate_body(data, media, other.root, custom=True, meta=other.meta)
+        if other is None and meta is not None and await self._crd_lacks_version(info, version):
+            return validate_body(data, media, no_schema_root(), custom=True, meta=meta)
+        return Outcome(fatal=f"the body names version {version}, whose schema kproxy does not have")
+
+    async def _crd_lacks_version(self, info: RequestInfo, version: str) -> bool:
+        """Whether the resource's CRD (read with kproxy's own credentials) has no such version."""
+        assert self.ctx is not None
+        try:
+            status, crd = await self.ctx.api.json("GET", f"{_CRDS}/{info.resource}.{info.api_group}")
+        except Exception as err:
+            log.warning("validation: could not read the CRD of %s (%s)", info.group_resource, err)
+            return False
+        if status != 200 or not isinstance(crd, dict):
+            return False
+        versions = (crd.get("spec") or {}).get("versions")
+        return isinstance(versions, list) and all(isinstance(v, dict) and v.get("name") != version for v in versions)
 
     async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
         """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say.

@@ -93,6 +93,13 @@ class Endpoint:
     version: str
     kind: str
     ref: str  # component schema name
+    #: The writes the apiserver routes here, as (namespaced, named, method) from the document's
+    #: paths: a write to another shape of path (a cluster-scoped resource under a namespace, a
+    #: POST naming an object, a PUT to a collection) is its 404 or 405, answered before decoding.
+    routes: frozenset[tuple[bool, bool, str]] = frozenset()
+
+    def routes_to(self, namespaced: bool, named: bool, method: str) -> bool:
+        return (namespaced, named, method) in self.routes
 
     @property
     def api_version(self) -> str:
@@ -128,10 +135,15 @@ def load_group_version(doc: dict[str, Any]) -> GroupVersionSchemas:
     """Index a parsed OpenAPI v3 group-version document (nothing is compiled yet)."""
     custom = doc.get("info", {}).get("title") == CRD_DOC_TITLE
     endpoints: dict[tuple[str, str], Endpoint] = {}
+    routes: dict[tuple[str, str], set[tuple[bool, bool, str]]] = {}
     for path, item in (doc.get("paths") or {}).items():
         key = _resource_key(path)
         if key is None:
             continue
+        shape = _path_shape(path)
+        for method in ("post", "put"):
+            if item.get(method):
+                routes.setdefault(key, set()).add((*shape, method.upper()))
         for method in ("post", "put"):
             op = item.get(method)
             if not op:
@@ -147,8 +159,16 @@ def load_group_version(doc: dict[str, Any]) -> GroupVersionSchemas:
                 ref = _kind_ref(doc, gvk)
                 if ref:
                     endpoints[key] = Endpoint(gvk.get("group", ""), gvk.get("version", ""), gvk.get("kind", ""), ref)
+    for key, endpoint in endpoints.items():
+        endpoint.routes = frozenset(routes.get(key, ()))
     schemas = (doc.get("components") or {}).get("schemas") or {}
     return GroupVersionSchemas(custom, endpoints, schemas)
+
+
+def _path_shape(path: str) -> tuple[bool, bool]:
+    """(namespaced, named) of a resource path: ``{namespace}`` and ``{name}`` segments in it."""
+    segs = path.strip("/").split("/")
+    return "{namespace}" in segs, "{name}" in segs
 
 
 def _resource_key(path: str) -> tuple[str, str] | None:
@@ -327,3 +347,18 @@ def _alias(schema: dict[str, Any]) -> str | None:
     if any(k in schema for k in _SHAPING) or any(schema.get(k) for k in _EXTENSIONS):
         return None
     return ref[len(_REF_PREFIX) :]
+
+
+def no_schema_root() -> Node:
+    """The root of a custom resource version the CRD does not define: the apiserver prunes it
+    with no schema (``structuralSchemas[version]`` is nil), keeping ``apiVersion``, ``kind`` and
+    ``metadata`` only (the resource root is an embedded resource)."""
+    root = Node()
+    root.kind = OBJECT
+    for name in ("apiVersion", "kind"):
+        prop = Node()
+        prop.kind = SCALAR
+        prop.types = frozenset({str})
+        root.props[name] = prop
+    finish(root)
+    return root
