@@ -1,5 +1,9 @@
 """The control-plane binaries (etcd, kube-apiserver, kubectl): which release, where, and building them.
 
+Next to them, ``standin-kubelet`` (tools/envtest/standin-kubelet) serves the kubelet's exec, attach
+and port-forward endpoints for the end-to-end tests; it is not part of the control plane, so a cache
+built before it existed stays usable and gets just that binary (:func:`ensure_standin_kubelet`).
+
 Binaries are built from source by ``tools/envtest/build.sh`` at the Kubernetes
 release pinned in ``tools/envtest/go.mod`` and cached under
 ``~/.cache/kproxy/envtest/<version>/``; nothing is downloaded at test time.
@@ -19,7 +23,16 @@ from typing import IO
 
 from kproxy.testing.errors import EnvtestError
 
-__all__ = ["BINARIES", "BIN_DIR_ENV", "BinPaths", "default_cache_dir", "ensure_binaries", "k8s_version"]
+__all__ = [
+    "BINARIES",
+    "BIN_DIR_ENV",
+    "STANDIN_KUBELET",
+    "BinPaths",
+    "default_cache_dir",
+    "ensure_binaries",
+    "ensure_standin_kubelet",
+    "k8s_version",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENVTEST_TOOL_DIR = REPO_ROOT / "tools" / "envtest"
@@ -30,6 +43,8 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 BIN_DIR_ENV = "KPROXY_ENVTEST_BIN_DIR"
 
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
+#: The stand-in kubelet's file name in the same directory (not required by the control plane).
+STANDIN_KUBELET = "standin-kubelet"
 
 
 # --------------------------------------------------------------------------- version pin
@@ -100,6 +115,7 @@ class BinPaths:
     kube_apiserver: Path
     kubectl: Path
     version: str | None
+    standin_kubelet: Path | None = None
 
     @classmethod
     def in_dir(cls, directory: Path) -> BinPaths:
@@ -112,6 +128,7 @@ class BinPaths:
             kube_apiserver=directory / "kube-apiserver",
             kubectl=directory / "kubectl",
             version=version,
+            standin_kubelet=directory / STANDIN_KUBELET,
         )
 
     def missing(self) -> list[Path]:
@@ -124,17 +141,15 @@ def default_cache_dir(version: str | None = None) -> Path:
     return CACHE_ROOT / (version or k8s_version())
 
 
-def _build(out_dir: Path, out: IO[str]) -> None:
+def _build(out_dir: Path, out: IO[str], *, only: str | None = None) -> None:
     script = ENVTEST_TOOL_DIR / "build.sh"
-    print(
-        f"kproxy envtest: building etcd, kube-apiserver, kubectl into {out_dir} (a cold build takes 15-30 minutes)...",
-        file=out,
-        flush=True,
-    )
+    what = only or "etcd, kube-apiserver, kubectl, standin-kubelet"
+    took = "about 20 s" if only else "15-30 minutes"
+    print(f"kproxy envtest: building {what} into {out_dir} (a cold Go cache takes {took})...", file=out, flush=True)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            ["bash", str(script), str(out_dir)],
+            ["bash", str(script), *(["--only", only] if only else []), str(out_dir)],
             cwd=ENVTEST_TOOL_DIR,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -193,3 +208,29 @@ def ensure_binaries(*, build: bool = True, out: IO[str] | None = None) -> BinPat
     if found := ready():
         return found
     raise EnvtestError(f"build.sh succeeded but {directory} does not hold {version} binaries")
+
+
+def ensure_standin_kubelet(*, build: bool = True, out: IO[str] | None = None) -> Path:
+    """The ``standin-kubelet`` binary for the pinned release, building only it if it is missing.
+
+    It is looked for in ``$KPROXY_ENVTEST_BIN_DIR`` if set (never built there unless that is the
+    default cache directory, as ``make`` sets it), else in the default cache directory; the
+    build takes the same lock as :func:`ensure_binaries`.
+    """
+    override = os.environ.get(BIN_DIR_ENV)
+    directory = Path(override).absolute() if override else default_cache_dir()
+    binary = directory / STANDIN_KUBELET
+    if os.access(binary, os.X_OK):
+        return binary
+    if not build or (override and directory != default_cache_dir().absolute()):
+        raise EnvtestError(
+            f"{binary} is missing: build it with `bash tools/envtest/build.sh --only {STANDIN_KUBELET} {directory}`"
+        )
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{directory}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.access(binary, os.X_OK):
+            _build(directory, out or sys.stderr, only=STANDIN_KUBELET)
+    if not os.access(binary, os.X_OK):
+        raise EnvtestError(f"build.sh succeeded but {binary} is not there")
+    return binary

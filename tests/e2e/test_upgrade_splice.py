@@ -1,10 +1,11 @@
 """Upgraded connections through kproxy: SPDY/3.1 and WebSocket splicing.
 
-There is no kubelet here, so `kubectl exec` / `port-forward` cannot run end to end (the real
-apiserver answers them with an error, which test_kubectl_passthrough checks passes through
-unchanged). The splice itself is tested against small local upstream servers that speak the
-upgrade: a raw SPDY-style server (101 then an echo of raw bytes, as the kubelet's stream would
-carry) and an aiohttp WebSocket server speaking `v5.channel.k8s.io`.
+The splice itself is tested here against small local upstream servers that speak the upgrade: a
+raw SPDY-style server (101 then an echo of raw bytes, as the kubelet's stream would carry) and an
+aiohttp WebSocket server speaking `v5.channel.k8s.io`, which lets these tests see the exact heads
+kproxy sends and provoke upstream misbehaviour. End to end through the real kube-apiserver (kubectl
+exec/attach/port-forward over WebSocket and SPDY, the Python client's `stream`) runs in
+test_exec_through_apiserver.py, against the stand-in kubelet (tools/envtest/standin-kubelet).
 """
 
 from __future__ import annotations
