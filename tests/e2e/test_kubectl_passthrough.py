@@ -284,7 +284,8 @@ def _token_kubeconfig(path: Any, proxy: RunningProxy, token: str | None) -> Any:
 
 
 def test_exec_error_passes_through(kubectl: Kubectl, proxy: RunningProxy, namespace: str) -> None:
-    """No kubelet runs here, so exec cannot succeed; the apiserver's refusal must reach kubectl unchanged."""
+    """A pod bound to no node cannot be exec'd into; the apiserver's refusal must reach kubectl unchanged
+    (exec that succeeds: tests/e2e/test_exec_through_apiserver.py)."""
     pod = json.dumps(
         {
             "apiVersion": "v1",
