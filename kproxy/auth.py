@@ -14,10 +14,18 @@ apiserver would give the request, never a guess of kproxy's own. So kproxy asks 
 * ``credentials: proxy`` -- every caller acts as kproxy's own credentials, whose identity is
   learned once with a ``SelfSubjectReview``.
 
-The token is extracted exactly as ``bearertoken.Authenticator`` and the WebSocket protocol
-authenticator do (staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go,
-.../request/websocket/protocol.go): the first ``Authorization`` header, trimmed, split on single
-spaces, scheme ``bearer`` in any case, the second part the token; an empty token counts as none.
+Tokens are found exactly as the apiserver's token authenticators find them, and tried in its order
+(pkg/kubeapiserver/authenticator/config.go: ``bearertoken`` then the WebSocket protocol
+authenticator, in a union that takes the first success; anonymous only when none of them failed):
+
+* ``bearertoken.Authenticator`` (staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/
+  bearertoken.go): the first ``Authorization`` header, trimmed, split on single spaces, scheme
+  ``bearer`` in any case, the second part the token; an empty token counts as none;
+* ``websocket.ProtocolAuthenticator`` (.../request/websocket/protocol.go), for WebSocket requests
+  only (``Upgrade: websocket`` and ``Connection: upgrade``): a ``Sec-WebSocket-Protocol`` entry
+  ``base64url.bearer.authorization.k8s.io.<unpadded base64url token>`` next to at least one other
+  protocol. A second such entry, bad base64, a token that is not UTF-8 or no other protocol is a
+  failed authentication (``401``), not anonymity. On any other request the header means nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +34,13 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from multidict import CIMultiDict
 from prometheus_client import Counter
 
 from kproxy.chain import Exchange, Identity
@@ -44,7 +54,9 @@ __all__ = [
     "TokenReviewError",
     "authenticator",
     "bearer_token",
+    "caller_tokens",
     "identity_from_user_info",
+    "without_token_protocol",
 ]
 
 #: The identity the apiserver gives a request that carries no credentials (anonymous auth on).
@@ -65,32 +77,100 @@ class TokenReviewError(Exception):
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """The bearer token the apiserver would authenticate, or ``None`` when there is none.
+    """A bearer token of the request: ``Authorization`` first (bearertoken.go), then a
+    ``Sec-WebSocket-Protocol`` entry ``base64url.bearer.authorization.k8s.io.<token>``, whatever
+    the request. Only a helper: the identity is decided by :func:`caller_tokens`, which tries the
+    tokens as the apiserver does (the WebSocket one only on a WebSocket request)."""
+    token = _authorization_token(headers)
+    if token is not None:
+        return token
+    found, _ = _websocket_token(_protocol_values(headers))
+    return found
 
-    ``Authorization`` first (bearertoken.go), then a WebSocket ``Sec-WebSocket-Protocol`` entry
-    ``base64url.bearer.authorization.k8s.io.<token>`` (protocol.go) for browser-style clients.
-    """
+
+def caller_tokens(headers: Mapping[str, str]) -> tuple[list[tuple[str, bool]], bool]:
+    """The tokens the apiserver's token authenticators would review for a request with these
+    headers, in its order, each with whether it is the WebSocket bearer protocol's; and whether
+    one of its authenticators fails before any review (a malformed WebSocket bearer protocol: the
+    request is then ``401`` unless a token succeeds)."""
+    tokens: list[tuple[str, bool]] = []
+    failed = False
+    token = _authorization_token(headers)
+    if token is not None:
+        tokens.append((token, False))
+    if _is_websocket(headers):
+        ws, failed = _websocket_token(_protocol_values(headers))
+        if ws is not None:
+            tokens.append((ws, True))
+    return tokens, failed
+
+
+def without_token_protocol(headers: CIMultiDict[str]) -> None:
+    """Drop the bearer-token entry from ``Sec-WebSocket-Protocol``, as ``ProtocolAuthenticator``
+    does once it has authenticated the request by it (the rest joined with ``,``)."""
+    kept = [
+        proto
+        for value in _protocol_values(headers)
+        for proto in (p.strip(_GO_SPACE) for p in value.split(","))
+        if not proto.startswith(_WS_TOKEN_PREFIX)
+    ]
+    headers["Sec-WebSocket-Protocol"] = ",".join(kept)
+
+
+def _authorization_token(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("Authorization", "").strip(_GO_SPACE)
     if auth:
         parts = auth.split(" ")
         if len(parts) >= 2 and parts[0].lower() == "bearer" and parts[1]:
             return parts[1]
-    return _websocket_token(headers.get("Sec-WebSocket-Protocol", ""))
-
-
-def _websocket_token(header: str) -> str | None:
-    if _WS_TOKEN_PREFIX not in header:
-        return None
-    for proto in header.split(","):
-        proto = proto.strip()
-        if proto.startswith(_WS_TOKEN_PREFIX):
-            encoded = proto[len(_WS_TOKEN_PREFIX) :]
-            try:
-                token = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return None
-            return token or None
     return None
+
+
+# wsstream.IsWebSocketRequest: Upgrade is "websocket" (any case) and the first Connection value,
+# lower-cased, names "upgrade" between commas.
+_CONNECTION_UPGRADE = re.compile(r"(^|.*,\s*)upgrade($|\s*,)")
+
+
+def _is_websocket(headers: Mapping[str, str]) -> bool:
+    if headers.get("Upgrade", "").strip(_GO_SPACE).lower() != "websocket":
+        return False
+    return _CONNECTION_UPGRADE.search(headers.get("Connection", "").strip(_GO_SPACE).lower()) is not None
+
+
+def _protocol_values(headers: Mapping[str, str]) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return [str(v) for v in getall("Sec-WebSocket-Protocol", ())]
+    value = headers.get("Sec-WebSocket-Protocol")
+    return [value] if value is not None else []
+
+
+def _websocket_token(values: list[str]) -> tuple[str | None, bool]:
+    """(token, failed) as ``ProtocolAuthenticator`` reads ``Sec-WebSocket-Protocol``."""
+    token = ""
+    seen = False
+    others = 0
+    for value in values:
+        for proto in value.split(","):
+            proto = proto.strip(_GO_SPACE)
+            if not proto.startswith(_WS_TOKEN_PREFIX):
+                others += 1
+                continue
+            if seen:
+                return None, True  # "multiple base64.bearer.authorization tokens specified"
+            seen = True
+            # base64.RawURLEncoding: no padding, URL alphabet only; Go's decoder skips CR and LF.
+            encoded = proto[len(_WS_TOKEN_PREFIX) :].replace("\r", "").replace("\n", "")
+            if "=" in encoded or len(encoded) % 4 == 1:
+                return None, True
+            try:
+                raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
+                token = raw.decode("utf-8")
+            except (binascii.Error, ValueError):
+                return None, True  # bad encoding, or a token that is not UTF-8
+    if token and others == 0:
+        return None, True  # "missing additional subprotocol"
+    return (token or None), False
 
 
 def identity_from_user_info(info: Mapping[str, Any]) -> Identity:
@@ -208,6 +288,28 @@ class Authenticator:
             return None
         return identity_from_user_info(result.get("user") or {})
 
+    async def authenticate_request(self, headers: Mapping[str, str]) -> tuple[Identity, bool]:
+        """The identity the apiserver's token authenticators give a request with these headers, and
+        whether it came from the WebSocket bearer protocol (the apiserver then removes that entry
+        from ``Sec-WebSocket-Protocol``: :func:`without_token_protocol`).
+
+        The tokens of :func:`caller_tokens` in order, the first accepted one wins; none: the
+        anonymous user, unless a token was rejected or a WebSocket bearer protocol was malformed,
+        which gets the apiserver's ``401`` (as does a caller without credentials when
+        ``upstream.anonymous_auth`` is false). Raises :class:`TokenReviewError` (not asked).
+        """
+        tokens, failed = caller_tokens(headers)
+        for token, by_protocol in tokens:
+            found = await self.authenticate_token(token)
+            if found is not None:
+                return found, by_protocol
+            failed = True
+        if failed or not self.ctx.anonymous_auth:
+            # A rejected token; or no credentials at an apiserver whose anonymous auth is off
+            # (``upstream.anonymous_auth: false``): its 401, the same Status either way.
+            raise unauthorized("Unauthorized")
+        return ANONYMOUS, False
+
     # ------------------------------------------------------------------ proxy mode
 
     async def own_identity(self) -> Identity:
@@ -240,14 +342,7 @@ class Authenticator:
             if self.ctx.credentials == "proxy":
                 identity = await self.own_identity()
             else:
-                token = bearer_token(ex.headers)
-                if token is None:
-                    identity = ANONYMOUS
-                else:
-                    found = await self.authenticate_token(token)
-                    if found is None:
-                        raise unauthorized("Unauthorized")
-                    identity = found
+                identity, _ = await self.authenticate_request(ex.headers)
         except TokenReviewError as err:
             raise _review_failed(err) from err
         ex.identity = identity

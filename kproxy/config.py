@@ -99,6 +99,11 @@ class UpstreamConfig(Strict):
     connect_timeout: Duration = 10.0
     # 0 = unlimited pooled connections to the upstream.
     max_connections: int = Field(default=0, ge=0)
+    # Whether the apiserver takes a request without credentials as system:anonymous (its
+    # --anonymous-auth, on by default). kproxy cannot send such a request in impersonate mode (it
+    # would impersonate the anonymous user), nor ask about one for a cached read in forward mode,
+    # so false makes kproxy answer callers without credentials with the apiserver's own 401.
+    anonymous_auth: bool = True
 
 
 class LogConfig(Strict):

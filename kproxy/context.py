@@ -118,6 +118,9 @@ class FilterContext:
     credentials: CredentialsMode
     registry: CollectorRegistry
     services: dict[str, Any] = field(default_factory=dict)
+    #: ``upstream.anonymous_auth``: whether the apiserver takes a caller without credentials as
+    #: ``system:anonymous`` (else its 401, which kproxy then answers itself where it decides).
+    anonymous_auth: bool = True
 
     def shared(self, key: str, factory: Callable[[], T]) -> T:
         """The service under ``key``, made by ``factory()`` the first time it is asked for."""

@@ -10,10 +10,13 @@ anonymous; ``pkg/kubeapiserver/authenticator/config.go``):
 
 - a client certificate verified against ``tls.client_ca_file`` during the handshake: the user
   is its Common Name, the groups its Organizations (the x509 authenticator's ``CommonNameUserConversion``);
-- else a bearer token, through a TokenReview (cached briefly, see ``impersonate.token_cache_ttl``);
-  a token the apiserver rejects gets the apiserver's own ``401``;
+- else a bearer token (``Authorization``, or a WebSocket request's bearer protocol, as the apiserver
+  finds them: ``kproxy.auth.caller_tokens``), through a TokenReview (cached briefly, see
+  ``impersonate.token_cache_ttl``); a token the apiserver rejects gets the apiserver's own ``401``;
 - else the anonymous user, impersonated as such (the apiserver gives it exactly the anonymous
-  user's rights; if anonymous auth is off upstream, the impersonation is refused there).
+  user's rights). The apiserver would take an impersonation of ``system:anonymous`` from kproxy
+  even with its own anonymous auth off, so ``upstream.anonymous_auth: false`` (the operator says
+  it is off) makes such a caller the apiserver's ``401`` instead.
 
 Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
 only one; the caller is told in a ``Warning``).
@@ -26,10 +29,10 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from kproxy.auth import ANONYMOUS, SERVICE_KEY, Authenticator, TokenReviewError, bearer_token
+from kproxy.auth import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
 from kproxy.chain import Exchange, Identity
 from kproxy.context import FilterContext
-from kproxy.status import internal_error, unauthorized
+from kproxy.status import internal_error
 
 AUTHENTICATED = "system:authenticated"
 STRIPPED_WARNING = (
@@ -100,16 +103,12 @@ class CallerAuthenticator:
         apiserver cannot be asked (kproxy never guesses an identity)."""
         identity = identity_from_peercert(peercert)
         if identity is None:
-            token = bearer_token(ex.headers)
-            if token is None:
-                identity = ANONYMOUS
-            else:
-                try:
-                    found = await self.tokens.authenticate_token(token)
-                except TokenReviewError as err:
-                    raise internal_error(f"kproxy could not establish the caller's identity: {err}") from err
-                if found is None:
-                    raise unauthorized("Unauthorized")
-                identity = found
+            try:
+                identity, by_protocol = await self.tokens.authenticate_request(ex.headers)
+            except TokenReviewError as err:
+                raise internal_error(f"kproxy could not establish the caller's identity: {err}") from err
+            if by_protocol:
+                # As the apiserver does: the upstream's WebSocket handshake never sees the token.
+                without_token_protocol(ex.headers)
         ex.identity = identity
         return identity

@@ -135,7 +135,12 @@ class ProxyServer:
 
     async def start(self) -> None:
         await self.upstream.start()
-        self.context = FilterContext(ApiClient(self.upstream), self.cfg.credentials, self.metrics.registry)
+        self.context = FilterContext(
+            ApiClient(self.upstream),
+            self.cfg.credentials,
+            self.metrics.registry,
+            anonymous_auth=self.cfg.upstream.anonymous_auth,
+        )
         if self.cfg.credentials == "impersonate":
             imp = self.cfg.impersonate
             self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
