@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
 from kproxy.context import ApiClient, FilterContext
+from kproxy.errorreply import negotiated_status
 from kproxy.eventstream import EventStreamBody, serve_events
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
@@ -292,7 +293,7 @@ class ProxyServer:
                 # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
                 reply, close = Reply(417, CIMultiDict(), BytesBody(b"")), True
             elif length is not None and length > self._limit:
-                reply = self._reject(request_entity_too_large(self._limit))
+                reply = self._reject(request_entity_too_large(self._limit), ex)
             elif self.callers is not None:
                 reply = await self._impersonating(request, chain, ex)
             else:
@@ -337,9 +338,10 @@ class ProxyServer:
                     },
                 )
 
-    def _reject(self, err: StatusError) -> Reply:
+    def _reject(self, err: StatusError, ex: Exchange) -> Reply:
+        """A Status kproxy answers itself, in the media type the request negotiates."""
         self.metrics.rejected.labels(err.reason or str(err.code)).inc()
-        return Reply.from_status(err)
+        return negotiated_status(err, ex.headers, ex.query)
 
     async def _impersonating(self, request: web.BaseRequest, chain: Chain, ex: Exchange) -> Reply:
         """Impersonate mode: authenticate the caller first; a caller the apiserver would refuse
@@ -350,7 +352,7 @@ class ProxyServer:
         try:
             await self.callers.identify(ex, peercert)
         except StatusError as err:
-            return self._reject(err)
+            return self._reject(err, ex)
         reply = await self._run_chain(chain, ex)
         if has_impersonation(request.headers):
             reply.headers.add("Warning", STRIPPED_WARNING)
@@ -365,12 +367,12 @@ class ProxyServer:
         try:
             reply = await chain.handle(ex)
         except StatusError as err:
-            return self._reject(err)
+            return self._reject(err, ex)
         except asyncio.CancelledError:
             raise
         except Exception as err:  # a filter bug must still get a Status, never a traceback
             log.exception("request failed", extra={"path": ex.raw_path})
-            return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"))
+            return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"), ex)
         return reply
 
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:

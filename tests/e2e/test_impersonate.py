@@ -151,3 +151,40 @@ def test_client_certificates_from_the_callers_ca(
     assert "Error from server" not in res.stderr
     signs = ("EOF", "certificate", "tls:", "connection reset", "server closed idle connection")
     assert any(sign in res.stderr for sign in signs), res.stderr
+
+
+ACCEPTS = [
+    None,
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+    "application/json;as=Table;v=v1;g=meta.k8s.io",
+    "application/json;as=Table;v=v1;g=meta.k8s.io, application/json",
+    "text/html",
+]
+
+
+@pytest.mark.parametrize("user_agent", ["kproxy-test", "curl/8.0"])
+@pytest.mark.parametrize("accept", ACCEPTS)
+def test_rejected_token_401_is_negotiated_as_the_apiservers(
+    imp: RunningProxy, control_plane: ControlPlaneInfo, accept: str | None, user_agent: str
+) -> None:
+    """The 401 kproxy answers itself for a token the apiserver rejects is written as the
+    apiserver's ErrorNegotiated writes it: protobuf, YAML or JSON as Accept asks (pretty for a
+    curl User-Agent or ?pretty), indented JSON without a newline when nothing is acceptable."""
+
+    def raw(base: str, ca_file: Path, query: str) -> tuple[int, str, bytes]:
+        headers = {"Authorization": "Bearer not-a-valid-token", "User-Agent": user_agent}
+        if accept is not None:
+            headers["Accept"] = accept
+        req = urllib.request.Request(base + "/api/v1/namespaces" + query, headers=headers)
+        try:
+            with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=str(ca_file)), timeout=10):
+                raise AssertionError("a rejected token was accepted")
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", ""), e.read()
+
+    for query in ("", "?pretty=true"):
+        direct = raw(control_plane.server, control_plane.ca_file, query)
+        assert direct[0] == 401
+        assert raw(imp.url, imp.ca_file, query) == direct
