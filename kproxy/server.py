@@ -155,8 +155,10 @@ class ProxyServer:
             ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
             if self.cfg.tls.client_ca_file:
-                # Like the apiserver (VerifyClientCertIfGiven): a certificate is optional, but one
-                # that does not verify fails the handshake.
+                # A certificate is optional, but one that does not verify fails the handshake. The
+                # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
+                # caller is a 401 without a token (or authenticated by its token); Python's ssl has
+                # no way to take a certificate it does not verify (README, impersonate).
                 ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
                 ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
         site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
