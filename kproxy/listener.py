@@ -132,7 +132,10 @@ class GoRequestHandler(RequestHandler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._parser = _HeadLimit(self._parser, self)  # type: ignore[assignment]
+        parser = getattr(self, "_parser", None)
+        if not hasattr(parser, "feed_data"):  # aiohttp's internals moved: fail loudly, not open
+            raise RuntimeError("kproxy.listener needs aiohttp's RequestHandler._parser (aiohttp 3.14)")
+        self._parser = _HeadLimit(parser, self)  # type: ignore[assignment]
 
     def handle_error(
         self,
