@@ -53,7 +53,6 @@ __all__ = [
     "Authenticator",
     "TokenReviewError",
     "authenticator",
-    "bearer_token",
     "caller_tokens",
     "identity_from_user_info",
     "without_token_protocol",
@@ -74,18 +73,6 @@ _GO_SPACE = "\t\n\v\f\r \x85\xa0"
 
 class TokenReviewError(Exception):
     """The apiserver could not be asked (network error, non-2xx answer, unexpected body)."""
-
-
-def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """A bearer token of the request: ``Authorization`` first (bearertoken.go), then a
-    ``Sec-WebSocket-Protocol`` entry ``base64url.bearer.authorization.k8s.io.<token>``, whatever
-    the request. Only a helper: the identity is decided by :func:`caller_tokens`, which tries the
-    tokens as the apiserver does (the WebSocket one only on a WebSocket request)."""
-    token = _authorization_token(headers)
-    if token is not None:
-        return token
-    found, _ = _websocket_token(_protocol_values(headers))
-    return found
 
 
 def caller_tokens(headers: Mapping[str, str]) -> tuple[list[tuple[str, bool]], bool]:

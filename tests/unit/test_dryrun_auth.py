@@ -14,7 +14,7 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.auth import ANONYMOUS, Authenticator, authenticator, bearer_token
+from kproxy.auth import ANONYMOUS, Authenticator, authenticator, caller_tokens
 from kproxy.chain import BytesBody, Exchange
 from kproxy.context import FilterContext
 from kproxy.requestinfo import parse_request_info
@@ -59,6 +59,12 @@ def exchange(headers: dict[str, str]) -> Exchange:
     return Exchange("GET", "/api/v1/pods", "", CIMultiDict(headers), BytesBody(b""), info)
 
 
+def bearer_token(headers: dict[str, str]) -> str | None:
+    """The first token the apiserver would review for these headers (kproxy.auth.caller_tokens)."""
+    tokens, _ = caller_tokens(headers)
+    return tokens[0][0] if tokens else None
+
+
 @pytest.mark.parametrize(
     ("header", "token"),
     [
@@ -78,7 +84,11 @@ def test_bearer_token_like_the_apiserver(header: str, token: str | None) -> None
 
 def test_websocket_protocol_token() -> None:
     encoded = base64.urlsafe_b64encode(b"tok").decode().rstrip("=")
-    headers = {"Sec-WebSocket-Protocol": f"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.{encoded}"}
+    headers = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Protocol": f"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.{encoded}",
+    }
     assert bearer_token(headers) == "tok"
 
 
