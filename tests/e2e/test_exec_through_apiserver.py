@@ -248,7 +248,11 @@ def test_exec_tty_with_resize(target: Target, transport: str) -> None:
 def _exec_in_pty(t: Target, side: str, rows: int, cols: int, env: Mapping[str, str]) -> tuple[int, str]:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    script = "test -t 0 && echo tty; stty size; exit 7"
+    # kubectl sends the terminal's size on the resize channel once the stream is up, while the
+    # command may already be running (a real runtime has the same race), so the command waits,
+    # up to 10 s, for a size to arrive before it prints it.
+    wait = 'i=0; while [ "$(stty size)" = "0 0" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done'
+    script = f"test -t 0 && echo tty; {wait}; stty size; exit 7"
     argv = [str(t.cp.kubectl), f"--kubeconfig={t.kubeconfig(side)}", "-n", t.ns]
     argv += ["exec", "-it", POD, "-c", "term", "--", "sh", "-c", script]
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=subprocess.PIPE, env={**os.environ, **env})
