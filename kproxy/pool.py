@@ -155,10 +155,20 @@ class _Conn(asyncio.Protocol):
             await self._drain_waiter
 
     async def body(self) -> AsyncIterator[bytes]:
-        """The response body as it arrives; the connection goes back to the pool at the end."""
+        """The response body as it arrives; the connection goes back to the pool at the end.
+
+        What arrived while the reader was away comes as one chunk: a watch's events that one
+        loop pass brought are one write downstream (and one compress-and-flush call for a
+        compressed watch, the "batch of events" the compression filter flushes at once), and a
+        fast list body is fewer, larger writes. Nothing waits for more to arrive."""
+        chunks = self.chunks
         while True:
-            if self.chunks:
-                chunk = self.chunks.popleft()
+            if chunks:
+                if len(chunks) == 1:
+                    chunk = chunks.popleft()
+                else:
+                    chunk = b"".join(chunks)
+                    chunks.clear()
                 self.buffered -= len(chunk)
                 if self._reading_paused and self.buffered < _HIGH_WATER // 2 and self.transport is not None:
                     self._reading_paused = False

@@ -310,13 +310,21 @@ class WatchTranscoder:
         self._buf = bytearray()
         self._max = max_frame
         self.events = 0
+        #: the error of a frame that followed good ones in the same chunk (see ``feed``)
+        self._error: ValueError | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         """One JSON line per frame completed by this chunk; nothing held back.
 
         Frames are read in place from one bytes object: the chunk itself when nothing is
         pending (no copy at all), else the pending bytes and the chunk joined once a frame
-        is complete. Only an incomplete last frame is kept."""
+        is complete. Only an incomplete last frame is kept.
+
+        A frame that cannot be read raises CodecError; when good frames came before it in the
+        same chunk, their events are returned first and the error is raised by ``raise_error``
+        (which the caller calls after sending them), by the next ``feed`` or by ``finish``:
+        the events the apiserver sent before the bad frame reach the client."""
+        self.raise_error()
         buf = self._buf
         if buf:
             buf += chunk
@@ -333,26 +341,38 @@ class WatchTranscoder:
         size = len(data)
         pos = 0
         try:
-            while size - pos >= 4:
-                n = int.from_bytes(data[pos : pos + 4], "big")
-                if n > self._max:
-                    raise CodecError(f"watch event frame of {n} bytes exceeds the limit of {self._max}")
-                if size - pos - 4 < n:
-                    break
-                out.append(frame_json(data, pos + 4, pos + 4 + n))
-                self.events += 1
-                pos += 4 + n
-        except NOT_UTF8 as e:
-            raise not_utf8(e) from e
+            try:
+                while size - pos >= 4:
+                    n = int.from_bytes(data[pos : pos + 4], "big")
+                    if n > self._max:
+                        raise CodecError(f"watch event frame of {n} bytes exceeds the limit of {self._max}")
+                    if size - pos - 4 < n:
+                        break
+                    out.append(frame_json(data, pos + 4, pos + 4 + n))
+                    self.events += 1
+                    pos += 4 + n
+            except NOT_UTF8 as e:
+                raise not_utf8(e) from e
+        except ValueError as e:  # CodecError, or what the protobuf runtime raises
+            if not out:
+                raise
+            self._error = e
+            return b"".join(out)
         if pos < size:
             buf += memoryview(data)[pos:]
         return b"".join(out)
 
     def finish(self) -> bytes:
         """b"" at a frame boundary; CodecError if the stream ended inside a frame."""
+        self.raise_error()
         if self._buf:
             raise CodecError(f"truncated watch stream: {len(self._buf)} bytes of an incomplete frame")
         return b""
+
+    def raise_error(self) -> None:
+        """Raise the error of a bad frame whose chunk also completed good ones, if there was one."""
+        if self._error is not None:
+            raise self._error
 
 
 def decode_message(cls: type[Message], data: bytes, what: str) -> Message:

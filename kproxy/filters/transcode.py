@@ -437,6 +437,7 @@ class Transcode(FilterBase):
                         m.bytes_out.inc(len(out))
                     if out:
                         yield out
+                    transcoder.raise_error()  # a bad frame after the events just sent
                 tail = transcoder.finish()
                 if tail:
                     yield tail

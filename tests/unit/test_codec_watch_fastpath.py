@@ -142,3 +142,22 @@ def test_a_string_that_is_not_utf8_is_a_codec_error(codec: ProtobufCodec) -> Non
     with pytest.raises(CodecError, match="not valid UTF-8"):
         t.feed(body)
         t.finish()
+
+
+def test_good_frames_before_a_bad_one_in_the_same_chunk_are_returned_first(codec: ProtobufCodec) -> None:
+    """The apiserver's events that one read brought before a frame kproxy cannot read go out
+    before the error: ``feed`` returns them and ``raise_error`` (then ``feed``, ``finish``) raises."""
+    good = codec.encode_watch_event("ADDED", POD)
+    bad = _frame(_ld(1, b"ADDED") + _ld(2, _ld(1, b"k9s\x00" + b"\x00" * 20)))
+    t = codec.watch_transcoder()
+    out = t.feed(good + good + bad + good)
+    assert out == _general(codec, good) * 2 and t.events == 2
+    with pytest.raises(CodecError):
+        t.raise_error()
+    with pytest.raises(CodecError):
+        t.feed(good)
+    with pytest.raises(CodecError):
+        t.finish()
+    alone = codec.watch_transcoder()
+    with pytest.raises(CodecError):
+        alone.feed(bad + good)  # nothing good before it: raised at once
