@@ -151,6 +151,38 @@ async def test_streamed_response_arrives_chunk_by_chunk_and_abandon_closes() -> 
         pool.close()
 
 
+async def test_what_arrived_while_the_reader_was_away_comes_as_one_chunk() -> None:
+    """Several HTTP chunks that arrived before the body is read again (a watch's events of one
+    loop pass) are handed on joined, in order; the next read still gets what comes later."""
+    gate = asyncio.Event()
+
+    async def watch(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await gate.wait()
+        for event in (b"two\n", b"three\n", b"four\n"):
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+        writer.write(b"4\r\nlast\r\n0\r\n\r\n")
+
+    async with Server(watch) as srv:
+        pool = pool_for(srv)
+        resp = await pool.request("GET", "/watch", [], None, None)
+        conn = resp._conn
+        it = resp.chunks()
+        assert await it.__anext__() == b"first"
+        gate.set()
+        while not conn.complete:  # every chunk is in before the reader comes back
+            await asyncio.sleep(0.01)
+        assert len(conn.chunks) > 1
+        assert await it.__anext__() == b"two\nthree\nfour\nlast"
+        assert conn.buffered == 0
+        with pytest.raises(StopAsyncIteration):
+            await it.__anext__()
+        assert len(pool.idle) == 1
+        pool.close()
+
+
 async def test_body_delimited_by_close_and_premature_close() -> None:
     async def until_close(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if b"/short" in head:
