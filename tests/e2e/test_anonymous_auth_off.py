@@ -11,14 +11,10 @@ to impersonate, which the apiserver grants even when its anonymous auth is off.
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from rawhttp import get_json
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
@@ -28,18 +24,8 @@ pytestmark = pytest.mark.e2e
 OFF = {"upstream": {"anonymous_auth": False}}
 
 
-def _raw(url: str, ca_file: Path, token: str | None = None) -> tuple[int, dict[str, object]]:
-    ctx = ssl.create_default_context(cafile=str(ca_file))
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def _rejected(control_plane: ControlPlaneInfo, path: str) -> tuple[int, dict[str, object]]:
-    answer = _raw(control_plane.server + path, control_plane.ca_file, "not-a-valid-token")
+    answer = get_json(control_plane.server + path, control_plane.ca_file, "not-a-valid-token")
     assert answer[0] == 401 and answer[1]["reason"] == "Unauthorized"
     return answer
 
@@ -49,17 +35,17 @@ def test_impersonate_mode_answers_callers_without_credentials_with_401(
 ) -> None:
     path = "/api/v1/namespaces"
     off = proxy_factory(credentials="impersonate", tls=True, extra=OFF)
-    assert _raw(off.url + path, off.ca_file) == _rejected(control_plane, path)
+    assert get_json(off.url + path, off.ca_file) == _rejected(control_plane, path)
     # Callers with credentials are unaffected: the ordinary user's own 403, as directly.
-    direct = _raw(control_plane.server + path, control_plane.ca_file, control_plane.user_token)
+    direct = get_json(control_plane.server + path, control_plane.ca_file, control_plane.user_token)
     assert direct[0] == 403
-    assert _raw(off.url + path, off.ca_file, control_plane.user_token) == direct
+    assert get_json(off.url + path, off.ca_file, control_plane.user_token) == direct
 
     # The default: the anonymous user, exactly as directly.
     on = proxy_factory(credentials="impersonate", tls=True)
-    anonymous = _raw(control_plane.server + path, control_plane.ca_file)
+    anonymous = get_json(control_plane.server + path, control_plane.ca_file)
     assert anonymous[0] == 403 and 'User "system:anonymous"' in str(anonymous[1]["message"])
-    assert _raw(on.url + path, on.ca_file) == anonymous
+    assert get_json(on.url + path, on.ca_file) == anonymous
 
 
 def test_forward_mode_cached_reads_without_credentials_get_401(
@@ -69,21 +55,21 @@ def test_forward_mode_cached_reads_without_credentials_get_401(
     filters = [{"name": "watchcache", "resources": ["configmaps"]}]
     off = proxy_factory(credentials="forward", tls=True, extra={**OFF, "filters": filters})
     wait_for(
-        lambda: _raw(off.url + cached, off.ca_file, control_plane.admin_token)[0] == 200,
+        lambda: get_json(off.url + cached, off.ca_file, control_plane.admin_token)[0] == 200,
         30,
         "the configmaps cache to answer",
     )
-    assert _raw(off.url + cached, off.ca_file) == _rejected(control_plane, cached)
+    assert get_json(off.url + cached, off.ca_file) == _rejected(control_plane, cached)
     # Passed-through requests carry no credentials upstream either: the apiserver answers them.
-    version = _raw(control_plane.server + "/version", control_plane.ca_file)
-    assert _raw(off.url + "/version", off.ca_file) == version
+    version = get_json(control_plane.server + "/version", control_plane.ca_file)
+    assert get_json(off.url + "/version", off.ca_file) == version
 
     on = proxy_factory(credentials="forward", tls=True, extra={"filters": filters})
     wait_for(
-        lambda: _raw(on.url + cached, on.ca_file, control_plane.admin_token)[0] == 200,
+        lambda: get_json(on.url + cached, on.ca_file, control_plane.admin_token)[0] == 200,
         30,
         "the configmaps cache to answer",
     )
-    anonymous = _raw(control_plane.server + cached, control_plane.ca_file)
+    anonymous = get_json(control_plane.server + cached, control_plane.ca_file)
     assert anonymous[0] == 403
-    assert _raw(on.url + cached, on.ca_file) == anonymous
+    assert get_json(on.url + cached, on.ca_file) == anonymous

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rawhttp import get_json
 
 from kproxy.testing import certs
 from kproxy.testing.controlplane import USER_NAME
@@ -42,16 +43,6 @@ def _cert_kubeconfig(path: Path, rp: RunningProxy, ca: certs.CertKey, user: str,
     crt = certs.write_pem(path.with_suffix(".crt"), leaf.cert_pem, private=False)
     key = certs.write_pem(path.with_suffix(".key"), leaf.key_pem, private=True)
     return write_kubeconfig(path, server=rp.url, ca_file=rp.ca_file, user=user, client_cert=crt, client_key=key)
-
-
-def _raw(url: str, ca_file: Path | None, token: str | None = None) -> tuple[int, dict[str, object]]:
-    ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def test_token_callers_are_authorized_as_themselves(
@@ -115,12 +106,12 @@ def test_rejected_and_anonymous_callers_get_the_apiservers_answer(
 ) -> None:
     path = "/api/v1/namespaces"
     # A token the apiserver rejects: the same 401 Status.
-    assert _raw(imp.url + path, imp.ca_file, "not-a-valid-token") == _raw(
+    assert get_json(imp.url + path, imp.ca_file, "not-a-valid-token") == get_json(
         control_plane.server + path, control_plane.ca_file, "not-a-valid-token"
     )
     # No credentials: the anonymous user, denied with the same 403 Status.
-    code, body = _raw(imp.url + path, imp.ca_file)
-    assert (code, body) == _raw(control_plane.server + path, control_plane.ca_file)
+    code, body = get_json(imp.url + path, imp.ca_file)
+    assert (code, body) == get_json(control_plane.server + path, control_plane.ca_file)
     assert code == 403 and 'User "system:anonymous"' in str(body["message"])
 
 
