@@ -348,35 +348,27 @@ def test_python_stream_exec(target: Target, protocol: str) -> None:
 
 def _python_exec(api: client.CoreV1Api, ns: str, headers: dict[str, str] | None) -> tuple[str, str, int | None, str]:
     extra: dict[str, Any] = {"_headers": headers} if headers else {}
-    resp = stream(
-        api.connect_get_namespaced_pod_exec,
-        POD,
-        ns,
-        container="main",
-        command=["sh", "-c", "echo out; echo err >&2; exit 5"],
-        stdout=True,
-        stderr=True,
-        stdin=False,
-        tty=False,
-        _preload_content=False,
-        **extra,
-    )
+
+    def open_exec(script: str, stdin: bool) -> Any:
+        return stream(
+            api.connect_get_namespaced_pod_exec,
+            POD,
+            ns,
+            container="main",
+            command=["sh", "-c", script],
+            stdout=True,
+            stderr=True,
+            stdin=stdin,
+            tty=False,
+            _preload_content=False,
+            **extra,
+        )
+
+    resp = open_exec("echo out; echo err >&2; exit 5", stdin=False)
     resp.run_forever(timeout=30)
     out, err, rc = resp.read_stdout(), resp.read_stderr(), resp.returncode
     resp.close()
-    resp = stream(
-        api.connect_get_namespaced_pod_exec,
-        POD,
-        ns,
-        container="main",
-        command=["sh", "-c", "read line; echo typed: $line"],
-        stdout=True,
-        stderr=True,
-        stdin=True,
-        tty=False,
-        _preload_content=False,
-        **extra,
-    )
+    resp = open_exec("read line; echo typed: $line", stdin=True)
     resp.write_stdin("hello\n")
     resp.run_forever(timeout=30)
     typed = resp.read_stdout()

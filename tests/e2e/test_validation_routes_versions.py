@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
@@ -91,17 +92,8 @@ def gizmos(kubectl: Kubectl, control_plane: ControlPlaneInfo) -> Iterator[str]:
         schema = {"type": "object", "properties": {"spec": spec}}
         return {"name": name, "served": True, "storage": storage, "schema": {"openAPIV3Schema": schema}}
 
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"gizmos.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
-            "versions": [version("v1", True, "v1only"), version("v2", False, "v2only")],
-        },
-    }
+    crd = crds.crd(GROUP, "gizmos", "Gizmo")
+    crd["spec"]["versions"] = [version("v1", True, "v1only"), version("v2", False, "v2only")]
     kubectl(["apply", "-f", "-"], input=json.dumps(crd))
     kubectl(["wait", "--for=condition=Established", f"crd/gizmos.{GROUP}", "--timeout=60s"])
 

@@ -16,28 +16,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
 GROUP = f"sc{secrets.token_hex(3)}.kproxy.test"  # a fresh CRD per run: the test changes it
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def crd(props: dict[str, Any]) -> dict[str, Any]:
-    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"gizmos.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
-        },
-    }
 
 
 def gizmo(**spec: Any) -> bytes:
@@ -66,7 +51,9 @@ async def test_a_changed_crd_is_never_validated_with_its_old_schema(
     rp = proxy_factory(extra={"filters": [{"name": "validation", "settle_seconds": 3}]})
     direct_ssl = cp.ssl_context()
     path = f"/apis/{GROUP}/v1/namespaces/{namespace}/gizmos?dryRun=All&fieldValidation=Strict"
-    code, body = cp.request("POST", CRDS, body=json.dumps(crd({"a": {"type": "string"}})).encode())
+    code, body = cp.request(
+        "POST", crds.CRDS, body=json.dumps(crds.crd(GROUP, "gizmos", "Gizmo", spec_fields={"a": "string"})).encode()
+    )
     assert code == 201, body
     async with aiohttp.ClientSession() as s:
         # Once the document is published and the group settled, kproxy answers locally.
@@ -78,11 +65,11 @@ async def test_a_changed_crd_is_never_validated_with_its_old_schema(
         assert b'unknown field \\"spec.b\\"' in text
         # Now spec.b is declared. As soon as the apiserver accepts it, so does kproxy: every answer
         # from then on is a 201, never a 400 from the old schema.
-        current = json.loads(cp.request("GET", f"{CRDS}/gizmos.{GROUP}")[1])
+        current = json.loads(cp.request("GET", f"{crds.CRDS}/gizmos.{GROUP}")[1])
         current["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["b"] = {
             "type": "string"
         }
-        code, body = cp.request("PUT", f"{CRDS}/gizmos.{GROUP}", body=json.dumps(current).encode())
+        code, body = cp.request("PUT", f"{crds.CRDS}/gizmos.{GROUP}", body=json.dumps(current).encode())
         assert code == 200, body
 
         async def direct_accepts() -> bool:
