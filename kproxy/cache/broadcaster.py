@@ -17,6 +17,10 @@ The apiserver's cacher, in one asyncio loop (``cacher.go``, ``cache_watcher.go``
   from the last resource version it got). Nobody else waits for them.
 * Bookmarks for watchers that asked: about every ``bookmark_interval`` seconds and 2 s before the
   watch's timeout; never queued behind a full buffer.
+* An event that cannot be encoded in a watcher's format ends that watcher's stream after what it
+  already got, and no other: the apiserver's watch handler does the same when its encoder fails
+  (``handlers/watch.go`` ``serveWatch``: ``HandleError``, then return). No object can stop the
+  dispatch of an event to everyone else.
 
 Writing is the HTTP side's business (a ``Sink``); framing the wire format is a ``Frames``'.
 """
@@ -46,6 +50,10 @@ Predicate = Callable[[CachedObject], bool]
 INITIAL_BATCH = 256 * 1024
 #: Watch deadlines are checked (and bookmarks sent) on this tick, jittered by a quarter.
 TICK = 1.0
+
+
+class _Unencodable(Exception):
+    """Internal: an initial event could not be encoded (logged where it happened)."""
 
 
 class Sink(Protocol):
@@ -215,14 +223,15 @@ class Broadcaster:
         bookmarks: bool,
         initial_events_end: bool,
         timeout: float,
-        initial_body: Callable[[Sequence[CachedObject]], bytes] | None = None,
+        initial_body: Callable[[Sequence[CachedObject]], bytes | None] | None = None,
         coding: Coding | None = None,
     ) -> Watcher:
         """A watch that starts with the current state as ADDED events (resourceVersion 0 or unset,
         or sendInitialEvents), then, when asked, the initial-events-end bookmark at that state's
         resource version, then live events. ``initial_body`` may supply the initial frames
         already joined (a body shared by several watchers of the same state; already compressed,
-        as one complete frame, when ``coding`` is given)."""
+        as one complete frame, when ``coding`` is given), or None to have them made here one by
+        one (as when one of them cannot be encoded: the watch gets those before it, then ends)."""
         snap = self.cache.snapshot()
         assert snap is not None
         lo, hi = snap.namespace_range(selection.namespace)
@@ -257,7 +266,9 @@ class Broadcaster:
         w = self._register(sink, selection, media_type, bookmarks, timeout, rv)
         w.coding = coding
         for event in self.cache.history.since(rv):
-            self._deliver_one(w, event)
+            if not self._deliver_one(w, event):
+                self.close(w)  # what came before the event it cannot encode, then the end
+                return w
         w.after = rv if rv > self.cache.rv else 0
         if w.pending:
             self._mark(w)
@@ -330,6 +341,7 @@ class Broadcaster:
     def _dispatch(self, event: CacheEvent) -> bool:
         """Queue the event's frames to every watcher it is for; whether there was one."""
         queued = False
+        failed: list[Watcher] = []
         memo: dict[tuple[str, str], bytes] = {}
         moved: CachedObject | None = None  # prev at the event's rv, for a watcher it no longer matches
         obj, prev = event.obj, event.prev
@@ -360,7 +372,10 @@ class Broadcaster:
             for media, watchers in group.by_media.items():
                 frame = memo.get((type_, media))
                 if frame is None:
-                    frame = memo[(type_, media)] = self.frames.event(type_, out, media)
+                    frame = memo[(type_, media)] = self._event_frame(type_, out, media)
+                if not frame:
+                    failed.extend(w for w in watchers if ev_rv > w.after)
+                    continue
                 for w in watchers:
                     if ev_rv > w.after:
                         w.pending.append(frame)
@@ -368,10 +383,21 @@ class Broadcaster:
                         if not w.dirty:
                             w.dirty = True
                             self._dirty.append(w)
+        for w in failed:
+            self.close(w)
         return queued
 
-    def _deliver_one(self, w: Watcher, event: CacheEvent) -> None:
-        """One history event for one watcher (a resumed watch), with the same transitions."""
+    def _event_frame(self, type_: str, obj: CachedObject, media_type: str) -> bytes:
+        """The event's frame, or b"" (never a frame) when it cannot be encoded."""
+        try:
+            return self.frames.event(type_, obj, media_type)
+        except Exception:
+            log.exception("watch event for %s cannot be encoded as %s: ending the watches that get it", obj, media_type)
+            return b""
+
+    def _deliver_one(self, w: Watcher, event: CacheEvent) -> bool:
+        """One history event for one watcher (a resumed watch), with the same transitions;
+        False when it cannot be encoded."""
         sel = w.selection
         obj, prev = event.obj, event.prev
         now_matches = event.type != DELETED and sel.matches(obj)
@@ -383,8 +409,11 @@ class Broadcaster:
             assert prev is not None
             out = obj if event.type == DELETED else prev.at_rv(event.rv)
         else:
-            return
-        w.pending.append(self.frames.event(type_, out, w.media_type))
+            return True
+        frame = self._event_frame(type_, out, w.media_type)
+        if frame:
+            w.pending.append(frame)
+        return bool(frame)
 
     def _mark(self, w: Watcher) -> None:
         if not w.dirty:
@@ -540,7 +569,7 @@ class Broadcaster:
                 await self._send_objects(sink, w.media_type, objects, w.coding)
             if end:
                 sink.write(end)
-        except (ConnectionError, RuntimeError):
+        except (ConnectionError, RuntimeError, _Unencodable):
             self.close(w, flush=False)
             return
         w.initial = False
@@ -557,9 +586,14 @@ class Broadcaster:
     ) -> None:
         batch: list[bytes] = []
         size = 0
-        event = self.frames.event
+        event = self._event_frame
         for obj in objects:
             frame = event(ADDED, obj, media_type)
+            if not frame:
+                if batch:
+                    data = b"".join(batch)
+                    sink.write(coding.solo(data) if coding is not None else data)
+                raise _Unencodable
             batch.append(frame)
             size += len(frame)
             if size >= INITIAL_BATCH:

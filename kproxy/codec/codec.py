@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from kproxy.gocompat.utf8 import bytes_default
+
 from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event, short_ld
 from .envelope import _ld as encode_ld
 from .errors import NOT_UTF8, CodecError, not_utf8
@@ -93,7 +95,7 @@ def _wire_prefix(data: bytes, enc: Callable[[bytes, int, int], Any]) -> tuple[li
                 n, q = varint_tail(data, q, n)
             if q + n > end:
                 break
-            out.append(dumps(enc(data, q, q + n)))
+            out.append(dumps(enc(data, q, q + n), default=bytes_default))
             p = q + n
     except Exception:  # this item is left to the general path (and upb)
         WIRE_FALLBACKS[0] += 1
@@ -167,19 +169,20 @@ class ProtobufCodec:
     def to_json(self, data: bytes) -> bytes:
         """A whole envelope (object, list, Status) -> compact JSON bytes (no trailing newline)."""
         try:
-            return go_escape(orjson.dumps(self._envelope_to_frag(data)))
+            return go_escape(orjson.dumps(self._envelope_to_frag(data), default=bytes_default))
         except NOT_UTF8 as e:
             raise not_utf8(e) from e
 
     def envelope_to_json(self, env: Envelope) -> bytes:
         """Same as to_json for an already split envelope."""
         try:
-            return go_escape(orjson.dumps(self._decode(self._frag, env.api_version, env.kind, env.raw)))
+            obj = self._decode(self._frag, env.api_version, env.kind, env.raw)
+            return go_escape(orjson.dumps(obj, default=bytes_default))
         except NOT_UTF8 as e:
             raise not_utf8(e) from e
 
     def _raw_to_json(self, api_version: str, kind: str, raw: bytes) -> bytes:
-        return go_escape(orjson.dumps(self._decode(self._frag, api_version, kind, raw)))
+        return go_escape(orjson.dumps(self._decode(self._frag, api_version, kind, raw), default=bytes_default))
 
     def _list_plan(self, api_version: str, kind: str) -> ListPlan | None:
         """(span of item fields -> their JSON, ListMeta bytes -> dict) for a list kind that
@@ -222,7 +225,8 @@ class ProtobufCodec:
                             return _wire_items(span, item_wire)
                         except Exception:  # anything unusual: upb decides
                             WIRE_FALLBACKS[0] += 1
-                    return [dumps(item_enc(x)) for x in decode_message(list_cls, span, kind).items]
+                    items = decode_message(list_cls, span, kind).items
+                    return [dumps(item_enc(x), default=bytes_default) for x in items]
 
                 def list_meta(b: bytes) -> Any:
                     return meta_enc(decode_message(meta_cls, b, "ListMeta"))
@@ -241,7 +245,8 @@ class ProtobufCodec:
         env = decode_envelope(raw)  # a protobuf watch carries protobuf objects only
         obj = self._decode(self._frag, env.api_version, env.kind, env.raw)
         self._learn_event(type_, env)
-        return go_escape(orjson.dumps({"type": type_, "object": obj}, option=orjson.OPT_APPEND_NEWLINE))
+        event = {"type": type_, "object": obj}
+        return go_escape(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE, default=bytes_default))
 
     def _watch_event_json(self, data: bytes, start: int, stop: int) -> bytes:
         """One watch frame data[start:stop] -> its JSON line. The layout the apiserver always
@@ -267,7 +272,7 @@ class ProtobufCodec:
             return self._watch_frame_to_json(data[start:stop])
         head, (cls, fill, wire, api_version, kind_name), p, q = fast
         obj = _fill_at(cls, fill, wire, api_version, kind_name, data, p, q)
-        return b"".join((head, go_escape(orjson.dumps(obj)), b"}\n"))
+        return b"".join((head, go_escape(orjson.dumps(obj, default=bytes_default)), b"}\n"))
 
     def _learn_event(self, type_: str, env: Envelope) -> None:
         """Fill the fast path's caches from an event the general parsers accepted."""

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from google.protobuf.message import DecodeError, Message
 
+from kproxy.gocompat.utf8 import bytes_default
+
 from .envelope import MAGIC, check_magic, parse_type_meta, read_varint, skip_field
 from .errors import NOT_UTF8, CodecError, not_utf8
 from .gojson import go_escape
@@ -292,7 +294,7 @@ class ListTranscoder:
 
     def _open_list(self) -> None:
         self._header.setdefault("metadata", {})
-        head = go_escape(orjson.dumps(self._header))
+        head = go_escape(orjson.dumps(self._header, default=bytes_default))
         self._out.append(head[:-1] + b',"items":[')
         self._started = True
 

@@ -9,6 +9,12 @@ from upb messages, and the dicts go to orjson.
 
 Two flavours exist: to_json embeds raw JSON (FieldsV1, RawExtension, apiextensions JSON) as
 orjson.Fragment without parsing it; to_obj parses it into Python objects.
+
+A string field that is not UTF-8 (the apiserver stores what a protobuf client sent) comes from upb
+as bytes: to_json writes it as Go's encoding/json does, ``\ufffd`` per bad byte (orjson calls
+``bytes_default`` for it, so valid text costs nothing); to_obj holds it as a surrogateescape str
+(``kproxy.gocompat.utf8``). A map key that is not UTF-8 is one upb cannot look up: such a map is
+read from its entries instead (``_entries``), keys in Go's byte order.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import orjson
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from kproxy.gocompat.utf8 import bytes_default, go_string, json_string
+
+from .envelope import read_varint, skip_field
 from .errors import CodecError
 from .gotypes import GoType
 from .schema import FieldPlan, MessagePlan, Schema
@@ -61,6 +70,59 @@ def _micro(t: Message) -> str | None:
     if (s == GO_ZERO_UNIX and n == 0) or (s == 0 and not t.ByteSize()):
         return None
     return format_micro_time(s, n)
+
+
+def _s(v: str | bytes) -> str:
+    """A string field for to_obj: upb's bytes (not UTF-8) as a surrogateescape str."""
+    return v if v.__class__ is str else go_string(v)  # type: ignore[arg-type]
+
+
+def _ios_obj(m: Message) -> int | str:
+    value = _ios(m)
+    return _s(value) if isinstance(value, (str, bytes)) else value
+
+
+# What reading a upb map raises when one of its keys is not UTF-8: its keys come as a mix of str
+# and bytes (which do not sort together), and a bytes key cannot be looked up (upb decodes it).
+BAD_MAP_KEY = (TypeError, UnicodeDecodeError)
+
+
+def _entries(m: Message, number: int, entry_cls: type[Message]) -> list[Message]:
+    """The entries of map field `number` of m, as entry messages (key and value as upb reads
+    them), in the order they were written."""
+    raw = m.SerializeToString()
+    out = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        tag, pos = read_varint(raw, pos, end)
+        if tag & 7 == 2:
+            n, pos = read_varint(raw, pos, end)
+            if tag >> 3 == number:
+                out.append(entry_cls.FromString(raw[pos : pos + n]))
+            pos += n
+        else:
+            pos = skip_field(raw, tag & 7, pos, end)
+    return out
+
+
+def _by_key(pairs: list[tuple[str | bytes, Any]]) -> list[tuple[bytes, Any]]:
+    """Map entries -> (key bytes, value) in Go's order for its JSON (keys sorted as bytes); a
+    key written twice keeps its last value, as gogo's Unmarshal does."""
+    by: dict[bytes, Any] = {}
+    for k, v in pairs:
+        by[k if isinstance(k, bytes) else k.encode()] = v
+    return sorted(by.items())
+
+
+def _map_fragment(pairs: list[tuple[str | bytes, Any]]) -> Any:
+    """A map whose keys are not all UTF-8, as Go's JSON writes it (each key quoted as Go does;
+    two keys that differ only in bad bytes both print, as in Go)."""
+    body = b",".join(json_string(k) + b":" + orjson.dumps(v, default=bytes_default) for k, v in _by_key(pairs))
+    return orjson.Fragment(b"{" + body + b"}")
+
+
+def _map_obj(pairs: list[tuple[str | bytes, Any]]) -> dict[str, Any]:
+    return {go_string(k): v for k, v in _by_key(pairs)}
 
 
 def _float(v: float) -> float | int:
@@ -127,7 +189,12 @@ class JsonGenerator(TypeIds):
             "_b64": _b64,
             "_time": _time,
             "_micro": _micro,
-            "_ios": _ios,
+            "_ios": _ios if fragments else _ios_obj,
+            "_s": _s,
+            "_bd": bytes_default,
+            "_BADKEY": BAD_MAP_KEY,
+            "_entries": _entries,
+            "_gomap": _map_fragment if fragments else _map_obj,
             "_float": _float,
             "_dur": format_duration,
             "_raw": self._raw_fragment if fragments else self._raw_obj,
@@ -236,7 +303,7 @@ class JsonGenerator(TypeIds):
                 "    if r is None:",
                 f"        if len(_memo_{idx}) >= {self.memo_size}:",
                 f"            _memo_{idx}.clear()",
-                f"        r = _memo_{idx}[k] = _fragment(_dumps(fill_{idx}(m, {{}})))",
+                f"        r = _memo_{idx}[k] = _fragment(_dumps(fill_{idx}(m, {{}}), default=_bd))",
                 "    return r",
             ]
         else:
@@ -264,7 +331,7 @@ class JsonGenerator(TypeIds):
             if self.fragments:
                 # Each item serialised on its own: the whole list never exists as one tree
                 # of dicts (less memory, far less garbage-collector work on long lists).
-                conv = f"_fragment(_dumps({conv}))"
+                conv = f"_fragment(_dumps({conv}, default=_bd))"
             return [f"d['items'] = [{conv} for x in {_attr(fp.proto.name)}]"]
         return self._field(fp)
 
@@ -289,6 +356,8 @@ class JsonGenerator(TypeIds):
             return self._value(go.elem, fd, v)
         if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
             return f"_float({v})"
+        if fd.type == FieldDescriptor.TYPE_STRING and not self.fragments:
+            return f"_s({v})"  # to_json needs no call: orjson's default takes upb's bytes
         return v
 
     @staticmethod
@@ -324,7 +393,7 @@ class JsonGenerator(TypeIds):
             else:
                 body = [
                     "    a = v.property",
-                    "    if len(a): return list(a)",
+                    "    if len(a): return list(a)" if self.fragments else "    if len(a): return [_s(x) for x in a]",
                     f"    return enc_{sch}(v.schema) if v.HasField('schema') else None",
                 ]
             self._extra.append("\n".join([f"def {helper}(v):", *body]) + "\n")
@@ -347,7 +416,19 @@ class JsonGenerator(TypeIds):
             elem = go.elem if go.kind == "map" and go.elem is not None else GoType("other")
             conv = self._value(elem, val_fd, "v[k]")
             body = f"{{k: {conv} for k in _sorted(v)}}"
-            lines = [f"v = {get}", "if v:", f"    d[{key!r}] = {body}"]
+            entry = self.schema.message_class(fd.message_type.full_name)
+            helper = "_ent_" + fd.message_type.full_name.replace(".", "_")
+            self.ns[helper] = entry
+            by_value = self._value(elem, val_fd, "e.value")
+            by_entry = f"_gomap([(e.key, {by_value}) for e in _entries(m, {fd.number}, {helper})])"
+            lines = [
+                f"v = {get}",
+                "if v:",
+                "    try:",
+                f"        d[{key!r}] = {body}",
+                "    except _BADKEY:",  # a key that is not UTF-8
+                f"        d[{key!r}] = {by_entry}",
+            ]
             if null:
                 lines += ["else:", "    " + null[0]]
             return lines

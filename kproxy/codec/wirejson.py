@@ -506,7 +506,7 @@ class WireJsonGenerator(TypeIds):
                 f"def _wmiss_{idx}(k):",
                 f"    if len(_wmemo_{idx}) >= {memo}:",
                 f"        _wmemo_{idx}.clear()",
-                f"    r = _wmemo_{idx}[k] = _fragment(_dumps(wfill_{idx}(k, 0, len(k), {{}})))",
+                f"    r = _wmemo_{idx}[k] = _fragment(_dumps(wfill_{idx}(k, 0, len(k), {{}}), default=_bd))",
                 "    return r",
             ]
         else:
@@ -615,7 +615,7 @@ class WireJsonGenerator(TypeIds):
                 if expr is None:
                     return None
                 if list_items and self.gen.fragments:
-                    read = [*_LD, f"x = _fragment(_dumps({expr}))", "p = q"]
+                    read = [*_LD, f"x = _fragment(_dumps({expr}, default=_bd))", "p = q"]
                 else:
                     assign = self._assign(elem, fd, "x")
                     assert assign is not None

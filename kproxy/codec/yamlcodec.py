@@ -11,8 +11,9 @@ import re
 import secrets
 from typing import Any
 
-import orjson
 import yaml
+
+from kproxy.gocompat.utf8 import dumps_go, replaced
 
 from .errors import CodecError
 from .gofloat import format_float_g
@@ -183,9 +184,30 @@ def _go_sorted(obj: Any, bom: _BomStrings) -> Any:
     return obj
 
 
+def _read_back(obj: Any) -> Any:
+    """Strings that were not UTF-8 (surrogateescape, kproxy.gocompat.utf8) as go-yaml reads
+    them from the apiserver's JSON: U+FFFD for each bad byte. Keys that become equal keep the
+    last value, as go-yaml v2 decoding a mapping into a Go map does (the JSON has them in byte
+    order)."""
+    if isinstance(obj, str):
+        return replaced(obj)
+    if isinstance(obj, dict):
+        return {replaced(k): _read_back(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_read_back(x) for x in obj]
+    return obj
+
+
 def to_yaml(obj: Any) -> bytes:
     """Python objects (e.g. ProtobufCodec.to_obj) -> YAML bytes as the apiserver writes them:
     go-yaml's key order and string styles, libyaml's emitter, width 80."""
+    try:
+        return _to_yaml(obj)
+    except UnicodeEncodeError:  # surrogates: strings that were not UTF-8; rare, so looked for only now
+        return _to_yaml(_read_back(obj))
+
+
+def _to_yaml(obj: Any) -> bytes:
     while True:
         bom = _BomStrings()
         out: bytes = yaml.dump(
@@ -226,7 +248,7 @@ def go_yaml_error(obj: Any) -> str | None:
     escape): to go-yaml a line break, which a flow mapping's key may not span. The parser stops
     at the ``:`` after such a key; the reader, which decodes 512-byte chunks as the scanner needs
     them, at the first chunk holding a refused character."""
-    data = go_escape(orjson.dumps(obj))  # the apiserver's JSON bytes: positions matter below
+    data = go_escape(dumps_go(obj))  # the apiserver's JSON bytes: positions matter below
     bad = _GO_YAML_UNREADABLE.search(data)
     key_at = -1
     if _NEL in data:

@@ -112,10 +112,13 @@ def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusEr
             # Any complete frame of the coding decodes, whatever its level: the name is the key.
             key = ("watch", media, coding.name if coding else "", read.namespace, read.label_text, read.field_text)
 
-            def initial_body(objects: Sequence[CachedObject]) -> bytes:
+            def initial_body(objects: Sequence[CachedObject]) -> bytes | None:
                 found = cache.bodies.get(key)
                 if not isinstance(found, bytes):
-                    found = frames.events(ADDED, objects, media)
+                    try:
+                        found = frames.events(ADDED, objects, media)
+                    except Exception:  # an object that cannot be encoded: the broadcaster
+                        return None  # makes the events one by one and ends this watch at it
                     if compress is not None and found:
                         # Never an empty member: client-go's gzip reader stops at one (the
                         # apiserver's first member is the end bookmark when there is no object).
