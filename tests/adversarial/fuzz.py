@@ -1,0 +1,425 @@
+"""A differential fuzzer: well-formed requests mutated (target, query, method, headers, body) with a
+fixed seed, each sent as the same raw bytes to the apiserver directly and through kproxy, in twin
+namespaces whose names have the same length.
+
+Two kproxy chains are fuzzed:
+
+* ``transparent`` (compression, watchcache, transcode): kproxy must answer with the apiserver's
+  status class, never a 5xx the apiserver did not give, a Status wherever the apiserver answers one;
+  both sides see the same request sequence, so their states stay the same.
+* ``policy`` (dryrun enforce, validation Strict, for every caller): nothing kproxy forwarded may
+  persist anything (etcd is read after every request), no service-account token handed out, a
+  write the apiserver warns about unknown or duplicate fields must not succeed, and no 5xx where
+  the apiserver gave none. Status classes may differ (the twin namespace is really written).
+
+Each request is generated from ``random.Random(f"{seed}:{index}")`` alone, so any failure is
+reproduced from its seed and index; the report also prints the raw bytes as a Python literal.
+
+Run longer than CI does::
+
+    KPROXY_ENVTEST_DIR=... python -m tests.adversarial.fuzz --count 50000 [--target policy] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import random
+import secrets
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+from . import bodies as b
+from .wire import CLOSED, TIMEOUT, Answer, Endpoint, exchange, request_bytes
+
+CHAINS: dict[str, list[dict[str, Any]]] = {
+    "transparent": [
+        {"name": "compression"},
+        {"name": "watchcache", "resources": ["configmaps"]},
+        {"name": "transcode", "upstream": "protobuf"},
+    ],
+    "policy": [
+        {"name": "dryrun", "rules": [{"name": "fuzz", "action": "enforce"}]},
+        {"name": "validation", "rules": [{"name": "fuzz", "level": "Strict"}]},
+    ],
+}
+
+SEEDS = ("s0", "s1", "s2", "s3")
+SA = "fz-sa"
+NS, NAME, SEED = "@NS@", "@NAME@", "@SEED@"
+
+
+@dataclass
+class Req:
+    method: str
+    target: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | None = None
+
+    def render(self, ns: str, name: str) -> bytes:
+        def sub(s: str) -> str:
+            return s.replace(NS, ns).replace(NAME, name)
+
+        body = self.body.replace(NS.encode(), ns.encode()).replace(NAME.encode(), name.encode()) if self.body else None
+        return request_bytes(sub(self.method), sub(self.target), [(sub(k), sub(v)) for k, v in self.headers], body)
+
+
+# --------------------------------------------------------------------------- well-formed requests
+
+COLL = f"/api/v1/namespaces/{NS}/configmaps"
+
+
+def _obj(rng: random.Random, unknown: bool) -> dict[str, Any]:
+    extra = {"bogusField": "x"} if unknown else {}
+    return b.cm(NAME, data={"k": rng.choice(["v", "w", "0", "true"])}, **extra)
+
+
+def _templates(rng: random.Random) -> Req:
+    seed = f"{COLL}/{rng.choice(SEEDS)}"
+    unknown = rng.random() < 0.3
+    j = [("Content-Type", b.JSON)]
+    choice = rng.randrange(15)
+    if choice == 0:
+        return Req("GET", seed)
+    if choice == 1:
+        return Req("GET", COLL + rng.choice(["", "?limit=2", "?labelSelector=a%3Db", "?resourceVersion=0"]))
+    if choice == 2:
+        return Req("POST", COLL, j, json.dumps(_obj(rng, unknown)).encode())
+    if choice == 3:
+        return Req("POST", COLL, [("Content-Type", b.YAML)], b.cm_yaml(NAME) + (b"bogusField: x\n" if unknown else b""))
+    if choice == 4:
+        return Req("POST", COLL, [("Content-Type", b.PROTOBUF)], b.cm_protobuf(NAME))
+    if choice == 5:
+        return Req("POST", COLL, [("Content-Type", b.CBOR)], b.cbor(_obj(rng, unknown)))
+    if choice == 6:
+        obj = _obj(rng, unknown)
+        obj["metadata"]["name"] = seed.rsplit("/", 1)[1]
+        return Req("PUT", seed, j, json.dumps(obj).encode())
+    if choice == 7:
+        patch = b'{"data":{"k":"m"}' + (b',"bogusField":1' if unknown else b"") + b"}"
+        return Req("PATCH", seed, [("Content-Type", b.MERGE)], patch)
+    if choice == 8:
+        return Req("PATCH", seed, [("Content-Type", b.STRATEGIC)], b'{"data":{"k":"s"}}')
+    if choice == 9:
+        return Req("PATCH", seed, [("Content-Type", b.JSON_PATCH)], b'[{"op":"add","path":"/data/k","value":"j"}]')
+    if choice == 10:
+        body = b"apiVersion: v1\nkind: ConfigMap\ndata:\n  k: a\n" + (b"bogusField: x\n" if unknown else b"")
+        return Req("PATCH", f"{COLL}/{NAME}?fieldManager=fz", [("Content-Type", b.APPLY_YAML)], body)
+    if choice == 11:
+        body = rng.choice([None, b"{}", b'{"kind":"DeleteOptions","apiVersion":"v1"}', b"null"])
+        return Req("DELETE", seed, j if body else [], body)
+    if choice == 12:
+        return Req("DELETE", COLL + "?labelSelector=fz%3Dnone")
+    if choice == 13:
+        tr = b'{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}'
+        return Req("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{SA}/token", j, tr)
+    return Req("GET", rng.choice(["/version", "/api", "/apis", "/api/v1", "/openapi/v2?timeout=2s"]))
+
+
+# --------------------------------------------------------------------------- mutations
+
+QUERY_PAIRS = [
+    "dryRun=All", "dryRun=All;", "dryRun=%zz", "dry%52un=All", "DryRun=All", "dryrun=All", "dryRun=", "dryRun=all",
+    "dryRun=All+", "dryRun=All%00", "fieldValidation=Ignore", "fieldValidation=Ignore;", "fieldValidation=%zz",
+    "fieldValidation=%", "fieldValidation=Strict%zz", "field%56alidation=Ignore", "fieldValidation=Warn",
+    "fieldValidation=", "fieldManager=fz", "fieldManager=%ff", "force=true", "pretty=1", "pretty", "limit=1",
+    "resourceVersion=0", "resourceVersion=abc", "resourceVersionMatch=Exact", "labelSelector=%zz",
+    "fieldSelector=metadata.name%3Ds0", "timeoutSeconds=1", "watch=1&timeoutSeconds=1", "allowWatchBookmarks=true",
+    "x=1;y=2", "%", "=", "&&", "a[]=1", "propagationPolicy=Orphan", "gracePeriodSeconds=-1", "as=Table",
+]  # fmt: skip
+CTYPES = [
+    b.JSON, b.YAML, b.PROTOBUF, b.CBOR, b.APPLY_YAML, b.APPLY_CBOR, b.MERGE, b.STRATEGIC, b.JSON_PATCH,
+    "application/json; charset=utf-8", "APPLICATION/JSON", "application/json;x", "text/plain", "", "*/*",
+    "application/yaml; charset=latin-1", "multipart/form-data; boundary=x", "application/json, application/yaml",
+]  # fmt: skip
+ACCEPTS = [
+    "application/json", "application/yaml", b.PROTOBUF, b.CBOR, "*/*", "", "text/html",
+    "application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;stream=watch", "application/*;q=0.5",
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+]  # fmt: skip
+HEADERS = [
+    ("X-HTTP-Method-Override", "GET"), ("X-HTTP-Method-Override", "DELETE"), ("Impersonate-User", "system:anonymous"),
+    ("Impersonate-Group", "system:masters"), ("Content-Encoding", "gzip"), ("Accept-Encoding", "gzip"),
+    ("Accept-Encoding", "zstd"), ("Expect", "100-continue"), ("X-Forwarded-For", "1.2.3.4"),
+    ("Authorization", "Bearer not-a-token"), ("Connection", "Upgrade"), ("Upgrade", "websocket"),
+    ("Transfer-Encoding", "identity"), ("Content-Type", b.JSON), ("Content-Type", b.YAML),
+]  # fmt: skip
+
+
+def _split(target: str) -> tuple[str, str]:
+    path, _, query = target.partition("?")
+    return path, query
+
+
+def m_target_form(rng: random.Random, r: Req) -> Req:
+    prefix = rng.choice(["http://x", "https://x", "HTTP://X", "http://127.0.0.1:1", "http://u@x", "x:", "/", "foo://"])
+    return replace(r, target=prefix + r.target)
+
+
+def m_pct(rng: random.Random, r: Req) -> Req:
+    path, query = _split(r.target)
+    i = rng.randrange(len(path))
+    path = path[:i] + f"%{ord(path[i]):02{rng.choice('xX')}}" + path[i + 1 :]
+    return replace(r, target=path + ("?" + query if query else ""))
+
+
+def m_segments(rng: random.Random, r: Req) -> Req:
+    path, query = _split(r.target)
+    slashes = [i for i, c in enumerate(path) if c == "/"]
+    i = rng.choice(slashes)
+    piece = rng.choice(["/./", "/x/../", "//", "/%2e/", "/%2E%2E/", "/.%2e/", "/;/", "\\"])
+    path = path[:i] + piece + path[i + 1 :]
+    return replace(r, target=path + ("?" + query if query else ""))
+
+
+def m_tail(rng: random.Random, r: Req) -> Req:
+    return replace(r, target=r.target + rng.choice(["?", "#x", "/", ";x", "%", "?#", "&", "%00", " "]))
+
+
+def m_query(rng: random.Random, r: Req) -> Req:
+    path, query = _split(r.target)
+    pairs = [p for p in query.split("&") if p] + [rng.choice(QUERY_PAIRS) for _ in range(rng.randint(1, 3))]
+    rng.shuffle(pairs)
+    return replace(r, target=path + "?" + rng.choice(["&", "&", ";", "&&"]).join(pairs))
+
+
+def m_method(rng: random.Random, r: Req) -> Req:
+    choice = rng.randrange(4)
+    if choice == 0:
+        return replace(r, method=r.method.lower())
+    if choice == 1:
+        return replace(r, method="".join(c.lower() if rng.random() < 0.5 else c for c in r.method))
+    if choice == 2:
+        return replace(r, method=rng.choice(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "PROPFIND"]))
+    override = rng.choice(["GET", "DELETE", "POST", "PATCH"])
+    return replace(r, headers=[*r.headers, ("X-HTTP-Method-Override", override)])
+
+
+def m_ctype(rng: random.Random, r: Req) -> Req:
+    headers = [(k, v) for k, v in r.headers if k.lower() != "content-type"]
+    ct = rng.choice(CTYPES)
+    return replace(r, headers=[*headers, ("Content-Type", ct)] if ct else headers)
+
+
+def m_accept(rng: random.Random, r: Req) -> Req:
+    return replace(r, headers=[*r.headers, ("Accept", rng.choice(ACCEPTS))])
+
+
+def m_header(rng: random.Random, r: Req) -> Req:
+    return replace(r, headers=[*r.headers, rng.choice(HEADERS)])
+
+
+def m_body(rng: random.Random, r: Req) -> Req:
+    body = r.body if r.body is not None else b"{}"
+    choice = rng.randrange(11)
+    if choice == 0 and body:
+        i = rng.randrange(len(body))
+        body = body[:i] + bytes([body[i] ^ (1 << rng.randrange(8))]) + body[i + 1 :]
+    elif choice == 1:
+        body = body[: rng.randrange(len(body) + 1)]
+    elif choice == 2 and body.startswith(b"{"):
+        body = b'{"bogusField":1,' + body[1:]
+    elif choice == 3 and body.startswith(b"{"):
+        body = b'{"kind":"ConfigMap","kind":"Secret",' + body[1:]
+    elif choice == 4:
+        body = body.replace(b'"v"', b'"\xff\xfe"').replace(b"k: v", b"k: \xc3\x28")
+    elif choice == 5:
+        body = body.replace(b'"k":"v"', b'"k":1' + b"0" * 400)
+    elif choice == 6:
+        depth = rng.choice([10, 100, 1000])
+        body = body.replace(b'"k":"v"', b'"k":' + b"[" * depth + b"]" * depth)
+    elif choice == 7:
+        body = b.yaml_alias_bomb(rng.randint(1, 4), rng.randint(1, 4))
+    elif choice == 8:
+        body = rng.choice([b"", b"null", b"[]", b"\x00", b"k8s\x00", b"\xd9\xd9\xf7", b"---\n---\n", b"{}" * 3])
+    elif choice == 9:
+        body = base64.b64encode(body)
+    else:  # the same body, chunked
+        chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+        return replace(r, body=chunked, headers=[*r.headers, ("Transfer-Encoding", "chunked")])
+    return replace(r, body=body)
+
+
+MUTATORS: list[Callable[[random.Random, Req], Req]] = [
+    m_target_form, m_pct, m_segments, m_tail, m_query, m_query, m_method, m_ctype, m_accept, m_header, m_body, m_body,
+]  # fmt: skip
+
+
+def generate(seed: int, index: int) -> Req:
+    """Request ``index`` of the run with ``seed``: a template plus 0-3 mutations, from these two numbers alone."""
+    rng = random.Random(f"{seed}:{index}")
+    req = _templates(rng)
+    for _ in range(rng.choice([0, 1, 1, 2, 2, 3])):
+        req = rng.choice(MUTATORS)(rng, req)
+    return req
+
+
+# --------------------------------------------------------------------------- checking
+
+
+@dataclass
+class Side:
+    """A kproxy chain under fuzz and the namespaces it works in."""
+
+    target: str
+    proxy: RunningProxy
+    cp: ControlPlaneInfo
+    via_ns: str
+    direct_ns: str
+
+    def etcd_keys(self) -> dict[str, int]:
+        """Keys under the kproxy-side namespace (any resource) with their mod revisions."""
+        out: dict[str, int] = {}
+        for resource in ("configmaps", "secrets", "serviceaccounts"):
+            prefix = f"/registry/{resource}/{self.via_ns}/".encode()
+            end = prefix[:-1] + bytes([prefix[-1] + 1])
+            span = {"key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode()}
+            reply = self.cp.etcd("kv/range", {**span, "keys_only": True})
+            for kv in reply.get("kvs", []):
+                out[base64.b64decode(kv["key"]).decode()] = int(kv["mod_revision"])
+        return out
+
+
+@dataclass
+class Failure:
+    seed: int
+    index: int
+    target: str
+    what: str
+    raw: bytes
+    via: Answer
+    direct: Answer
+
+    def line(self) -> str:
+        return (
+            f"[{self.target} seed={self.seed} index={self.index}] {self.what}: kproxy {self.via.short()[:200]} | "
+            f"apiserver {self.direct.short()[:200]} | raw={self.raw[:3000]!r}"
+        )
+
+
+def _warned(a: Answer) -> bool:
+    return any("unknown field" in w or "duplicate field" in w for w in a.headers_all("Warning"))
+
+
+def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_changed: list[str]) -> list[str]:
+    problems = []
+    if side.proxy.proc.poll() is not None:
+        problems.append("kproxy exited")
+    if "Traceback" in log:
+        problems.append("traceback in kproxy's log: " + log[log.index("Traceback") :][:600].replace("\n", " | "))
+    if via.status == TIMEOUT and direct.status != TIMEOUT:
+        problems.append("kproxy gave no answer in time")
+    if via.status >= 500 and direct.status < 500:
+        problems.append("kproxy 5xx where the apiserver answered otherwise")
+    if via.status >= 400 and direct.is_status() and not via.is_status():
+        problems.append("kproxy's error is not a Status")
+    if side.target == "transparent" and via.status // 100 != direct.status // 100 and CLOSED not in (via.status,):
+        problems.append("status class differs")
+    if side.target == "policy":
+        if keys_changed:
+            problems.append(f"persisted through the policy: {keys_changed}")
+        doc = via.json()
+        if isinstance(doc, dict) and (doc.get("status") or {}).get("token"):
+            problems.append("a service-account token was handed out")
+        if 200 <= direct.status < 300 and _warned(direct) and 200 <= via.status < 300:
+            problems.append("a write the apiserver warned about passed Strict validation")
+    return problems
+
+
+def seed_namespaces(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) -> None:
+    for ns in (via_ns, direct_ns):
+        for path, body in (
+            ("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            (f"/api/v1/namespaces/{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                          "metadata": {"name": SA}}),
+            *((f"/api/v1/namespaces/{ns}/configmaps", b.cm(s)) for s in SEEDS),
+        ):  # fmt: skip
+            code, resp = cp.request("POST", path, body=json.dumps(body).encode())
+            assert code in (201, 409), resp
+
+
+def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str], None] = print) -> tuple[
+        list[Failure], Counter[tuple[int, int]]]:  # fmt: skip
+    """Send ``count`` generated requests to both sides; return the failures and (kproxy, apiserver) status pairs."""
+    via_ep = Endpoint.from_url(side.proxy.url)
+    direct_ep = Endpoint("127.0.0.1", side.cp.apiserver_port, side.cp.ssl_context())
+    failures: list[Failure] = []
+    pairs: Counter[tuple[int, int]] = Counter()
+    keys = side.etcd_keys() if side.target == "policy" else {}
+    for index in range(start, start + count):
+        req = generate(seed, index)
+        name = f"fz{index}"
+        via_raw, direct_raw = req.render(side.via_ns, name), req.render(side.direct_ns, name)
+        log_from = side.proxy.log.stat().st_size
+        via = exchange(via_ep, via_raw, timeout=5)
+        direct = exchange(direct_ep, direct_raw, timeout=5)
+        with side.proxy.log.open("rb") as f:
+            f.seek(log_from)
+            log = f.read().decode(errors="replace")
+        changed: list[str] = []
+        if side.target == "policy":
+            now = side.etcd_keys()
+            changed = sorted(k for k in now.keys() | keys.keys() if now.get(k) != keys.get(k))
+            keys = now
+        pairs[via.status, direct.status] += 1
+        for what in check(side, via_raw, via, direct, log, changed):
+            failure = Failure(seed, index, side.target, what, via_raw, via, direct)
+            failures.append(failure)
+            report(failure.line())
+        if side.proxy.proc.poll() is not None:
+            break
+    return failures, pairs
+
+
+def twin_names() -> tuple[str, str]:
+    tag = secrets.token_hex(3)
+    return f"fzk-{tag}", f"fzd-{tag}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kproxy.testing.envtest import DIR_ENV, load
+    from kproxy.testing.proxyproc import start_proxy
+
+    parser = argparse.ArgumentParser(prog="python -m tests.adversarial.fuzz", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--start", type=int, default=0, help="first index (with --count 1: replay one request)")
+    parser.add_argument("--target", choices=[*CHAINS, "all"], default="all")
+    parser.add_argument("--envtest-dir", default=None, help=f"a running control plane (default: ${DIR_ENV})")
+    args = parser.parse_args(argv)
+    import os
+    import tempfile
+
+    directory = args.envtest_dir or os.environ.get(DIR_ENV)
+    if not directory:
+        parser.error(f"a running control plane is needed: --envtest-dir or ${DIR_ENV}")
+    cp = load(Path(directory))
+    total = 0
+    for target in CHAINS if args.target == "all" else [args.target]:
+        via_ns, direct_ns = twin_names()
+        seed_namespaces(cp, via_ns, direct_ns)
+        with tempfile.TemporaryDirectory() as tmp:
+            rp = start_proxy(Path(tmp), cp.admin_kubeconfig, extra={"filters": CHAINS[target]})
+            try:
+                began = time.monotonic()
+                failures, pairs = run(Side(target, rp, cp, via_ns, direct_ns), args.seed, args.count, args.start)
+                took = time.monotonic() - began
+            finally:
+                rp.stop()
+        print(f"{target}: {args.count} requests in {took:.1f}s, {len(failures)} failures; "
+              f"(kproxy, apiserver) statuses: {dict(pairs.most_common(12))}")  # fmt: skip
+        total += len(failures)
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The differential fuzzer (fuzz.py) in CI: a fixed seed and a bounded count per chain, sized to
+run in about a minute in all. ``KPROXY_FUZZ_COUNT`` and ``KPROXY_FUZZ_SEED`` run it longer or
+elsewhere; ``python -m tests.adversarial.fuzz`` runs it outside pytest."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo
+
+from .conftest import start_capped
+from .fuzz import CHAINS, Side, run, seed_namespaces, twin_names
+
+pytestmark = pytest.mark.e2e
+
+COUNT = int(os.environ.get("KPROXY_FUZZ_COUNT", "1000"))
+SEED = int(os.environ.get("KPROXY_FUZZ_SEED", "1"))
+
+
+@pytest.mark.timeout(max(300, COUNT // 5))
+@pytest.mark.parametrize("target", list(CHAINS))
+def test_fuzz(target: str, control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> None:
+    via_ns, direct_ns = twin_names()
+    seed_namespaces(control_plane, via_ns, direct_ns)
+    rp = start_capped(tmp_path_factory.mktemp(f"fuzz-{target}"), control_plane, extra={"filters": CHAINS[target]})
+    try:
+        began = time.monotonic()
+        failures, pairs = run(Side(target, rp, control_plane, via_ns, direct_ns), SEED, COUNT)
+        took = time.monotonic() - began
+    finally:
+        rp.stop()
+    print(f"{target}: {COUNT} requests in {took:.1f}s; (kproxy, apiserver) statuses {dict(pairs.most_common(10))}")
+    assert not failures, "\n".join(f.line() for f in failures[:30])

@@ -1,0 +1,123 @@
+"""`credentials: impersonate`: whatever a caller's identity holds (certificate CN and O here, the
+strings an attacker chooses when it can get a certificate signed) and whatever ``Impersonate-*``
+headers it sends, the apiserver sees exactly the caller kproxy authenticated, or kproxy refuses.
+
+Each case asserts, at the apiserver: a SelfSubjectReview through kproxy names exactly the
+certificate's user and groups (or is refused with a Status), and a write the caller has no right
+to was not persisted."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kproxy.testing import certs
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+from .bodies import cm_json
+from .conftest import Twins, start_capped
+from .wire import Answer, Endpoint, exchange, request_bytes
+
+pytestmark = pytest.mark.e2e
+
+INJECTION = "identity strings written raw into the upstream request head (finding 2)"
+TRIM = "Go trims a header value's surrounding blanks: the apiserver sees another user name"
+
+SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
+
+
+@dataclass(frozen=True)
+class IdCase:
+    id: str
+    cn: str
+    groups: tuple[str, ...] = ("adv-callers",)
+    headers: tuple[tuple[str, str], ...] = ()
+    known: str | None = None
+
+
+ID_CASES = [
+    IdCase("plain", "adv-eve"),
+    IdCase("cn-crlf-header", "eve\r\nImpersonate-Group: system:masters", known=INJECTION),
+    IdCase("cn-lf-header", "eve\nImpersonate-Group: system:masters", known=INJECTION),
+    IdCase("cn-cr-header", "eve\rImpersonate-Group: system:masters", known=INJECTION),
+    IdCase("cn-crlf-crlf-request", "eve\r\n\r\nGET / HTTP/1.1", known=INJECTION),
+    IdCase("cn-nul", "eve\x00system:admin", known=INJECTION),
+    IdCase("cn-del", "eve\x7f", known=INJECTION),
+    IdCase("cn-tab-inside", "eve\tx"),
+    IdCase("cn-surrounding-blanks", " adv-eve ", known=TRIM),
+    IdCase("cn-unicode", "ēve-ünï"),
+    IdCase("o-crlf-header", "adv-eve", ("dev\r\nImpersonate-Group: system:masters",), known=INJECTION),
+    IdCase("o-comma", "adv-eve", ("a,system:masters",)),
+    IdCase("o-two", "adv-eve", ("g1", "g2")),
+    IdCase("caller-impersonate-user", "adv-eve", headers=(("Impersonate-User", "system:admin"),)),
+    IdCase("caller-impersonate-group-lower", "adv-eve", headers=(("impersonate-group", "system:masters"),)),
+    IdCase("caller-impersonate-uid-extra", "adv-eve",
+           headers=(("Impersonate-Uid", "0"), ("Impersonate-Extra-Scopes", "all"))),
+    IdCase("caller-obs-fold", "adv-eve", headers=(("X-Adv", "a\r\n Impersonate-Group: system:masters"),)),
+    IdCase("caller-header-space-colon", "adv-eve", headers=(("Impersonate-Group ", "system:masters"),)),
+]
+
+
+@pytest.fixture(scope="module")
+def caller_ca() -> certs.CertKey:
+    return certs.generate_ca("adv-callers-ca")
+
+
+@pytest.fixture(scope="module")
+def imp(
+    control_plane: ControlPlaneInfo, caller_ca: certs.CertKey, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    tmp = tmp_path_factory.mktemp("adv-imp")
+    ca_file = certs.write_pem(tmp / "callers-ca.crt", caller_ca.cert_pem, private=False)
+    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
+                      extra={"tls": {"client_ca_file": str(ca_file)}})  # fmt: skip
+    yield rp
+    rp.stop()
+
+
+def _caller_endpoint(rp: RunningProxy, ca: certs.CertKey, case: IdCase, tmp: Path) -> Endpoint:
+    leaf = certs.generate_client_cert(ca, case.cn, case.groups)
+    crt = certs.write_pem(tmp / "c.crt", leaf.cert_pem, private=False)
+    key = certs.write_pem(tmp / "c.key", leaf.key_pem, private=True)
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+    ctx.load_cert_chain(str(crt), str(key))
+    return Endpoint.from_url(rp.url, ctx)
+
+
+def _send(ep: Endpoint, case: IdCase, method: str, target: str, body: bytes) -> tuple[bytes, Answer]:
+    headers = [("Accept", "application/json"), ("Content-Type", "application/json"), *case.headers]
+    raw = request_bytes(method, target, headers, body)
+    return raw, exchange(ep, raw)
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.known)] if c.known else [])
+             for c in ID_CASES],
+)  # fmt: skip
+def test_the_apiserver_sees_exactly_the_caller(
+    case: IdCase, imp: RunningProxy, caller_ca: certs.CertKey, twins: Twins, tmp_path: Path
+) -> None:
+    ep = _caller_endpoint(imp, caller_ca, case, tmp_path)
+    raw, review = _send(ep, case, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", SSR)
+    assert imp.proc.poll() is None, f"kproxy exited; raw={raw!r}"
+    if review.status == 201:
+        seen = review.json()["status"]["userInfo"]
+        expected = {"username": case.cn, "groups": sorted([*case.groups, "system:authenticated"])}
+        got = {"username": seen.get("username"), "groups": sorted(seen.get("groups", []))}
+        assert got == expected and not seen.get("extra") and not seen.get("uid"), f"{seen}; raw={raw!r}"
+    else:
+        assert 400 <= review.status < 500 and review.is_status(), f"{review.short()}; raw={raw!r}"
+
+    name = f"imp-{case.id}"
+    raw, write = _send(ep, case, "POST", f"/api/v1/namespaces/{twins.via}/configmaps", cm_json(name))
+    persisted = twins.get(f"/api/v1/namespaces/{twins.via}/configmaps/{name}")
+    assert persisted is None, f"the caller (no RBAC) created {name}: {write.short()}; raw={raw!r}"
+    assert write.is_status() and 400 <= write.status < 500, write.short()
+    assert "Traceback" not in imp.log_text()
+    assert json.loads(write.body)["kind"] == "Status"
