@@ -20,6 +20,19 @@ anonymous; ``pkg/kubeapiserver/authenticator/config.go``):
 
 Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
 only one; the caller is told in a ``Warning``).
+
+An identity is only worth impersonating if the apiserver reads back exactly the strings kproxy
+authenticated. The apiserver would take a certificate whose Common Name is
+``eve\r\nImpersonate-Group: system:masters`` as a user of that literal name; no header can carry
+it (Go's ``Transport`` refuses such a value, its server refuses to read one, and written raw it
+is a second header). Nor can a header carry a name with leading or trailing white space (Go's
+reader trims it: ``" alice"`` would arrive as ``alice``), or an empty user name (no
+``Impersonate-User`` means no impersonation at all). kproxy never sends such an identity: the
+caller gets ``401 Unauthorized`` (kproxy, the authenticator here, cannot authenticate the caller
+as anyone the apiserver would recognise; nothing reaches a filter or the apiserver), see
+``UnrepresentableIdentity``. Extra keys are escaped as client-go escapes them
+(``headerKeyEscape``); the apiserver lower-cases them, as it does for client-go's own
+impersonation and the aggregator's ``X-Remote-Extra-`` headers.
 """
 
 from __future__ import annotations
@@ -32,7 +45,8 @@ from multidict import CIMultiDict
 from kproxy.auth import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
 from kproxy.chain import Exchange, Identity
 from kproxy.context import FilterContext
-from kproxy.status import internal_error
+from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
+from kproxy.status import StatusError, internal_error, unauthorized
 
 AUTHENTICATED = "system:authenticated"
 STRIPPED_WARNING = (
@@ -40,24 +54,56 @@ STRIPPED_WARNING = (
     'it acts as the caller it authenticated"'
 )
 
-# client-go's transport.headerKeyEscape: RFC 7230 token characters pass, every other byte (and
-# '%') is percent-encoded; the apiserver undoes it with url.PathUnescape.
-_TOKEN_CHARS = frozenset(b"!#$&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# client-go's transport.headerKeyEscape (round_trippers.go): bytes of legalHeaderKeyBytes (net/http's
+# token table) pass, every other byte and '%' is percent-encoded; the apiserver undoes it with
+# url.PathUnescape.
+_KEY_BYTES = frozenset(ord(c) for c in TOKEN_CHARS) - {ord("%")}
+
+
+class UnrepresentableIdentity(ValueError):
+    """An identity no ``Impersonate-*`` header can name exactly (see the module docstring).
+
+    The text names the field, never its value (which the caller knows, and a log need not)."""
+
+    def status(self) -> StatusError:
+        """The caller's answer: ``401 Unauthorized``, saying why."""
+        return unauthorized(f"Unauthorized: kproxy cannot impersonate this caller: {self}")
 
 
 def escape_extra_key(key: str) -> str:
-    return "".join(chr(b) if b in _TOKEN_CHARS else f"%{b:02X}" for b in key.encode())
+    try:
+        raw = key.encode()
+    except UnicodeEncodeError:
+        raise UnrepresentableIdentity("an extra key is not UTF-8") from None
+    return "".join(chr(b) if b in _KEY_BYTES else f"%{b:02X}" for b in raw)
+
+
+def _representable(value: str, what: str) -> str:
+    """``value`` if a header carries it to the apiserver unchanged; else UnrepresentableIdentity."""
+    if not valid_header_field_value(value):
+        raise UnrepresentableIdentity(f"{what} has a control byte (CR, LF, NUL, ...) no HTTP header can carry")
+    if not survives_trimming(value):
+        raise UnrepresentableIdentity(f"{what} begins or ends with white space, which HTTP headers drop")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise UnrepresentableIdentity(f"{what} is not UTF-8") from None
+    return value
 
 
 def impersonation_headers(identity: Identity) -> list[tuple[str, str]]:
-    """The ``Impersonate-*`` headers that make the apiserver act as ``identity``."""
-    out = [("Impersonate-User", identity.user)]
+    """The ``Impersonate-*`` headers that make the apiserver act as exactly ``identity``.
+
+    Raises :class:`UnrepresentableIdentity` for an identity they cannot name exactly."""
+    if not identity.user:
+        raise UnrepresentableIdentity("the user name is empty")
+    out = [("Impersonate-User", _representable(identity.user, "the user name"))]
     if identity.uid:
-        out.append(("Impersonate-Uid", identity.uid))
-    out += [("Impersonate-Group", g) for g in identity.groups]
+        out.append(("Impersonate-Uid", _representable(identity.uid, "the uid")))
+    out += [("Impersonate-Group", _representable(g, f"group {i + 1}")) for i, g in enumerate(identity.groups)]
     for key, values in identity.extra.items():
         name = "Impersonate-Extra-" + escape_extra_key(key)
-        out += [(name, v) for v in values]
+        out += [(name, _representable(v, f"a value of extra {name[len('Impersonate-Extra-') :]}")) for v in values]
     return out
 
 
@@ -99,8 +145,9 @@ class CallerAuthenticator:
         ctx.services[SERVICE_KEY] = self.tokens
 
     async def identify(self, ex: Exchange, peercert: Any) -> Identity:
-        """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, 500 if the
-        apiserver cannot be asked (kproxy never guesses an identity)."""
+        """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, a 401 for an identity
+        kproxy cannot name in headers (``UnrepresentableIdentity``), 500 if the apiserver cannot
+        be asked (kproxy never guesses an identity)."""
         identity = identity_from_peercert(peercert)
         if identity is None:
             try:
@@ -110,5 +157,9 @@ class CallerAuthenticator:
             if by_protocol:
                 # As the apiserver does: the upstream's WebSocket handshake never sees the token.
                 without_token_protocol(ex.headers)
+        try:
+            impersonation_headers(identity)
+        except UnrepresentableIdentity as err:
+            raise err.status() from None
         ex.identity = identity
         return identity

@@ -7,8 +7,10 @@ already known, the response is passed on as it comes. This pool writes the head 
 body) in one write, parses the response with ``httptools`` (llhttp, the parser Node.js uses),
 and hands the body on chunk by chunk as it arrives, so watches stream exactly as before.
 
-HEAD requests and upgrades stay on aiohttp / the raw upgrade path (see ``Upstream``): they
-need response-framing rules this small client does not implement. ``Expect`` never reaches it:
+The head is written by ``kproxy.httputil.request_head``, the one writer of upstream request
+heads, which refuses what Go's ``Transport`` would not send. A response to ``HEAD`` ends with its
+head (whatever its Content-Length says), as Go's ``Transport`` reads it. Upgrades go on the raw
+upgrade path (``kproxy.upgrade``), through the same writer. ``Expect`` never reaches the pool:
 kproxy answers ``100-continue`` itself.
 """
 
@@ -24,15 +26,12 @@ from typing import cast
 import httptools
 from multidict import CIMultiDict
 
-from kproxy.httputil import end_to_end
+from kproxy.httputil import HEADER_CHARSET, end_to_end, request_head
 
 # Pause reading from the upstream when this much body is buffered and not yet taken.
 _HIGH_WATER = 1024 * 1024
 # Idle connections older than this are not reused (the apiserver closes idle ones itself).
 _IDLE_TTL = 30.0
-
-#: How header bytes become text and back: aiohttp's server decodes and encodes them as UTF-8.
-HEADER_CHARSET = "utf-8"
 
 
 class UpstreamClosed(ConnectionResetError):
@@ -63,6 +62,7 @@ class _Conn(asyncio.Protocol):
         self.lost: BaseException | None = None
         self.got_bytes = False
         self.keep_alive = False
+        self.no_body = False  # the request was HEAD: the response ends with its head
         self.reader_waiter: asyncio.Future[None] | None = None
         self._reading_paused = False
 
@@ -116,10 +116,17 @@ class _Conn(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.keep_alive = bool(self.parser.should_keep_alive())
+        if self.no_body:
+            # llhttp does not know the request was HEAD and would wait for the body Content-Length
+            # announces; the connection gets a fresh parser when it is given back.
+            self.complete = True
+            self._wake()
         if not self.head.done():
             self.head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        if self.no_body:
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > _HIGH_WATER and not self._reading_paused and self.transport is not None:
@@ -340,6 +347,7 @@ class Pool:
                     self._slots.release()
                 raise
             self.busy.add(conn)
+            conn.no_body = method == "HEAD"
             try:
                 await self._send(conn, head, body, length)
                 await conn.head
@@ -387,14 +395,6 @@ class Pool:
             conn.close()
         self.idle.clear()
         self.busy.clear()
-
-
-def request_head(method: str, target: str, host: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    """An HTTP/1.1 request head: request line, Host, the given headers, blank line."""
-    lines = [f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n"]
-    lines += [f"{k}: {v}\r\n" for k, v in headers]
-    lines.append("\r\n")
-    return "".join(lines).encode(HEADER_CHARSET, "surrogateescape")
 
 
 _SAFE = frozenset(("GET", "HEAD", "OPTIONS", "TRACE"))

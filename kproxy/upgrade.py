@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from kproxy.chain import BytesBody, Exchange, Reply, StreamBody, UpgradeBody
-from kproxy.pool import HEADER_CHARSET, request_head
+from kproxy.httputil import HEADER_CHARSET, InvalidRequestHead, request_head
 
 if TYPE_CHECKING:
     from kproxy.upstream import Upstream
@@ -30,7 +30,18 @@ _PIPE_HIGH_WATER = 1024 * 1024
 
 
 async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
-    """Send an upgrade request upstream on its own connection; see the module docstring."""
+    """Send an upgrade request upstream on its own connection; see the module docstring.
+
+    The head is written (and refused, before any connection is opened) by the same writer as
+    every other upstream request: ``kproxy.httputil.request_head``."""
+    headers = await up.request_headers(ex)
+    body = await ex.body.read() if isinstance(ex.body, (BytesBody, StreamBody)) else b""
+    if body:
+        headers["Content-Length"] = str(len(body))
+    try:
+        head = request_head(ex.method, up.target_of(ex), up.base.raw_authority, headers.items())
+    except InvalidRequestHead as err:
+        raise err.status() from None
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
@@ -45,17 +56,13 @@ async def dial_upgrade(up: Upstream, ex: Exchange) -> Reply:
     except (TimeoutError, OSError) as err:
         raise up.unreachable(err) from None
     try:
-        headers = await up.request_headers(ex)
-        body = await ex.body.read() if isinstance(ex.body, (BytesBody, StreamBody)) else b""
-        if body:
-            headers["Content-Length"] = str(len(body))
-        writer.write(request_head(ex.method, up.target_of(ex), up.base.raw_authority, headers.items()) + body)
+        writer.write(head + body)
         await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
+        answer = await reader.readuntil(b"\r\n\r\n")
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:
         writer.close()
         raise up.unreachable(err) from None
-    status, reason, resp_headers = _parse_head(head)
+    status, reason, resp_headers = _parse_head(answer)
     if status == 101:
         return Reply(101, resp_headers, UpgradeBody(reader, writer), reason)
     try:

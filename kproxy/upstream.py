@@ -1,9 +1,15 @@
-"""The upstream kube-apiserver: one pooled aiohttp ClientSession and the chain's terminal handler.
+"""The upstream kube-apiserver: the chain's terminal handler, and kproxy's own aiohttp session.
 
-Requests are sent as the client sent them (path and query byte for byte, body streamed), with
-hop-by-hop headers removed and the credentials the mode asks for. The session never decodes
-bodies (``auto_decompress=False``) and never adds headers of its own (no default Accept,
-Accept-Encoding or User-Agent: the apiserver attributes field ownership to the User-Agent).
+Callers' requests are sent as the client sent them (path and query byte for byte, body
+streamed), with hop-by-hop headers removed and the credentials the mode asks for, on kproxy's
+connection pool (``kproxy.pool``) or, for upgrades, a raw connection (``kproxy.upgrade``); both
+write the head with ``kproxy.httputil.request_head``, which refuses what Go's ``Transport``
+would not send (a caller gets a 400 Status; nothing is written). Nothing is decoded or added:
+no default Accept, Accept-Encoding or User-Agent (the apiserver attributes field ownership to
+the User-Agent), and header bytes go out as they came in.
+
+The aiohttp session carries kproxy's own requests (``FilterContext.api``): it never decodes
+bodies (``auto_decompress=False``) and never adds headers of its own either.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kproxy.chain import Body, BytesBody, Exchange, Reply, StreamBody
-from kproxy.httputil import end_to_end
-from kproxy.impersonate import impersonation_headers, strip_impersonation
+from kproxy.gocompat.httpguts import valid_header_field_value
+from kproxy.httputil import InvalidRequestHead
+from kproxy.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.pool import Pool
 from kproxy.status import StatusError, internal_error, service_unavailable
@@ -66,7 +73,6 @@ class Upstream:
         # A server URL with a path (an apiserver behind a path-routing gateway) prefixes every path.
         self.prefix = self.base.raw_path.rstrip("/")
         self.session: aiohttp.ClientSession | None = None
-        self._forward_session: aiohttp.ClientSession | None = None
         self._pool: Pool | None = None
 
     def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
@@ -88,8 +94,6 @@ class Upstream:
 
     async def start(self) -> None:
         self.session = self._session(self.ssl_own)
-        if self.mode == "forward":
-            self._forward_session = self._session(self.ssl_forward)
         self._pool = Pool(
             self.host,
             self.port,
@@ -102,16 +106,20 @@ class Upstream:
     async def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
-        for s in (self.session, self._forward_session):
-            if s is not None:
-                await s.close()
+        if self.session is not None:
+            await self.session.close()
 
     async def own_auth_header(self) -> str | None:
         """``Bearer <token>`` for the proxy's own credentials, if it authenticates by token."""
         if self.target.token is None:
             return None
         token = await self.target.token.token()
-        return f"Bearer {token}" if token else None
+        if not token:
+            return None
+        if not valid_header_field_value(token):
+            # client-go's transport refuses to send such a token too ("invalid header field value").
+            raise internal_error("kproxy's own bearer token has a byte no HTTP header can carry")
+        return f"Bearer {token}"
 
     async def request_headers(self, ex: Exchange) -> CIMultiDict[str]:
         """The headers sent upstream: the exchange's own (already end-to-end, see the server),
@@ -127,7 +135,12 @@ class Upstream:
             if ex.identity is None:
                 raise internal_error("kproxy: impersonate mode reached the upstream without a caller identity")
             strip_impersonation(headers)
-            headers.extend(impersonation_headers(ex.identity))
+            try:
+                headers.extend(impersonation_headers(ex.identity))
+            except UnrepresentableIdentity as err:
+                # CallerAuthenticator refused such a caller already; an identity set elsewhere
+                # gets the same answer, never a header it cannot carry.
+                raise err.status() from None
         if ex.client:
             prior = headers.get("X-Forwarded-For")
             headers["X-Forwarded-For"] = f"{prior}, {ex.client}" if prior else str(ex.client)
@@ -147,28 +160,21 @@ class Upstream:
     async def __call__(self, ex: Exchange) -> Reply:
         """Terminal handler: send the exchange upstream and wrap the response as a Reply.
 
-        Requests go through the lean pool; HEAD requests (whose response framing the pool does
-        not implement) through aiohttp's client; upgrades on a raw connection.
+        Requests go through the lean pool; upgrades on a raw connection.
         """
         if ex.upgrade:
             from kproxy.upgrade import dial_upgrade
 
             return await dial_upgrade(self, ex)
+        assert self._pool is not None, "Upstream.start() was not awaited"
         headers = await self.request_headers(ex)
         data, length = _request_data(ex.body)
         resp: UpstreamResponse
         try:
-            if ex.method != "HEAD" and self._pool is not None:
-                headers.popall("Content-Length", None)  # the pool frames the body itself
-                resp = await self._pool.request(ex.method, self.target_of(ex), headers.items(), data, length)
-            else:
-                session = self._forward_session if self.mode == "forward" else self.session
-                assert session is not None, "Upstream.start() was not awaited"
-                resp = _AiohttpResponse(
-                    await session.request(
-                        ex.method, self.url(ex), headers=headers, data=data, allow_redirects=False, compress=None
-                    )
-                )
+            headers.popall("Content-Length", None)  # the pool frames the body itself
+            resp = await self._pool.request(ex.method, self.target_of(ex), headers.items(), data, length)
+        except InvalidRequestHead as err:
+            raise err.status() from None
         except StatusError:
             raise
         except _UPSTREAM_ERRORS as err:
@@ -227,37 +233,3 @@ class UpstreamResponse(Protocol):
     async def read(self) -> bytes: ...
     def chunks(self) -> AsyncIterator[bytes]: ...
     def close(self) -> None: ...
-
-
-class _AiohttpResponse:
-    """aiohttp's ClientResponse seen through ``UpstreamResponse``."""
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-        self.status = resp.status
-        self.reason = resp.reason
-        self.headers = end_to_end(resp.headers)
-        self.content_length = resp.content_length
-
-    async def read(self) -> bytes:
-        try:
-            return await self._resp.read()
-        finally:
-            self._resp.release()
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; the connection goes back when done, is dropped when abandoned
-        (a client that went away must end the upstream watch too)."""
-        done = False
-        try:
-            async for chunk in self._resp.content.iter_any():
-                yield chunk
-            done = True
-        finally:
-            if done:
-                self._resp.release()
-            else:
-                self._resp.close()
-
-    def close(self) -> None:
-        self._resp.close()

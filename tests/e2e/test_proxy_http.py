@@ -326,7 +326,7 @@ def test_access_log_is_structured_and_carries_the_audit_id(proxy: RunningProxy, 
 def test_head_request_matches_direct(
     control_plane: ControlPlaneInfo, proxy: RunningProxy, path: str, expected: int
 ) -> None:
-    """HEAD takes the aiohttp client path (the pool does not frame HEAD responses); the apiserver
+    """HEAD (whose answer ends with its head, whatever its Content-Length says): the apiserver
     answers it on some paths and refuses it (405) on resource paths, and so does kproxy."""
     code, headers, body = raw(proxy, "HEAD", path)
     conn = http.client.HTTPSConnection("127.0.0.1", control_plane.apiserver_port, context=control_plane.ssl_context())

@@ -289,7 +289,7 @@ async def test_max_connections_bounds_connections_in_use() -> None:
 
 async def test_upstream_server_url_path_prefix_and_error_count() -> None:
     """A kubeconfig server URL with a path (an apiserver behind a path-routing gateway) prefixes
-    every request, on the pool, the aiohttp (HEAD) and the upgrade paths alike; an unreachable
+    every request, on the pool (HEAD too) and the upgrade path alike; an unreachable
     upstream is counted once, as the upstream's failure."""
     from multidict import CIMultiDict
 
@@ -339,3 +339,60 @@ async def test_upstream_server_url_path_prefix_and_error_count() -> None:
         assert len(errors) == 1
     finally:
         await dead.close()
+
+
+async def test_head_responses_end_with_their_head_and_the_connection_is_reused() -> None:
+    """HEAD goes through the pool (and its one head writer): the answer's Content-Length
+    announces the GET's body, which never comes; the next request on the connection is framed
+    right."""
+
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if head.startswith(b"HEAD "):
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+
+    async with Server(answer) as srv:
+        pool = pool_for(srv)
+        for method, body in (("HEAD", b""), ("GET", b"hello"), ("HEAD", b""), ("GET", b"hello")):
+            resp = await asyncio.wait_for(pool.request(method, "/x", [], None, None), 5)
+            assert resp.content_length == 5
+            assert await asyncio.wait_for(resp.read(), 5) == body
+        assert srv.connections == 1
+        pool.close()
+
+
+async def test_a_refused_head_reaches_no_upstream() -> None:
+    """A header Go's Transport would not send gets the caller a 400 Status from the pool and the
+    upgrade path alike, before any connection is opened (nothing written upstream)."""
+    from multidict import CIMultiDict
+
+    from kproxy.chain import BytesBody, Exchange
+    from kproxy.kubeconfig import UpstreamTarget
+    from kproxy.requestinfo import request_info_from_target
+    from kproxy.upstream import Upstream
+
+    async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def ex(method: str, value: str, upgrade: bool) -> Exchange:
+        pairs = [("Connection", "Upgrade"), ("Upgrade", "websocket")] if upgrade else []
+        headers: CIMultiDict[str] = CIMultiDict([*pairs, ("X-Caller", value)])
+        target = "/api/v1/namespaces/n/pods/p/exec"
+        info = request_info_from_target(method, target)
+        return Exchange(method, target, "", headers, BytesBody(b""), info, upgrade=upgrade)
+
+    async with Server(answer) as srv:
+        up = Upstream(UpstreamTarget(server=f"http://127.0.0.1:{srv.port}"))
+        await up.start()
+        try:
+            for method, upgrade in (("GET", False), ("HEAD", False), ("POST", False), ("GET", True)):
+                for value in ("a\x00b", "a\x7f", "a\x1bb", "a\r\nImpersonate-Group: system:masters"):
+                    with pytest.raises(StatusError) as err:
+                        await up(ex(method, value, upgrade))
+                    assert err.value.code == 400
+                    assert 'invalid header field value for "X-Caller"' in err.value.message
+            assert (await up(ex("GET", "a\tb ü", False))).status == 200
+        finally:
+            await up.close()
+    assert srv.connections == 1 and len(srv.heads) == 1  # only the last, valid request
