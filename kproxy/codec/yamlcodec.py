@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from kproxy.gocompat.utf8 import dumps_go, replaced
+from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 
 from .errors import CodecError
 from .gofloat import format_float_g
@@ -22,10 +23,8 @@ from .goyamlresolve import fold_nel, go_bom_quoted, go_quotes
 
 try:
     _Base: Any = yaml.CSafeDumper
-    _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - pyyaml built without libyaml
     _Base = yaml.SafeDumper
-    _Loader = yaml.SafeLoader
 
 
 class _Dumper(_Base):  # type: ignore[misc]
@@ -286,8 +285,9 @@ def _decoded_by(data: bytes, at: int) -> int:
 
 
 def from_yaml(data: bytes | str) -> Any:
-    """One YAML document -> Python objects; CodecError for malformed YAML."""
+    """One YAML document -> Python objects as sigs.k8s.io/yaml converts it to JSON, within
+    go-yaml's limits (``kproxy.gocompat.yaml``, the one YAML decoder); CodecError when refused."""
     try:
-        return yaml.load(data, Loader=_Loader)
-    except yaml.YAMLError as e:
+        return yaml_to_json(data).value
+    except (GoYAMLError, UnsupportedYAML) as e:
         raise CodecError(f"error converting YAML to JSON: {e}") from e

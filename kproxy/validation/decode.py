@@ -12,7 +12,8 @@ slow decoder, which decides exactly.
 YAML: sigs.k8s.io/yaml converts YAML to JSON through go-yaml v2, whose strict mode reports
 ``line N: key "x" already set in map`` (1-based line of the repeated key, Go ``%#v`` of the key)
 for every duplicate, in document order. The JSON it produces is marshalled from Go maps, so its
-keys come out sorted; the struct decode that follows sees that order.
+keys come out sorted; the struct decode that follows sees that order. The one YAML decoder with
+go-yaml's limits is :mod:`kproxy.gocompat.yaml`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import json
 from typing import Any
 
 import orjson
-import yaml
+
+from kproxy.gocompat.jsondepth import nesting_error
+from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 
 
 class Pairs(list[tuple[str, Any]]):
@@ -52,73 +55,16 @@ def decode_json(data: bytes) -> tuple[Any, bool]:
         raise DecodeError(str(err)) from None
 
 
-class _Loader(yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader):  # type: ignore[misc]
-    """Safe loading that records duplicate keys (go-yaml's wording) and keeps timestamps as strings."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self.duplicates: list[str] = []
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in out:
-                # go-yaml names the line of the repeated entry's value node (where a nested block starts).
-                line = value_node.start_mark.line + 1
-                self.duplicates.append(f"line {line}: key {_go_repr(key)} already set in map")
-            out[key] = self.construct_object(value_node, deep=True)
-        return out
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
-_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_mapping)
-
-
-def _go_repr(key: Any) -> str:
-    """Go's ``%#v`` for the scalar keys YAML produces."""
-    if isinstance(key, str):
-        return orjson.dumps(key).decode()
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if key is None:
-        return "interface {}(nil)"
-    return str(key)
-
-
 def decode_yaml(data: bytes) -> tuple[Any, list[str]]:
     """The body converted as sigs.k8s.io/yaml converts it to JSON (keys sorted, as strings) and
-    go-yaml's duplicate-key errors."""
+    go-yaml's duplicate-key errors, within go-yaml's limits (``kproxy.gocompat.yaml``). A body the
+    apiserver's decoder refuses (go-yaml's depth or alias limits, its JSON decoder's nesting limit)
+    or that kproxy does not convert is a :class:`DecodeError`: the apiserver answers it."""
     try:
-        loader = _Loader(data)
-        try:
-            value = loader.get_single_data()
-        finally:
-            loader.dispose()
-    except yaml.YAMLError as err:
+        decoded = yaml_to_json(data)
+    except (GoYAMLError, UnsupportedYAML) as err:
         raise DecodeError(str(err)) from None
-    return _to_json(value), loader.duplicates
-
-
-def _to_json(value: Any) -> Any:
-    if isinstance(value, dict):
-        out = {}
-        for k in sorted(value, key=_json_key):
-            out[_json_key(k)] = _to_json(value[k])
-        return dict(sorted(out.items()))
-    if isinstance(value, list):
-        return [_to_json(v) for v in value]
-    if isinstance(value, bytes):
-        raise DecodeError("binary YAML values are not checked locally")
-    return value
-
-
-def _json_key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if isinstance(key, int):
-        return str(key)
-    raise DecodeError(f"YAML key {key!r} is not checked locally")
+    too_deep = nesting_error(decoded.value, decoded.depth)
+    if too_deep is not None:
+        raise DecodeError(too_deep)
+    return decoded.value, decoded.duplicates
