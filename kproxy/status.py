@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from kproxy.gocompat.utf8 import dumps_go
+
 if TYPE_CHECKING:
     from kproxy.requestinfo import RequestInfo
 
@@ -275,43 +277,11 @@ def go_json_dumps(obj: Any, pretty: bool = False) -> bytes:
     that were not UTF-8, kept via ``surrogateescape``) become ``\\ufffd`` as Go writes for invalid UTF-8.
     """
     option = orjson.OPT_INDENT_2 if pretty else 0
-    try:
-        data = orjson.dumps(obj, option=option)
-    except TypeError:
-        data = orjson.dumps(_scrub_surrogates(obj), option=option)
+    data = dumps_go(obj, option)
     for raw, escaped in _GO_HTML_ESCAPES:
         if raw in data:
             data = data.replace(raw, escaped)
     return data if pretty else data + b"\n"
-
-
-def _is_surrogate(c: str) -> bool:
-    return "\ud800" <= c <= "\udfff"
-
-
-def _scrub_surrogates(obj: Any) -> Any:
-    """Pre-encode strings holding surrogates as fragments, writing each one as Go's ``\\ufffd``."""
-    if isinstance(obj, str):
-        if not any(_is_surrogate(c) for c in obj):
-            return obj
-        pieces: list[bytes] = []
-        run: list[str] = []
-        for c in obj:
-            if _is_surrogate(c):
-                if run:
-                    pieces.append(orjson.dumps("".join(run))[1:-1])
-                    run.clear()
-                pieces.append(b"\\ufffd")
-            else:
-                run.append(c)
-        if run:
-            pieces.append(orjson.dumps("".join(run))[1:-1])
-        return orjson.Fragment(b'"' + b"".join(pieces) + b'"')
-    if isinstance(obj, dict):
-        return {k: _scrub_surrogates(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_scrub_surrogates(v) for v in obj]
-    return obj
 
 
 _QUOTE_SIMPLE_ESCAPES = {

@@ -18,6 +18,7 @@ from kproxy.cache import CachedObject, Kind
 from kproxy.codec import MAGIC, encode_envelope, to_yaml
 from kproxy.codec.envelope import encode_varint
 from kproxy.codec.yamlcodec import go_yaml_error
+from kproxy.gocompat.jsonindent import indent as go_indent
 from kproxy.negotiation import JSON, PROTOBUF, YAML
 from kproxy.status import generic, go_json_dumps
 
@@ -138,6 +139,10 @@ def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
     ``SerializeObject`` answers it."""
     if media_type != YAML and not pretty:
         return data
+    if media_type != YAML and b"\\ufffd" in data:
+        # Go's escapes for bytes that were not UTF-8 (kproxy.gocompat.utf8), which Python objects
+        # cannot tell from a real U+FFFD: MarshalIndent is Indent of the compact bytes.
+        return go_indent(data.rstrip(b"\n"))
     # A whole list as Python objects, briefly: no collection walks them (kproxy.gcpolicy).
     with gcpolicy.paused():
         obj = orjson.loads(data)

@@ -303,3 +303,43 @@ async def test_compressed_watchers_get_one_member_per_write_compressed_once_per_
         ]
         assert members[-1] == b"MODIFIED ns/a 11;MODIFIED ns/a 12;"
     assert calls.count(b"MODIFIED ns/a 11;MODIFIED ns/a 12;") == 1
+
+
+class FramesFailingOn(Frames):
+    """Frames that cannot encode one object (as an encoder that fails on it would)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def event(self, type_: str, o: CachedObject, media_type: str) -> bytes:
+        if o.key == self.key and media_type == "json":
+            raise TypeError("cannot encode")
+        return super().event(type_, o, media_type)
+
+
+async def test_an_event_that_cannot_be_encoded_ends_only_the_watches_that_get_it(cache: WatchCache) -> None:
+    """As the apiserver's watch handler: what the watcher got before, then the end of its stream;
+    watchers that do not get the event, or get it in another format, go on."""
+    bc = Broadcaster(cache, FramesFailingOn("ns/bad"))
+    gets_it, other_ns, other_format = Sink(), Sink(), Sink()
+    bc.watch_since(gets_it, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+    bc.watch_since(other_ns, Selection("other", None, ("other", "", "")), "json", bookmarks=False, timeout=60, rv=10)
+    bc.watch_since(other_format, Selection(), "protobuf", bookmarks=False, timeout=60, rv=10)
+    cache.apply(MODIFIED, obj("other/b", 11))
+    cache.apply(ADDED, obj("ns/bad", 12))
+    cache.apply(MODIFIED, obj("other/b", 13))
+    await settle()
+    assert gets_it.events == ["MODIFIED other/b 11"] and gets_it.closed
+    assert other_ns.events == ["MODIFIED other/b 11", "MODIFIED other/b 13"] and not other_ns.closed
+    assert other_format.events == ["MODIFIED other/b 11", "ADDED ns/bad 12", "MODIFIED other/b 13"]
+    assert not other_format.closed
+    # A watch that starts where the history holds the event, or with it among its initial
+    # events, gets what comes before it and ends there.
+    resumed, initial = Sink(), Sink()
+    bc.watch_since(resumed, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+    bc.watch_initial(initial, Selection(), "json", bookmarks=False, initial_events_end=False, timeout=60)
+    await settle()
+    assert resumed.events == ["MODIFIED other/b 11"] and resumed.closed
+    assert initial.closed and "ADDED ns/bad 12" not in initial.events
+    assert len(bc) == 2
