@@ -20,10 +20,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
-from urllib.parse import parse_qsl, urlencode
 
 from multidict import CIMultiDict, MultiDict
 
+from kproxy.gocompat.url import encode_query, parse_query
 from kproxy.requestinfo import RequestInfo
 
 if TYPE_CHECKING:
@@ -146,8 +146,11 @@ class Exchange:
     """One client request, as it will be sent upstream, plus what kproxy knows about it.
 
     ``raw_path`` and ``raw_query`` are kept exactly as the client sent them (percent-encoding
-    included) so that a request no filter touches goes upstream byte for byte. A filter that
-    changes the query uses ``query`` (parsed on first use) and ``set_query``.
+    included) so that a request no filter touches goes upstream byte for byte; for an
+    absolute-form target (``http://host/api/...``) they are its origin form, the part Go's server
+    routes. ``host`` is Go's ``req.Host``: the authority of an absolute-form target, else the Host
+    header. A filter that changes the query uses ``query`` (read as Go reads it, on first use) and
+    ``set_query``, or ``kproxy.gocompat.url.with_param`` to enforce one parameter.
     """
 
     __slots__ = (
@@ -155,6 +158,7 @@ class Exchange:
         "body",
         "client",
         "headers",
+        "host",
         "identity",
         "info",
         "method",
@@ -176,6 +180,7 @@ class Exchange:
         *,
         client: Any = None,
         upgrade: bool = False,
+        host: str = "",
     ) -> None:
         self.method = method
         self.raw_path = raw_path
@@ -185,6 +190,7 @@ class Exchange:
         self.info = info
         self.client = client
         self.upgrade = upgrade
+        self.host = host
         self.identity: Identity | None = None
         self.state: dict[str, Any] = {}
         self.started = time.monotonic()
@@ -192,16 +198,19 @@ class Exchange:
 
     @property
     def query(self) -> MultiDict[str]:
-        """The query parameters, decoded; parsed once, on first use."""
+        """The query parameters as Go's ``url.ParseQuery`` reads them (the pairs it drops are not
+        here); parsed once, on first use."""
         if self._query is None:
-            self._query = MultiDict(parse_qsl(self.raw_query, keep_blank_values=True))
+            self._query = MultiDict(
+                (p.key, p.value) for p in parse_query(self.raw_query) if p.key is not None and p.value is not None
+            )
         return self._query
 
     def set_query(self, query: Mapping[str, str] | MultiDict[str]) -> None:
         """Replace the query; it is re-encoded for the upstream request."""
         items = list(query.items())
         self._query = MultiDict(items)
-        self.raw_query = urlencode(items)
+        self.raw_query = encode_query(items)
 
     @property
     def target(self) -> str:

@@ -37,9 +37,11 @@ Behaviour worth knowing (all reproduced on purpose):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri, unescape_path
+from kproxy.gocompat.url import parse_query as _go_parse_query
 
 __all__ = [
     "InvalidRequestURIError",
@@ -47,6 +49,7 @@ __all__ = [
     "RequestInfoError",
     "parse_query",
     "parse_request_info",
+    "request_info_for",
     "request_info_from_target",
     "unescape_path",
 ]
@@ -150,105 +153,27 @@ class RequestInfoError(ValueError):
         self.info = info
 
 
-class InvalidRequestURIError(ValueError):
-    """The request target is one Go's ``url.ParseRequestURI`` rejects (the apiserver replies 400)."""
-
-
-# --- Go net/url decoding ---------------------------------------------------------------------------------
-
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-_CTL = re.compile("[\x00-\x1f\x7f]")
-
-
-def _has_ctl(s: str) -> bool:
-    """Go ``stringContainsCTLByte``: any byte < 0x20 or 0x7f (one regex scan: this runs per request)."""
-    return _CTL.search(s) is not None
-
-
-def _unescape(s: str, plus_is_space: bool) -> str:
-    """Go ``url.unescape`` for the path (``encodePath``) or query component (``encodeQueryComponent``).
-
-    Works on the UTF-8 bytes so decoded sequences combine with raw non-ASCII bytes exactly like Go; bytes
-    that are not valid UTF-8 survive as ``surrogateescape`` code points so nothing is lost.
-    """
-    if "%" not in s:
-        return s.replace("+", " ") if plus_is_space and "+" in s else s
-    raw = s.encode("utf-8", "surrogateescape")
-    out = bytearray()
-    i = 0
-    n = len(raw)
-    while i < n:
-        b = raw[i]
-        if b == 0x25:  # '%'
-            h = raw[i + 1 : i + 3].decode("latin-1")
-            if i + 2 >= n or h[0] not in _HEX or h[1] not in _HEX:
-                raise InvalidRequestURIError(f"invalid URL escape {raw[i : i + 3].decode('latin-1')!r}")
-            out.append(int(h, 16))
-            i += 3
-        elif b == 0x2B and plus_is_space:  # '+'
-            out.append(0x20)
-            i += 1
-        else:
-            out.append(b)
-            i += 1
-    return out.decode("utf-8", "surrogateescape")
-
-
-def unescape_path(raw_path: str) -> str:
-    """Decode a raw request path the way Go's server fills ``req.URL.Path``.
-
-    ``%XX`` sequences are decoded (``%2F`` becomes ``/`` and therefore a segment separator for
-    RequestInfo), ``+`` stays ``+``.  A malformed escape raises :class:`InvalidRequestURIError`, matching
-    the 400 Go's HTTP server sends before any apiserver code runs.
-    """
-    return _unescape(raw_path, plus_is_space=False)
-
-
 def parse_query(raw_query: str) -> dict[str, str]:
-    """Go ``url.ParseQuery`` reduced to what the apiserver reads here: the first value of each key.
-
-    Pairs are split on ``&`` only; a pair containing ``;`` or a malformed ``%`` escape is dropped (Go
-    1.17+), ``+`` means space.  aiohttp's own query parsing differs on exactly these inputs, which is why
-    :func:`request_info_from_target` uses this instead.
-    """
+    """Go's ``req.URL.Query()`` reduced to what NewRequestInfo reads: the first value of each key
+    (``kproxy.gocompat.url.parse_query``: ``&`` only, ``;`` and bad escapes dropped, ``+`` a space)."""
     result: dict[str, str] = {}
-    if not raw_query:
-        return result
-    for pair in raw_query.split("&"):
-        if not pair or ";" in pair:
-            continue
-        key, _, value = pair.partition("=")
-        try:
-            key = _unescape(key, plus_is_space=True)
-            value = _unescape(value, plus_is_space=True)
-        except InvalidRequestURIError:
-            continue
-        if key not in result:
-            result[key] = value
+    for pair in _go_parse_query(raw_query):
+        if pair.key is not None and pair.key not in result:
+            result[pair.key] = pair.value or ""
     return result
 
 
 def request_info_from_target(method: str, raw_target: str) -> RequestInfo:
-    """Parse a raw HTTP request-target (``/api/v1/pods?watch=1``, e.g. aiohttp's ``request.raw_path``).
+    """RequestInfo for a raw HTTP request target (``/api/v1/pods?watch=1``, aiohttp's
+    ``request.raw_path``), read as Go's server reads it (``kproxy.gocompat.url.parse_request_uri``):
+    origin form, absolute form (classified by its path, as Go routes it), ``*``. Raises
+    :class:`InvalidRequestURIError` for a target Go's server answers 400."""
+    return request_info_for(method, parse_request_uri(raw_target))
 
-    This is the most faithful entry point: it decodes the path and query exactly like Go's
-    ``url.ParseRequestURI`` + ``URL.Query()`` before running :func:`parse_request_info`.  Only the
-    origin form (starting with ``/``) and ``*`` are accepted, as for an apiserver behind a proxy.
-    """
-    if _has_ctl(raw_target):
-        raise InvalidRequestURIError("net/url: invalid control character in URL")
-    if raw_target == "*":
-        return parse_request_info(method, "*", "")
-    rest = raw_target
-    if rest.endswith("?") and rest.count("?") == 1:
-        rest, raw_query = rest[:-1], ""
-    else:
-        rest, _, raw_query = rest.partition("?")
-    if not rest.startswith("/"):
-        raise InvalidRequestURIError(f"parse {raw_target!r}: invalid URI for request")
-    return parse_request_info(method, unescape_path(rest), raw_query)
+
+def request_info_for(method: str, uri: RequestURI) -> RequestInfo:
+    """RequestInfo for a target already read by ``parse_request_uri``."""
+    return parse_request_info(method, uri.path, uri.raw_query)
 
 
 # --- ListOptions decoding (only the parts that decide list/watch and the selector name) ------------------

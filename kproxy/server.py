@@ -27,15 +27,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kproxy.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.config import Config
+from kproxy.connections import Connections
 from kproxy.context import ApiClient, FilterContext
 from kproxy.errorreply import negotiated_status
 from kproxy.eventstream import EventStreamBody, serve_events
+from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
-from kproxy.listener import GoServer, MalformedBody
+from kproxy.listener import GoServer, MalformedBody, go_bad_request
 from kproxy.metrics import Metrics
-from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, RequestInfoError, request_info_from_target
+from kproxy.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.status import StatusError, generic, internal_error, request_entity_too_large
 from kproxy.upgrade import splice
 from kproxy.upstream import Upstream
@@ -115,6 +117,8 @@ class ProxyServer:
         self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
+        self.connections = Connections(cfg.connections)
+        self.metrics.watch_connections(self.connections)
         self._in_flight = 0
         # Read when /metrics is scraped rather than updated (under a lock) twice per request.
         self.metrics.in_flight.set_function(lambda: self._in_flight)
@@ -147,7 +151,8 @@ class ProxyServer:
             self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
         await self.chain.start(self.context)
         # GoServer: Go's limits on a request head and its answers to requests it cannot read.
-        server = GoServer(self.handle, handler_cancellation=True, access_log=None)
+        self.metrics.served.start(self.context.api)
+        server = GoServer(self.handle, self.connections, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         ssl_ctx = None
@@ -215,6 +220,7 @@ class ProxyServer:
         self.cfg = cfg.model_copy(update=keep)
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
+        self.connections.limits = cfg.connections
         logging.getLogger().setLevel(cfg.log.level.upper())
         old.retired = True
         self._draining.add(old)
@@ -254,6 +260,7 @@ class ProxyServer:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.chain.stop()
+        await self.metrics.served.stop()
         await self.upstream.close()
 
     # ----------------------------------------------------------------- main listener
@@ -261,8 +268,10 @@ class ProxyServer:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()
         raw = request.raw_path
-        raw_path, _, raw_query = raw.partition("?")
-        info = _request_info(request.method, raw, raw_path)
+        target = _read_target(request.method, raw)
+        if target is None:  # Go's server refuses this target before any handler runs
+            return go_bad_request()
+        uri, info = target
         upgrade = is_upgrade(request.headers)
         # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade
         # pair kept for upgrades), no Host (the upstream's own is set when sending).
@@ -272,13 +281,14 @@ class ProxyServer:
         client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
         ex = Exchange(
             request.method,
-            raw_path,
-            raw_query,
+            uri.escaped_path,
+            uri.raw_query,
             headers,
             client.body(length, self._limit),
             info,
             client=request.remote,
             upgrade=upgrade,
+            host=uri.host or request.headers.get("Host", ""),
         )
         long_running = info.verb == "watch" or upgrade
         chain = self.chain  # a reload swaps self.chain; this request stays on the one it started on
@@ -562,18 +572,25 @@ async def _stop_filters(filters: list[Filter]) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _request_info(method: str, raw: str, raw_path: str) -> RequestInfo:
-    """RequestInfo as the apiserver parses it. A target the apiserver itself would refuse is still
-    forwarded (as a non-resource request), so that the client gets the apiserver's own answer.
+def _read_target(method: str, raw: str) -> tuple[RequestURI, RequestInfo] | None:
+    """The request target as Go's server reads it (``url.ParseRequestURI``) and its RequestInfo;
+    None where Go's server answers 400 itself. An absolute-form target (``http://any/api/...``) is
+    classified and sent upstream by its path, as Go routes it: the filters see what the apiserver
+    will serve. A scheme with an opaque rest (``http:x``, an empty path to Go) has no origin form to
+    send; kproxy refuses it too.
 
-    Cached by request line (RequestInfo is immutable): controllers and kubelets send the same
-    GETs, LISTs and watches over and over, and parsing was 4% of a small GET's CPU in kproxy."""
+    Cached by request line (both are immutable): controllers and kubelets send the same GETs,
+    LISTs and watches over and over, and parsing was 4% of a small GET's CPU in kproxy."""
     try:
-        return request_info_from_target(method, raw)
-    except RequestInfoError as err:
-        return err.info
+        uri = parse_request_uri(raw)
     except InvalidRequestURIError:
-        return RequestInfo(path=raw_path, verb=method.lower(), is_resource_request=False)
+        return None
+    if uri.opaque or (uri.path == "*" and uri.absolute):
+        return None
+    try:
+        return uri, request_info_for(method, uri)
+    except RequestInfoError as err:
+        return uri, err.info
 
 
 def _bound(site: web.BaseSite) -> tuple[str, int]:

@@ -43,18 +43,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 import orjson
-import yaml
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict
 
+from kproxy.access import AccessReviewer, UndecidedError, api_review, authorize
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Reply, UpgradeBody
 from kproxy.codec.envelope import encode_varint, read_varint, skip_field
 from kproxy.codec.errors import CodecError
 from kproxy.context import FilterContext
+from kproxy.gocompat.jsondepth import nesting_error
+from kproxy.gocompat.url import TooManyQueryParams, query_values, with_param
+from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 from kproxy.gojson import syntax_error
-from kproxy.policy import Rule, first_match_lazy, match_verb
-from kproxy.requestinfo import InvalidRequestURIError, RequestInfo, _unescape
+from kproxy.offload import run_body_work
+from kproxy.policy import Rule, created_namespace, creates_namespace, first_match_lazy, match_verb
+from kproxy.requestinfo import RequestInfo
 from kproxy.status import (
     CauseType,
     StatusCause,
@@ -126,40 +130,23 @@ class NotJSON(BodyError):
     (Go's ``encoding/json`` syntax error, which its decoder meets before anything else)."""
 
 
+class NotYAML(BodyError):
+    """A YAML DELETE body go-yaml refuses (syntax, depth, aliasing): the message is its error."""
+
+
 # --------------------------------------------------------------------------- query parameters
-
-
-def _query_pairs(raw_query: str) -> list[tuple[str, str | None, str | None]]:
-    """Each ``&``-separated pair as (raw, decoded key, decoded value); key ``None`` where Go's
-    ``url.ParseQuery`` drops the pair (``;`` in it, or a malformed escape)."""
-    out: list[tuple[str, str | None, str | None]] = []
-    if not raw_query:
-        return out
-    for pair in raw_query.split("&"):
-        if not pair:
-            continue
-        if ";" in pair:
-            out.append((pair, None, None))
-            continue
-        key, _, value = pair.partition("=")
-        try:
-            out.append((pair, _unescape(key, plus_is_space=True), _unescape(value, plus_is_space=True)))
-        except InvalidRequestURIError:
-            out.append((pair, None, None))
-    return out
 
 
 def query_dry_run(raw_query: str) -> list[str]:
     """The ``dryRun`` values the apiserver reads from this query (exact key, every occurrence)."""
-    return [v for _, k, v in _query_pairs(raw_query) if k == "dryRun" and v is not None]
+    return query_values(raw_query).get("dryRun", [])
 
 
 def enforce_query(raw_query: str) -> str:
     """The query with every ``dryRun`` pair (any letter case, any encoding) replaced by one
-    ``dryRun=All``; every other pair is kept byte for byte."""
-    kept = [raw for raw, k, _ in _query_pairs(raw_query) if k is None or k.lower() != "dryrun"]
-    kept.append("dryRun=All")
-    return "&".join(kept)
+    ``dryRun=All`` (``kproxy.gocompat.url.with_param``); every other pair is kept byte for byte.
+    Raises TooManyQueryParams where Go would then read no parameter at all."""
+    return with_param(raw_query, "dryRun", DRY_RUN_ALL, fold_case=True)
 
 
 def is_dry_run(values: list[str] | None) -> bool:
@@ -184,20 +171,27 @@ def media_type(content_type: str) -> str:
 
 
 def _json_options(data: bytes, mt: str) -> Any:
+    """The body as the apiserver's decoder sees it: YAML through sigs.k8s.io/yaml with go-yaml's
+    limits (first document only; ``kproxy.gocompat.yaml``), then Go's JSON syntax check (its
+    nesting limit included)."""
+    if mt == _YAML:
+        try:
+            decoded = yaml_to_json(data)
+        except GoYAMLError as err:
+            raise NotYAML(str(err)) from None
+        except UnsupportedYAML as err:
+            raise BodyError(f"the DeleteOptions body is not converted: {err}") from None
+        too_deep = nesting_error(decoded.value, decoded.depth)
+        if too_deep is not None:
+            raise NotJSON(f"couldn't get version/kind; json parse error: {too_deep}")
+        return decoded.value
     try:
-        if mt == _YAML:
-            docs = list(yaml.safe_load_all(data))
-            if len(docs) != 1:
-                raise BodyError("the DeleteOptions body must be one YAML document")
-            return docs[0]
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
         go = syntax_error(data)
         if go is not None:
             raise NotJSON(f"couldn't get version/kind; json parse error: {go}") from None
         raise BodyError(f"the DeleteOptions body is not valid JSON: {err}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise BodyError(f"the DeleteOptions body is not valid {'YAML' if mt == _YAML else 'JSON'}: {err}") from None
 
 
 def _dry_run_field(options: dict[str, Any]) -> list[str] | None:
@@ -333,9 +327,12 @@ class DryRun(FilterBase):
         # Per-rule metric children, resolved once at start (labels() per request costs more).
         self._enforced: list[Any] = []
         self._rejected: list[Any] = []
+        self._access: AccessReviewer | None = None
+        self._namespace_rules = any(r.match.namespaces for r in self.rules)
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
+        self._access = AccessReviewer(api_review(ctx), max_entries=4096)
         enforced, rejected = _metrics(ctx)
         self._enforced = [enforced.labels(n) for n in self.rule_names]
         self._rejected = [rejected.labels(n) for n in self.rule_names]
@@ -361,7 +358,8 @@ class DryRun(FilterBase):
         if verb != "connect" and not info.is_mutating:
             return await call_next(ex)
         try:
-            found = await first_match_lazy(self.rules, info, self._identify(ex))
+            seen, prefix = await self._created_namespace(ex, info)
+            found = await first_match_lazy(self.rules, seen, self._identify(ex), namespace_prefix=prefix)
         except StatusError as err:
             return Reply.from_status(err)
         if found is None or found[1].action == "allow":
@@ -370,18 +368,21 @@ class DryRun(FilterBase):
         quoted = self._quoted[index]
         if verb == "connect":
             what = _resource(info)
-            return self._refuse(index, info, f"kproxy dryrun rule {quoted}: {what} cannot be run as a dry run")
+            return await self._refuse(
+                ex, index, info, f"kproxy dryrun rule {quoted}: {what} cannot be run as a dry run"
+            )
         if ex.method not in _METHOD_VERB:
-            return self._refuse(index, info, f"kproxy dryrun rule {quoted}: method {ex.method} refused")
+            return await self._refuse(ex, index, info, f"kproxy dryrun rule {quoted}: method {ex.method} refused")
         if (info.api_group, info.resource, info.subresource) in _MINTS_CREDENTIALS and info.verb == "create":
-            return self._refuse(
-                index, info, f"kproxy dryrun rule {quoted}: {_resource(info)} issues a real token even as a dry run"
+            return await self._refuse(
+                ex, index, info, f"kproxy dryrun rule {quoted}: {_resource(info)} issues a real token even as a dry run"
             )
         # Only kproxy's own answers are caught here; whatever call_next raises is the server's business.
         try:
             if rule.action == "reject":
                 if not await self._is_dry_run(ex, info):
-                    return self._refuse(
+                    return await self._refuse(
+                        ex,
                         index,
                         info,
                         f"kproxy dryrun rule {quoted} allows only dry-run requests here (add dryRun=All, "
@@ -390,26 +391,72 @@ class DryRun(FilterBase):
                 return await call_next(ex)
             await self._make_dry_run(ex, info)
         except StatusError as err:
-            return Reply.from_status(err)
+            return Reply.from_status(await self._apiserver_refusal(ex, info) or err)
         if self._enforced:
             self._enforced[index].inc()
         reply = await call_next(ex)
         reply.headers.add("Warning", self._warnings[index])
         return reply
 
-    def _refuse(self, index: int, info: RequestInfo, message: str) -> Reply:
+    async def _refuse(self, ex: Exchange, index: int, info: RequestInfo, message: str) -> Reply:
+        """kproxy's 403 for the rule, unless the apiserver would refuse the caller first."""
+        refusal = await self._apiserver_refusal(ex, info)
+        if refusal is not None:
+            return Reply.from_status(refusal)
         if self._rejected:
             self._rejected[index].inc()
         return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message))
 
-    async def _delete_body(self, ex: Exchange, info: RequestInfo) -> bytes:
-        """A DELETE's body, read whole (the apiserver's limit applies): it decides where options come from."""
+    async def _apiserver_refusal(self, ex: Exchange, info: RequestInfo) -> StatusError | None:
+        """The apiserver's own 401 or 403 for a caller it refuses before it reads the body
+        (authentication and authorization come first there), or None.
+
+        Asked before kproxy reads or decodes a body and before it answers in its own words, so
+        that a caller the apiserver would refuse costs no decoding and learns nothing more than
+        the apiserver would tell it. ``credentials: proxy`` has one caller, kproxy itself: nothing
+        to ask. When the authorizer gives no usable answer, None: kproxy then goes on as policy
+        says (its decoding is bounded either way)."""
+        ctx = self.ctx
+        if ctx is None or self._access is None or ctx.credentials == "proxy":
+            return None
+        try:
+            await authorize(ctx, self._access, ex, verb=info.verb)
+        except UndecidedError:
+            return None
+        except StatusError as err:
+            return err if err.code in (401, 403) else None
+        return None
+
+    async def _read_body(self, ex: Exchange, info: RequestInfo) -> bytes:
+        """The request body, read whole (the apiserver's limit applies), after the caller was
+        found to be one the apiserver would read it for."""
         body = ex.body
-        if info.verb not in _DELETE_VERBS or isinstance(body, UpgradeBody):
+        if isinstance(body, UpgradeBody):
             return b""
+        refusal = await self._apiserver_refusal(ex, info)
+        if refusal is not None:
+            raise refusal
         data = await body.read()
         ex.body = BytesBody(data, body.media_type)
         return data
+
+    async def _delete_body(self, ex: Exchange, info: RequestInfo) -> bytes:
+        """A DELETE's body: it decides where options come from."""
+        if info.verb not in _DELETE_VERBS:
+            return b""
+        return await self._read_body(ex, info)
+
+    async def _created_namespace(self, ex: Exchange, info: RequestInfo) -> tuple[RequestInfo, str | None]:
+        """The request as rules see it, and the namespace prefix they match when only that is
+        known: a Namespace create is in the namespace it creates (see :mod:`kproxy.policy`)."""
+        if not self._namespace_rules or not creates_namespace(info):
+            return info, None
+        data = await self._read_body(ex, info)
+        content_type = ex.headers.get("Content-Type", "")
+        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type)
+        if exact:
+            return dataclasses.replace(info, namespace=name), None
+        return info, name
 
     async def _is_dry_run(self, ex: Exchange, info: RequestInfo) -> bool:
         """Whether the apiserver will run this request as a dry run; its 422 for invalid values."""
@@ -417,7 +464,9 @@ class DryRun(FilterBase):
         body = await self._delete_body(ex, info)
         if body:
             try:
-                values = delete_body_dry_run(body, ex.headers.get("Content-Type", ""))
+                values = await run_body_work(
+                    self.ctx, len(body), delete_body_dry_run, body, ex.headers.get("Content-Type", "")
+                )
             except BodyError:
                 return False  # not provably a dry run
         else:
@@ -425,22 +474,18 @@ class DryRun(FilterBase):
         if values and not is_dry_run(values):
             raise invalid_dry_run(_OPTIONS_KIND[info.verb], values)
         if values is None and (info.api_group, info.resource, info.subresource) == ("", "pods", "eviction"):
-            return await self._eviction_dry_run(ex)
+            return await self._eviction_dry_run(ex, info)
         return is_dry_run(values)
 
-    async def _eviction_dry_run(self, ex: Exchange) -> bool:
+    async def _eviction_dry_run(self, ex: Exchange, info: RequestInfo) -> bool:
         """An Eviction without ``?dryRun`` uses its own ``deleteOptions.dryRun`` (eviction.go
         ``propagateDryRun``): a dry run when that is non-empty and all ``All`` (JSON or YAML body)."""
-        body = ex.body
-        if isinstance(body, UpgradeBody):
-            return False
-        data = await body.read()
-        ex.body = BytesBody(data, body.media_type)
+        data = await self._read_body(ex, info)
         mt = media_type(ex.headers.get("Content-Type", ""))
         if mt not in (_JSON, _YAML):
             return False
         try:
-            eviction = _json_options(data, mt)
+            eviction = await run_body_work(self.ctx, len(data), _json_options, data, mt)
         except BodyError:
             return False
         options = eviction.get("deleteOptions") if isinstance(eviction, dict) else None
@@ -453,10 +498,12 @@ class DryRun(FilterBase):
         body = await self._delete_body(ex, info)
         if body:
             try:
-                new_body, content_type, values = enforce_delete_body(body, ex.headers.get("Content-Type", ""))
+                new_body, content_type, values = await run_body_work(
+                    self.ctx, len(body), enforce_delete_body, body, ex.headers.get("Content-Type", "")
+                )
             except UnsupportedBodyType:
                 raise unsupported_media_type(_DELETE_MEDIA_TYPES) from None
-            except NotJSON as err:
+            except (NotJSON, NotYAML) as err:
                 raise bad_request(str(err)) from None  # what the apiserver answers for this body
             except BodyError as err:
                 raise bad_request(f"kproxy dryrun: {err}") from None
@@ -468,7 +515,10 @@ class DryRun(FilterBase):
             values = query_dry_run(ex.raw_query)
             if values and not is_dry_run(values):
                 raise invalid_dry_run(kind, values)
-        ex.raw_query = enforce_query(ex.raw_query)
+        try:
+            ex.raw_query = enforce_query(ex.raw_query)
+        except TooManyQueryParams as err:
+            raise bad_request(f"kproxy dryrun: {err}") from None
         ex._query = None  # the parsed view (if any filter built it) follows the new raw query
 
 

@@ -24,6 +24,7 @@ apiserver's default); the first matching rule may raise it (never lower it). Wha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -39,10 +40,12 @@ from kproxy.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.auth import authenticator
 from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.context import PROTOBUF_CODEC, FilterContext
+from kproxy.gocompat.url import TooManyQueryParams, with_param
 from kproxy.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate, router_accepts
-from kproxy.policy import Rule, first_match_lazy
+from kproxy.offload import run_body_work
+from kproxy.policy import Rule, created_namespace, creates_namespace, first_match_lazy
 from kproxy.requestinfo import RequestInfo
-from kproxy.status import StatusError
+from kproxy.status import StatusError, bad_request
 from kproxy.validation.levels import Level, parse_level
 from kproxy.validation.messages import create_update_error, warning_values
 from kproxy.validation.openapi import SchemaCache, cancel
@@ -234,7 +237,10 @@ class Validation(FilterBase):
         if self.rules:
             ctx = self.ctx
             try:
-                found = await first_match_lazy(self.rules, info, lambda: authenticator(ctx).identify(ex))
+                seen, prefix = await self._created_namespace(ex, info)
+                found = await first_match_lazy(
+                    self.rules, seen, lambda: authenticator(ctx).identify(ex), namespace_prefix=prefix
+                )
             except StatusError as err:
                 return Reply.from_status(err)
             if found is not None and found[1].minimum > level:
@@ -250,7 +256,13 @@ class Validation(FilterBase):
             (level == Level.STRICT and self.settings.local_strict) or (provide and level == Level.WARN)
         )
         try:
-            outcome = await self._check(ex) if check and _options_valid(ex.query) else None
+            # Authorization comes before decoding at the apiserver: a caller it refuses gets its
+            # refusal (forwarded), and kproxy decodes nothing for it.
+            outcome = (
+                await self._check(ex)
+                if check and _options_valid(ex.query) and await self._authorized(ex)
+                else None
+            )
         except StatusError as err:  # the body is over the size limit: the apiserver's own 413
             return Reply.from_status(err)
         if outcome is None or outcome.fatal or not outcome.errors:
@@ -309,7 +321,9 @@ class Validation(FilterBase):
             return None  # no such route: the apiserver's 404 or 405 comes before it decodes
         data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
         t0 = time.perf_counter()
-        outcome = validate_body(data, media, resolved.root, custom=resolved.custom, meta=resolved.meta)
+        outcome = await run_body_work(
+            self.ctx, len(data), _validate, data, media, resolved.root, resolved.custom, resolved.meta
+        )
         self.metrics.seconds.observe(time.perf_counter() - t0)
         endpoint = resolved.endpoint
         version = endpoint.version
@@ -343,9 +357,9 @@ class Validation(FilterBase):
             log.warning("validation: schema lookup failed (%s); the apiserver validates alone", err)
             other = None
         if other is not None and other.custom and other.endpoint.kind == kind:
-            return validate_body(data, media, other.root, custom=True, meta=other.meta)
+            return await run_body_work(self.ctx, len(data), _validate, data, media, other.root, True, other.meta)
         if other is None and meta is not None and await self._crd_lacks_version(info, version):
-            return validate_body(data, media, no_schema_root(), custom=True, meta=meta)
+            return await run_body_work(self.ctx, len(data), _validate, data, media, no_schema_root(), True, meta)
         return Outcome(fatal=f"the body names version {version}, whose schema kproxy does not have")
 
     async def _crd_lacks_version(self, info: RequestInfo, version: str) -> bool:
@@ -408,6 +422,21 @@ class Validation(FilterBase):
         codec: ProtobufCodec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
         return codec
 
+    async def _created_namespace(self, ex: Exchange, info: RequestInfo) -> tuple[RequestInfo, str | None]:
+        """The request as rules see it, and the namespace prefix they match when only that is
+        known: a Namespace create is in the namespace it creates (see :mod:`kproxy.policy`).
+        Its body is read only for a caller the apiserver would authorize."""
+        if not creates_namespace(info) or not any(r.match.namespaces for r in self.rules):
+            return info, None
+        if not await self._authorized(ex):
+            return info, None  # the apiserver refuses it first; no rule changes that
+        data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
+        content_type = ex.headers.get("Content-Type", "")
+        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type)
+        if exact:
+            return dataclasses.replace(info, namespace=name), None
+        return info, name
+
     async def _authorized(self, ex: Exchange) -> bool:
         assert self.ctx is not None and self.access is not None
         try:
@@ -420,6 +449,10 @@ class Validation(FilterBase):
             return False
 
 
+def _validate(data: bytes, media: str, root: Node, custom: bool, meta: Node | None) -> Outcome:
+    return validate_body(data, media, root, custom=custom, meta=meta)
+
+
 def _load_codec_schema() -> None:
     from kproxy.codec import load_schema
 
@@ -427,9 +460,12 @@ def _load_codec_schema() -> None:
 
 
 def _set_field_validation(ex: Exchange, level: Level) -> None:
-    query: MultiDict[str] = MultiDict((k, v) for k, v in ex.query.items() if k != "fieldValidation")
-    query.add("fieldValidation", level.wire)
-    ex.set_query(query)
+    """Every spelling Go reads as ``fieldValidation`` replaced by this level; the rest as sent."""
+    try:
+        ex.raw_query = with_param(ex.raw_query, "fieldValidation", level.wire)
+    except TooManyQueryParams as err:
+        raise bad_request(f"kproxy validation: {err}") from None
+    ex._query = None  # the parsed view follows the new raw query
 
 
 def _options_valid(query: MultiDict[str]) -> bool:

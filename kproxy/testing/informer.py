@@ -9,8 +9,6 @@ proxy, no cgo).
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import queue
@@ -22,52 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing.binaries import CACHE_ROOT, REPO_ROOT
-from kproxy.testing.errors import EnvtestError
+from kproxy.testing.binaries import REPO_ROOT
+from kproxy.testing.gobuild import ensure_go_binary
 
 __all__ = ["INFORMER_SOURCE", "Informer", "ensure_informer"]
 
 INFORMER_SOURCE = REPO_ROOT / "tests" / "e2e" / "informer"
-_INPUTS = ("go.mod", "go.sum", "main.go")
-_CACHE = CACHE_ROOT.parent / "informer"
-
-
-def _digest(source: Path) -> str:
-    h = hashlib.sha256()
-    for name in _INPUTS:
-        h.update(name.encode() + b"\0" + (source / name).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def ensure_informer(source: Path = INFORMER_SOURCE) -> Path:
-    """The informer binary for the current sources, built once (under a lock) and reused after."""
-    directory = _CACHE / _digest(source)
-    binary = directory / "informer"
-    if os.access(binary, os.X_OK):
-        return binary
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(f"{directory}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.access(binary, os.X_OK):  # built by someone else while we waited
-            return binary
-        tmp = directory / f".informer.{os.getpid()}"
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-        try:
-            done = subprocess.run(
-                ["go", "build", "-trimpath", "-o", str(tmp), "."],
-                cwd=source,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1800,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise EnvtestError(f"cannot build the informer test program in {source}: {e}") from e
-        if done.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            raise EnvtestError(f"go build in {source} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        tmp.replace(binary)
-    return binary
+    """The informer binary for the current sources, built once and reused after."""
+    return ensure_go_binary(source, "informer")
 
 
 class Informer:

@@ -881,7 +881,7 @@ def test_parse_query_matches_go() -> None:
 
 
 @pytest.mark.parametrize(
-    "target", ["/api/v1/pods\x7f", "/api/v1/\npods", "api/v1/pods", "http://h/api/v1/pods", "/x%zz"]
+    "target", ["/api/v1/pods\x7f", "/api/v1/\npods", "api/v1/pods", "http://h:x/api/v1/pods", "/x%zz"]
 )
 def test_request_target_rejected_like_go(target: str) -> None:
     with pytest.raises(InvalidRequestURIError):
@@ -889,6 +889,9 @@ def test_request_target_rejected_like_go(target: str) -> None:
 
 
 def test_request_target_forms() -> None:
+    # absolute form: Go's server routes it by its path, whatever the scheme and host
+    absolute = request_info_from_target("POST", "http://x/api/v1/namespaces/dry-a/configmaps")
+    assert (absolute.verb, absolute.namespace, absolute.resource) == ("create", "dry-a", "configmaps")
     assert request_info_from_target("OPTIONS", "*") == RequestInfo(path="*", verb="options", is_resource_request=False)
     # "?" as the only question mark and last character: ForceQuery with an empty query
     assert request_info_from_target("GET", "/api/v1/pods?").verb == "list"

@@ -1,0 +1,3 @@
+module kproxy.local/gooracle
+
+go 1.26.0
