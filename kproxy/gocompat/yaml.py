@@ -38,8 +38,9 @@ set in map`` (``setMapIndex``) names the line of the value node of the repeated 
 The result is what ``convertToJSONableObject`` makes of it (sigs.k8s.io/yaml yaml.go): map keys
 become strings (ints in decimal, booleans as ``true``/``false``), mappings come out with their
 keys sorted as Go's JSON encoder writes them. Scalars are resolved by pyyaml's YAML 1.1 resolver
-(timestamps stay strings, as go-yaml v2 leaves them when decoding into ``interface{}``). What
-kproxy does not convert (binary scalars, float or null keys, unknown tags) is
+plus go-yaml's ``y``/``n`` booleans (resolve.go ``resolveMapList``); timestamps stay strings, as
+go-yaml v2 leaves them when decoding into ``interface{}``, and so do scalars with a tag it does
+not know. What kproxy does not convert (float or null keys, malformed tagged scalars) is
 :class:`UnsupportedYAML`: the apiserver's answer to it is left to the apiserver.
 """
 
@@ -72,6 +73,8 @@ _ALIAS_RATIO_RANGE = float(ALIAS_RATIO_RANGE_HIGH - ALIAS_RATIO_RANGE_LOW)
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MISSING = object()
+# resolve.go's booleans that pyyaml's YAML 1.1 resolver leaves as strings (the rest agree).
+_GO_ONLY_BOOLS = {"y": True, "Y": True, "n": False, "N": False}
 _PLAIN_CACHE = 4096
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
@@ -294,18 +297,22 @@ class _Decoder:
 
     def _scalar_value(self, event: yaml.ScalarEvent) -> Any:
         tag = event.tag
+        if tag is None and event.implicit[0] and event.value in _GO_ONLY_BOOLS:
+            return _GO_ONLY_BOOLS[event.value]
         if tag is None or tag == "!":
             tag = self.loader.resolve(yaml.ScalarNode, event.value, event.implicit)
         node = yaml.ScalarNode(tag, event.value, None, None, event.style)
         construct = self.constructors.get(tag)
         if construct is None:
-            raise UnsupportedYAML(f"scalar tag {tag!r} is not converted")
+            return event.value  # resolve.go: a tag it does not know leaves the text a string
         try:
             value = construct(self.loader, node)
         except yaml.constructor.ConstructorError as err:
             raise UnsupportedYAML(str(err)) from None
         if isinstance(value, bytes):
-            raise UnsupportedYAML("binary scalars are not converted")
+            # decode.go scalar: binary data decoded into interface{} is a Go string of its bytes,
+            # which JSON writes with U+FFFD for what is not UTF-8.
+            return value.decode("utf-8", "replace")
         if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
             value = float(value)  # go-yaml's resolve: neither int64 nor uint64, so float64
         if type(value) is float and (math.isnan(value) or math.isinf(value)):
