@@ -30,8 +30,15 @@ Verbs are the apiserver's: ``create``, ``update``, ``patch``, ``delete``, ``dele
 the deprecated ``/proxy/`` path form), whatever HTTP method carries them. ``*`` is any verb.
 
 Namespaces: a request outside any namespace (cluster-scoped resources, non-resource paths)
-never matches a non-empty ``namespaces`` list. A request for a Namespace object itself is in
-that namespace (the apiserver's RequestInfo says so).
+never matches a non-empty ``namespaces`` list, with one exception: a Namespace object is in
+itself. For ``/api/v1/namespaces/N`` (get, update, patch, delete, ``status``, ``finalize``) the
+apiserver's RequestInfo already says namespace ``N``. A create (``POST /api/v1/namespaces``)
+names the namespace only in its body, so the policy filters read it there
+(:func:`created_namespace`): ``metadata.name``; without one, ``metadata.generateName``, and then
+a pattern matches when some generated name could match it (the name is only known once the
+apiserver made it); a body kproxy cannot read that far matches every ``namespaces`` pattern, so
+that a rule never misses the namespace it names. A rule for ``dry-*`` therefore covers creating,
+changing and deleting the Namespace ``dry-x`` as well as everything in it.
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from fnmatch import fnmatchcase
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from kproxy.chain import Identity
+from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 from kproxy.requestinfo import RequestInfo
 
 __all__ = [
@@ -52,8 +61,11 @@ __all__ = [
     "Match",
     "ResourcePattern",
     "Rule",
+    "created_namespace",
+    "creates_namespace",
     "first_match",
     "first_match_lazy",
+    "glob_matches_some_extension",
     "match_verb",
     "needs_identity",
 ]
@@ -136,6 +148,132 @@ def _any(patterns: Sequence[str], value: str) -> bool:
     return any(fnmatchcase(value, p) for p in patterns)
 
 
+def _glob_items(pattern: str) -> list[str]:
+    """A glob as its items: ``*``, ``?``, a bracket expression, or one literal character."""
+    items: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[":
+            j = i + 1
+            if j < len(pattern) and pattern[j] == "!":
+                j += 1
+            if j < len(pattern) and pattern[j] == "]":
+                j += 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 1
+            if j < len(pattern):  # a closed bracket expression (fnmatch: else a literal "[")
+                items.append(pattern[i : j + 1])
+                i = j + 1
+                continue
+        items.append(c)
+        i += 1
+    return items
+
+
+def glob_matches_some_extension(pattern: str, prefix: str) -> bool:
+    """Whether ``pattern`` (an ``fnmatchcase`` glob) matches some string that starts with
+    ``prefix``: the name the apiserver makes from a ``generateName``. Over-approximates only for
+    bracket expressions that match nothing."""
+    items = _glob_items(pattern)
+    states = {0}  # positions in ``items`` reachable after the characters read so far
+
+    def close(found: set[int]) -> set[int]:
+        out = set(found)
+        for s in found:
+            k = s
+            while k < len(items) and items[k] == "*":
+                k += 1
+                out.add(k)
+        return out
+
+    states = close(states)
+    for ch in prefix:
+        nxt: set[int] = set()
+        for s in states:
+            if s >= len(items):
+                continue
+            item = items[s]
+            if item == "*":
+                nxt.add(s)
+            elif item == "?" or (len(item) > 1 and fnmatchcase(ch, item)) or item == ch:
+                nxt.add(s + 1)
+        states = close(nxt)
+        if not states:
+            return False
+    return True  # whatever is left of the pattern, some suffix matches it
+
+
+def creates_namespace(info: RequestInfo) -> bool:
+    """``POST /api/v1/namespaces``: the one write whose namespace is only in its body."""
+    return (
+        info.is_resource_request
+        and info.verb == "create"
+        and info.api_group == ""
+        and info.resource == "namespaces"
+        and not info.subresource
+        and not info.namespace
+    )
+
+
+_PROTOBUF_PREFIX = b"k8s\x00"
+
+
+def created_namespace(data: bytes, content_type: str) -> tuple[str, bool]:
+    """The namespace a Namespace create's body names: (name, True) for ``metadata.name``;
+    (generateName, False) when only that is given; ("", False) when kproxy cannot read it (the
+    prefix every name has). JSON and YAML as the apiserver decodes them (last duplicate wins),
+    protobuf from its ``k8s\\0`` envelope (Unknown.raw = 2; Namespace.metadata = 1;
+    ObjectMeta.name = 1, generateName = 2; the last occurrence wins)."""
+    mt = content_type.split(";", 1)[0].strip().lower() or "application/json"
+    meta: Any = None
+    try:
+        if mt == "application/json":
+            meta = (orjson.loads(data) or {}).get("metadata")
+        elif mt == "application/yaml":
+            meta = (yaml_to_json(data).value or {}).get("metadata")
+        elif mt == "application/vnd.kubernetes.protobuf" and data.startswith(_PROTOBUF_PREFIX):
+            raw = _last_bytes(data[len(_PROTOBUF_PREFIX) :], 2)
+            object_meta = _last_bytes(raw, 1)
+            meta = {
+                "name": _last_bytes(object_meta, 1).decode("utf-8", "surrogateescape"),
+                "generateName": _last_bytes(object_meta, 2).decode("utf-8", "surrogateescape"),
+            }
+    except (ValueError, AttributeError, GoYAMLError, UnsupportedYAML):
+        meta = None
+    if not isinstance(meta, dict):
+        return "", False
+    name, generate = meta.get("name"), meta.get("generateName")
+    if isinstance(name, str) and name:
+        return name, True
+    if isinstance(generate, str):
+        return generate, False
+    return "", False
+
+
+def _last_bytes(buf: bytes, number: int) -> bytes:
+    """The last length-delimited field ``number`` of a protobuf message (ValueError if malformed)."""
+    from kproxy.codec.envelope import read_varint, skip_field
+    from kproxy.codec.errors import CodecError
+
+    found = b""
+    pos, end = 0, len(buf)
+    try:
+        while pos < end:
+            key, pos = read_varint(buf, pos, end)
+            if key >> 3 == 0:
+                raise ValueError("field number 0")
+            if key >> 3 == number and key & 7 == 2:
+                length, at = read_varint(buf, pos, end)
+                if at + length > end:
+                    raise ValueError("truncated field")
+                found = buf[at : at + length]
+            pos = skip_field(buf, key & 7, pos, end)
+    except CodecError as err:
+        raise ValueError(str(err)) from None
+    return found
+
+
 class Match(BaseModel):
     """Which requests a rule applies to; every empty list matches anything."""
 
@@ -184,12 +322,17 @@ class Match(BaseModel):
         """Whether matching needs the caller's identity (``users`` or ``groups`` given)."""
         return bool(self.users or self.groups)
 
-    def matches(self, info: RequestInfo, identity: Identity | None) -> bool:
+    def matches(self, info: RequestInfo, identity: Identity | None, *, namespace_prefix: str | None = None) -> bool:
         """Whether this request is selected. ``identity`` must be known when :meth:`needs_identity`;
-        without it a rule naming users or groups does not match."""
+        without it a rule naming users or groups does not match. ``namespace_prefix``: the
+        request's namespace is not known, only that it starts with this (a Namespace created
+        with a ``generateName``, or one whose body kproxy could not read: ``""``)."""
         if self.verbs and "*" not in self.verbs and match_verb(info) not in self.verbs:
             return False
-        if self.namespaces and (not info.namespace or not _any(self.namespaces, info.namespace)):
+        if self.namespaces and namespace_prefix is not None:
+            if not any(glob_matches_some_extension(p, namespace_prefix) for p in self.namespaces):
+                return False
+        elif self.namespaces and (not info.namespace or not _any(self.namespaces, info.namespace)):
             return False
         if self.resources and (
             not info.is_resource_request or not any(p.matches(info) for p in self.resource_patterns)
@@ -222,16 +365,20 @@ def needs_identity(rules: Sequence[Rule]) -> bool:
 
 
 async def first_match_lazy(
-    rules: Sequence[R], info: RequestInfo, identify: Callable[[], Awaitable[Identity]]
+    rules: Sequence[R],
+    info: RequestInfo,
+    identify: Callable[[], Awaitable[Identity]],
+    *,
+    namespace_prefix: str | None = None,
 ) -> tuple[int, R] | None:
     """:func:`first_match`, asking for the caller's identity only when a rule that needs it is
     reached (e.g. ``lambda: authenticator(ctx).identify(ex)``): requests decided by earlier rules
-    cost no TokenReview."""
+    cost no TokenReview. ``namespace_prefix`` as for :meth:`Match.matches`."""
     identity: Identity | None = None
     for i, rule in enumerate(rules):
         if identity is None and rule.match.needs_identity():
             identity = await identify()
-        if rule.match.matches(info, identity):
+        if rule.match.matches(info, identity, namespace_prefix=namespace_prefix):
             return i, rule
     return None
 

@@ -105,13 +105,20 @@ def test_delete_body_dry_run(body: bytes, ctype: str, values: list[str] | None) 
         (b"{}", "application/cbor", UnsupportedBodyType),
         (b"{bad", "application/json", BodyError),
         (b"[]", "application/json", BodyError),
-        (b"a: 1\n---\nb: 2\n", "application/yaml", BodyError),
+        (b"a: [\n", "application/yaml", BodyError),
         (b"\x00\x01", "application/vnd.kubernetes.protobuf", BodyError),
     ],
 )
 def test_unreadable_delete_bodies(body: bytes, ctype: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         enforce_delete_body(body, ctype)
+
+
+def test_yaml_delete_body_is_its_first_document() -> None:
+    """go-yaml's Unmarshal reads one document: what follows it is never looked at."""
+    body, _, values = enforce_delete_body(b"gracePeriodSeconds: 0\n---\n[unclosed\n", "application/yaml")
+    assert values is None
+    assert body == b'{"gracePeriodSeconds":0,"dryRun":["All"]}'
 
 
 def test_enforce_json_and_yaml_bodies() -> None:
