@@ -57,10 +57,10 @@ class _Scanner:
     def fail(self, c: int, context: str) -> None:
         raise _Error(f"invalid character {quote_char(c)} {context}")
 
-    def push(self, kind: int) -> None:
+    def push(self, kind: int, c: int) -> None:
         self.stack.append(kind)
         if len(self.stack) > _MAX_DEPTH:
-            raise _Error("exceeded max depth")
+            self.fail(c, "exceeded max depth")  # scanner.go pushParseState
 
     # -- values
     def begin_value_or_empty(self, c: int) -> None:
@@ -76,10 +76,10 @@ class _Scanner:
             return
         if c == 0x7B:  # {
             self.step = self.begin_string_or_empty
-            self.push(_OBJECT_KEY)
+            self.push(_OBJECT_KEY, c)
         elif c == 0x5B:  # [
             self.step = self.begin_value_or_empty
-            self.push(_ARRAY_VALUE)
+            self.push(_ARRAY_VALUE, c)
         elif c == 0x22:
             self.step = self.in_string
         elif c == 0x2D:  # -

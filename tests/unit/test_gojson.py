@@ -35,7 +35,7 @@ from kproxy.gojson import quote_char, syntax_error
         (b"\\", "invalid character '\\\\' looking for beginning of value"),
         (b"\xef\xbb\xbf{}", "invalid character '\u00ef' looking for beginning of value"),
         (b"\xa0", "invalid character '\\u00a0' looking for beginning of value"),
-        (b"[" * 10001, "exceeded max depth"),
+        (b"[" * 10001, "invalid character '[' exceeded max depth"),  # as the apiserver answers
     ],
 )
 def test_go_syntax_errors(data: bytes, message: str) -> None:
