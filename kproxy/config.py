@@ -106,6 +106,24 @@ class UpstreamConfig(Strict):
     anonymous_auth: bool = True
 
 
+class ConnectionsConfig(Strict):
+    """Client connections to the main listener: the apiserver's deadlines (its ``http.Server``:
+    ReadHeaderTimeout 32s, IdleTimeout 90s) and kproxy's bounds on unfinished request heads.
+    0 = no limit. See kproxy/connections.py."""
+
+    # Time a client has to send a whole request head, from the connection's start (or from the
+    # first four bytes of its next request); then the connection closes without an answer, as Go
+    # closes it. Requests being served (watches, exec, slow bodies) have no deadline.
+    read_header_timeout: Duration = 32.0
+    # Time a kept-alive connection may wait for its next request before it is closed.
+    idle_timeout: Duration = 90.0
+    # Connections reading a head at once; beyond it the one reading longest is closed.
+    max_unfinished_heads: int = Field(default=4096, ge=0)
+    # Memory held by heads received and not yet served, all connections together (estimated:
+    # the bytes plus about 150 per header line); beyond it the connection reading longest is closed.
+    max_unfinished_head_bytes: int = Field(default=64 << 20, ge=0)
+
+
 class LogConfig(Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -135,6 +153,7 @@ class Config(Strict):
     tls: TLSConfig | None = None
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
     shutdown_timeout: Duration = 30.0
+    connections: ConnectionsConfig = ConnectionsConfig()
     # How often the config file is checked for changes (hot reload); 0 = only on SIGHUP.
     reload_interval: Duration = 2.0
     log: LogConfig = LogConfig()

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessingError, LineTooLong
+from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler
 
 from kproxy.connections import HEADER_LINE_COST, Connections
@@ -150,11 +151,20 @@ class _HeadLimit:
             self._body = messages[-1][1]
             self._queued.append(self._head + HEADER_LINE_COST * self._lines)
             self._queued.extend([0] * (len(messages) - 1))
-            self._head = self._lines = 0
+            begun = _next_head(data) if self._body is EMPTY_PAYLOAD else b""
+            self._head, self._lines = len(begun), begun.count(b"\n")
             self._protocol.head_done()
         if not self._protocol.holding():
             return (), False, b""  # a bound closed this connection
         return messages, upgraded, tail
+
+
+def _next_head(data: bytes) -> bytes:
+    """What follows the last head in ``data`` when that head's request has no body: the part of
+    the next request's head that came with it (pipelined). The parser keeps it and does not say."""
+    crlf, lf = data.rfind(b"\n\r\n"), data.rfind(b"\n\n")
+    end = max(crlf + 3 if crlf >= 0 else 0, lf + 2 if lf >= 0 else 0)
+    return data[end:]
 
 
 # Where a connection is (kproxy.connections): reading a head (the read-header deadline runs),

@@ -1,7 +1,12 @@
 """Prometheus metrics, in a registry of kproxy's own (the only process-wide state).
 
-Labels are bounded: verb and resource come from the parsed RequestInfo (resource as
-``resource.group``, ``""`` for non-resource paths), code is the HTTP status.
+Every label takes its values from a bounded set, never from what a caller sent as it is (a
+series per random resource name would grow the registry, and each scrape, without end). As the
+apiserver's own metrics (staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go): the
+verb is a known verb or ``other`` (its ``cleanVerb`` against ``validRequestMethods``); the
+resource (``resource.group``, ``""`` for non-resource paths) is one the apiserver serves, known
+from its discovery (``kproxy.servedresources``), or ``other`` (the apiserver counts requests only
+on the routes it installed); code is the HTTP status.
 """
 
 from __future__ import annotations
@@ -11,9 +16,21 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kproxy.connections import CLOSE_REASONS, Connections
+from kproxy.servedresources import OTHER, ServedResources
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _GC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _FILTER_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1)
+
+#: The ``verb`` label's values: RequestInfo's verbs, and the lower-cased methods of non-resource
+#: requests that the apiserver serves; any other method is ``other``.
+KNOWN_VERBS = frozenset(
+    (
+        "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy",
+        "connect", "post", "put", "head", "options",
+    )
+)  # fmt: skip
 
 
 class Metrics:
@@ -53,6 +70,29 @@ class Metrics:
         self.rejected = Counter(
             "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
         )
+        self.connections_closed = Counter(
+            "kproxy_connections_closed",
+            "Client connections kproxy closed itself, by reason: a deadline passed (read_header_timeout, "
+            "idle_timeout) or a bound on unfinished heads was reached "
+            "(max_unfinished_heads, max_unfinished_head_bytes).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
+        self.open_connections = Gauge("kproxy_open_connections", "Client connections open.", registry=r)
+        self.connections_reading_head = Gauge(
+            "kproxy_connections_reading_head",
+            "Client connections reading a request head (new ones, and kept-alive ones whose next request began).",
+            registry=r,
+        )
+        self.unfinished_head_bytes = Gauge(
+            "kproxy_unfinished_head_bytes",
+            "Estimated memory of request heads received and not yet served, all client connections together.",
+            registry=r,
+        )
+        #: The resources the apiserver serves (filled from its discovery once kproxy runs).
+        self.served = ServedResources()
 
         self.config_reloads = Counter(
             "kproxy_config_reloads", "Config reloads (file change or SIGHUP), by result.", ["result"], registry=r
@@ -82,7 +122,20 @@ class Metrics:
         self._latencies: dict[tuple[str, str], Any] = {}
         self._filters: dict[str, Any] = {}
 
+    def watch_connections(self, conns: Connections) -> None:
+        """Export the main listener's connection bookkeeping (read when scraped)."""
+        self.open_connections.set_function(lambda: conns.open)
+        self.connections_reading_head.set_function(lambda: len(conns.reading))
+        self.unfinished_head_bytes.set_function(lambda: conns.held)
+        closed = {reason: self.connections_closed.labels(reason) for reason in CLOSE_REASONS}
+        conns.on_close = lambda reason: closed[reason].inc()
+
+    def labels_for(self, verb: str, resource: str) -> tuple[str, str]:
+        """The bounded ``verb`` and ``resource`` labels of a request (see the module docstring)."""
+        return verb if verb in KNOWN_VERBS else OTHER, self.served.label(resource)
+
     def count(self, verb: str, resource: str, code: int) -> None:
+        verb, resource = self.labels_for(verb, resource)
         key = (verb, resource, str(code))
         child = self._counts.get(key)
         if child is None:
@@ -90,7 +143,7 @@ class Metrics:
         child.inc()
 
     def observe_latency(self, verb: str, resource: str, seconds: float) -> None:
-        key = (verb, resource)
+        key = self.labels_for(verb, resource)
         child = self._latencies.get(key)
         if child is None:
             child = self._latencies[key] = self.latency.labels(*key)

@@ -1,0 +1,116 @@
+"""Pure logic behind the connection bounds and the bounded metric labels (the behaviour itself is
+tested end to end in tests/e2e/test_edge_limits.py and tests/e2e/test_metrics_labels.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kproxy.config import ConnectionsConfig, parse_config
+from kproxy.connections import Connections
+from kproxy.metrics import Metrics
+from kproxy.servedresources import OTHER, discover, labels_from_aggregated
+
+
+class _Conn:
+    def __init__(self, conns: Connections, held: int = 0) -> None:
+        self.conns = conns
+        self.held = held
+        self.closed: str | None = None
+
+    def close_for(self, reason: str) -> None:
+        self.closed = reason
+        self.conns.end_head(self)
+        self.conns.held -= self.held
+        self.held = 0
+
+
+def test_defaults_are_the_apiservers_and_keys_parse() -> None:
+    assert ConnectionsConfig().read_header_timeout == 32.0  # secure_serving.go ReadHeaderTimeout
+    assert ConnectionsConfig().idle_timeout == 90.0  # IdleTimeout
+    cfg = parse_config({"connections": {"read_header_timeout": "1.5s", "max_unfinished_heads": 0}})
+    assert cfg.connections.read_header_timeout == 1.5 and cfg.connections.max_unfinished_heads == 0
+
+
+def test_the_connection_reading_longest_is_closed_first() -> None:
+    conns = Connections(ConnectionsConfig(max_unfinished_heads=2))
+    a, b, c = (_Conn(conns) for _ in range(3))
+    for conn in (a, b, c):
+        conns.start_head(conn)
+    assert (a.closed, b.closed, c.closed) == ("max_unfinished_heads", None, None)
+    assert list(conns.reading) == [b, c]
+
+
+def test_bytes_over_the_budget_close_readers_oldest_first_then_a_served_connection_itself() -> None:
+    conns = Connections(ConnectionsConfig(max_unfinished_head_bytes=100))
+    old, new = _Conn(conns), _Conn(conns)
+    conns.start_head(old)
+    conns.start_head(new)
+    old.held = 60
+    conns.hold(old, 60)
+    new.held = 60
+    conns.hold(new, 60)
+    assert (old.closed, new.closed, conns.held) == ("max_unfinished_head_bytes", None, 60)
+    served = _Conn(conns, held=50)  # heads pipelined behind a request being served
+    conns.hold(served, 50)
+    assert (served.closed, new.closed, conns.held) == ("max_unfinished_head_bytes", None, 60)
+
+
+def test_unbounded_when_zero() -> None:
+    conns = Connections(ConnectionsConfig(max_unfinished_heads=0, max_unfinished_head_bytes=0))
+    many = [_Conn(conns, held=1 << 30) for _ in range(100)]
+    for conn in many:
+        conns.start_head(conn)
+        conns.hold(conn, conn.held)
+    assert not any(conn.closed for conn in many)
+
+
+def test_labels_are_known_verbs_and_served_resources_else_other() -> None:
+    m = Metrics()
+    m.served.known = frozenset({"configmaps", "deployments.apps"})
+    assert m.labels_for("list", "configmaps") == ("list", "configmaps")
+    assert m.labels_for("get", "deployments.apps") == ("get", "deployments.apps")
+    assert m.labels_for("get", "") == ("get", "")  # a non-resource request
+    assert m.labels_for("propfind", "r123") == (OTHER, OTHER)
+    assert m.labels_for("", "deployments.example") == (OTHER, OTHER)
+    for i in range(500):
+        m.count("get", f"random{i}", 404)
+        m.observe_latency("get", f"random{i}", 0.001)
+    assert len(m._counts) == 1 and len(m._latencies) == 1
+
+
+_AGGREGATED: dict[str, Any] = {
+    "/api": {
+        "kind": "APIGroupDiscoveryList",
+        "items": [
+            {
+                "metadata": {"creationTimestamp": None},
+                "versions": [
+                    {"version": "v1", "resources": [{"resource": "pods", "subresources": [{"subresource": "log"}]}]}
+                ],
+            }
+        ],
+    },
+    "/apis": {
+        "kind": "APIGroupDiscoveryList",
+        "items": [
+            {"metadata": {"name": "apps"}, "versions": [{"version": "v1", "resources": [{"resource": "deployments"}]}]}
+        ],
+    },
+}
+_LEGACY: dict[str, Any] = {
+    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+    "/api/v1": {"resources": [{"name": "pods"}, {"name": "pods/log"}]},
+    "/apis": {"kind": "APIGroupList", "groups": [{"name": "apps", "versions": [{"groupVersion": "apps/v1"}]}]},
+    "/apis/apps/v1": {"resources": [{"name": "deployments"}, {"name": "deployments/scale"}]},
+}
+
+
+def test_discovery_aggregated_and_legacy_give_the_same_labels() -> None:
+    assert labels_from_aggregated(_AGGREGATED["/apis"]) == {"deployments.apps"}
+    for docs in (_AGGREGATED, _LEGACY):
+
+        async def fetch(path: str, accept: str, docs: dict[str, Any] = docs) -> tuple[int, Any]:
+            return 200, docs[path]
+
+        assert asyncio.run(discover(fetch)) == {"pods", "deployments.apps"}
