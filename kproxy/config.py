@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from kproxy.gocompat.regexp import compile_go_regexp
 
 DEFAULT_MAX_BODY = 3 * 1024 * 1024  # the apiserver's MaxRequestBodyBytes
 
@@ -93,6 +95,40 @@ class ImpersonateConfig(Strict):
     rejected_token_cache_ttl: Duration = 5.0
 
 
+def _go_regexp(value: str) -> str:
+    compile_go_regexp(value)  # ValueError (naming what is not supported) fails the key
+    return value
+
+
+def _regexp_list(value: Any) -> Any:
+    """A list, or one string split on commas as kubectl proxy splits its flag (``""`` is none)."""
+    if isinstance(value, str):
+        return value.split(",") if value else []
+    return value
+
+
+GoRegexps = Annotated[list[Annotated[str, AfterValidator(_go_regexp)]], BeforeValidator(_regexp_list)]
+
+
+class ProxyConfig(Strict):
+    """``credentials: proxy``: kubectl proxy's request filter, with its defaults and meaning
+    (staging/src/k8s.io/kubectl/pkg/proxy/proxy_server.go ``FilterServer``; kproxy/proxyguard.py).
+    Go regular expressions (the subset kproxy/gocompat/regexp.py supports), each tried anywhere
+    in the string unless anchored. A request is refused with kubectl proxy's 403 unless its host
+    matches an accept_hosts entry and its path an accept_paths entry, and neither its path
+    matches a reject_paths entry nor its method a reject_methods entry."""
+
+    # Go's req.Host, after net.SplitHostPort (the whole value when that fails).
+    accept_hosts: GoRegexps = ["^localhost$", r"^127\.0\.0\.1$", r"^\[::1\]$"]
+    # Go's req.URL.Path (percent-decoded).
+    accept_paths: GoRegexps = ["^.*"]
+    # exec and attach through the proxy's rights are an explicit opt-in: set [] to allow them.
+    reject_paths: GoRegexps = ["^/api/.*/pods/.*/exec", "^/api/.*/pods/.*/attach"]
+    reject_methods: GoRegexps = ["^$"]
+    # kubectl proxy --disable-filter: no check at all.
+    disable_filter: bool = False
+
+
 class UpstreamConfig(Strict):
     kubeconfig: str | None = None
     context: str | None = None
@@ -149,6 +185,7 @@ class Config(Strict):
     allow_remote: bool = False
     credentials: Literal["proxy", "forward", "impersonate"] = "proxy"
     impersonate: ImpersonateConfig = ImpersonateConfig()
+    proxy: ProxyConfig = ProxyConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     tls: TLSConfig | None = None
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
@@ -200,6 +237,11 @@ def parse_config(data: Mapping[str, Any] | None) -> Config:
         raise ConfigError(
             f"listen: {cfg.listen.host} is not a loopback address; with credentials: proxy every caller "
             "gets the proxy's own rights, so set allow_remote: true to listen there"
+        )
+    if cfg.credentials != "proxy" and cfg.proxy != ProxyConfig():
+        raise ConfigError(
+            "proxy: applies only with credentials: proxy (in the other modes each caller's own "
+            "credentials reach the apiserver, so a request kproxy did not filter gains nothing of kproxy's)"
         )
     if cfg.tls is not None and cfg.tls.client_ca_file and cfg.credentials != "impersonate":
         raise ConfigError(

@@ -318,7 +318,9 @@ class GoServer(web.Server):
         return GoRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-def go_bad_request() -> web.StreamResponse:
-    """Go's server's answer to a request line it cannot use (an unparsable target): a plain
-    ``400 Bad Request``, then the connection closes (net/http ``conn.serve``)."""
-    return _RawAnswer(b"HTTP/1.1 400 Bad Request" + _GO_ERROR_HEADERS + b"400 Bad Request")
+def go_bad_request(why: str = "") -> web.StreamResponse:
+    """Go's server's answer to a request head it cannot use (an unparsable target; with ``why``, a
+    ``badRequestError`` such as ``malformed Host header``): ``400 Bad Request[: why]``, then the
+    connection closes (net/http ``conn.serve``)."""
+    public = b"400 Bad Request" + (b": " + why.encode() if why else b"")
+    return _RawAnswer(b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public)

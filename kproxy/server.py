@@ -31,12 +31,14 @@ from kproxy.connections import Connections
 from kproxy.context import ApiClient, FilterContext
 from kproxy.errorreply import negotiated_status
 from kproxy.eventstream import EventStreamBody, serve_events
+from kproxy.gocompat.httpguts import valid_host_header
 from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
 from kproxy.listener import GoServer, MalformedBody, go_bad_request
 from kproxy.metrics import Metrics
+from kproxy.proxyguard import proxy_guard
 from kproxy.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.status import StatusError, generic, internal_error, request_entity_too_large
 from kproxy.upgrade import splice
@@ -118,6 +120,7 @@ class ProxyServer:
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self.connections = Connections(cfg.connections)
+        self.guard = proxy_guard(cfg, self._guard_refused)
         self.metrics.watch_connections(self.connections)
         self._in_flight = 0
         # Read when /metrics is scraped rather than updated (under a lock) twice per request.
@@ -221,6 +224,7 @@ class ProxyServer:
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self.connections.limits = cfg.connections
+        self.guard = proxy_guard(self.cfg, self._guard_refused)
         logging.getLogger().setLevel(cfg.log.level.upper())
         old.retired = True
         self._draining.add(old)
@@ -271,6 +275,8 @@ class ProxyServer:
         target = _read_target(request.method, raw)
         if target is None:  # Go's server refuses this target before any handler runs
             return go_bad_request()
+        if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
+            return go_bad_request("malformed Host header")
         uri, info = target
         upgrade = is_upgrade(request.headers)
         # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade
@@ -304,6 +310,8 @@ class ProxyServer:
             if expect and not _expects_continue(expect):
                 # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
                 reply, close = Reply(417, CIMultiDict(), BytesBody(b"")), True
+            elif self.guard is not None and (refused := self.guard.refuse(ex)) is not None:
+                reply = refused  # credentials: proxy: kubectl proxy's host, path and method filter
             elif length is not None and length > self._limit:
                 reply = self._reject(request_entity_too_large(self._limit), ex)
             elif self.callers is not None:
@@ -349,6 +357,9 @@ class ProxyServer:
                         "user_agent": request.headers.get("User-Agent", ""),
                     },
                 )
+
+    def _guard_refused(self, check: str) -> None:
+        self.metrics.rejected.labels(f"ProxyFilter{check.capitalize()}").inc()
 
     def _reject(self, err: StatusError, ex: Exchange) -> Reply:
         """A Status kproxy answers itself, in the media type the request negotiates."""
