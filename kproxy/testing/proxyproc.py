@@ -83,6 +83,16 @@ class RunningProxy:
         return self.config
 
 
+#: The Host names the tests' raw requests use (``Host: x``, tests/adversarial/wire.py's
+#: ``kproxy.test``, absolute-form ``http://x/...``) besides kubectl proxy's loopback names (the
+#: default of ``proxy.accept_hosts``): test proxies in ``credentials: proxy`` accept them unless
+#: started with ``test_hosts=False``.
+TEST_HOSTS = ["^localhost$", r"^127\.0\.0\.1$", r"^\[::1\]$", "^x$", r"^kproxy\.test$"]
+#: ``extra={"proxy": ALLOW_EXEC}``: exec and attach through a ``credentials: proxy`` kproxy (its
+#: default ``proxy.reject_paths`` refuses them, as kubectl proxy's does).
+ALLOW_EXEC: dict[str, Any] = {"reject_paths": []}
+
+
 def start_proxy(
     tmp: Path,
     upstream_kubeconfig: Path | None,
@@ -93,6 +103,7 @@ def start_proxy(
     ready: bool = True,
     tls: bool = False,
     env: dict[str, str] | None = None,
+    test_hosts: bool = True,
 ) -> RunningProxy:
     """Start `kproxy run` as its own process with a fresh config; wait until it listens.
 
@@ -114,6 +125,8 @@ def start_proxy(
             cfg[key].update(value)
         else:
             cfg[key] = value
+    if cfg.get("credentials") == "proxy" and test_hosts:
+        cfg["proxy"] = {"accept_hosts": TEST_HOSTS, **(cfg.get("proxy") or {})}
     ca_path: Path | None = None
     if tls:
         ca = certs.generate_ca("kproxy-test-ca")

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from webhook import REFUSAL, running_webhook
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -108,7 +108,10 @@ def enforcing(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPath
     rp = start_proxy(
         tmp_path_factory.mktemp("dryrun"),
         control_plane.admin_kubeconfig,
-        extra={"filters": [{"name": "dryrun", "rules": [{"name": "preview", "action": "enforce"}]}]},
+        extra={
+            "filters": [{"name": "dryrun", "rules": [{"name": "preview", "action": "enforce"}]}],
+            "proxy": ALLOW_EXEC,
+        },
     )
     yield rp
     rp.stop()

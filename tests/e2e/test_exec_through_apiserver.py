@@ -36,7 +36,7 @@ from kubernetes.stream import stream
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.processes import free_ports
-from kproxy.testing.proxyproc import RunningProxy, start_proxy
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode
 
 pytestmark = pytest.mark.e2e
@@ -113,7 +113,7 @@ def target(
     cp = control_plane
     tmp = tmp_path_factory.mktemp(f"kproxy-exec-{request.param}")
     if request.param == "empty-chain":
-        rp = start_proxy(tmp, cp.admin_kubeconfig)
+        rp = start_proxy(tmp, cp.admin_kubeconfig, extra={"proxy": ALLOW_EXEC})
         token = None
     else:
         extra = {"filters": FILTERS}

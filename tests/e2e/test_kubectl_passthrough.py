@@ -10,12 +10,13 @@ import json
 import re
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -283,7 +284,9 @@ def _token_kubeconfig(path: Any, proxy: RunningProxy, token: str | None) -> Any:
     return path
 
 
-def test_exec_error_passes_through(kubectl: Kubectl, proxy: RunningProxy, namespace: str) -> None:
+def test_exec_error_passes_through(
+    kubectl: Kubectl, proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
     """A pod bound to no node cannot be exec'd into; the apiserver's refusal must reach kubectl unchanged
     (exec that succeeds: tests/e2e/test_exec_through_apiserver.py)."""
     pod = json.dumps(
@@ -295,6 +298,7 @@ def test_exec_error_passes_through(kubectl: Kubectl, proxy: RunningProxy, namesp
         }
     )
     kubectl(["create", "-f", "-"], input=pod)
+    proxy = proxy_factory(extra={"proxy": ALLOW_EXEC})  # credentials: proxy refuses exec by default
     via = kubectl(["exec", "p", "-n", namespace, "--", "true"], kubeconfig=proxy.kubeconfig, check=False, timeout=60)
     direct = kubectl(["exec", "p", "-n", namespace, "--", "true"], check=False, timeout=60)
     assert via.returncode == direct.returncode != 0

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kproxy.testing.proxyproc import RunningProxy, start_proxy
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 
 
 class UpstreamThread:
@@ -112,7 +112,7 @@ def _kubeconfig(path: Path, port: int) -> Path:
 @pytest.fixture(scope="module")
 def spdy_proxy(upstream: UpstreamThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     tmp = tmp_path_factory.mktemp("spdy")
-    rp = start_proxy(tmp, _kubeconfig(tmp / "up.kc", upstream.spdy_port), ready=False)
+    rp = start_proxy(tmp, _kubeconfig(tmp / "up.kc", upstream.spdy_port), ready=False, extra={"proxy": ALLOW_EXEC})
     yield rp
     rp.stop()
 
@@ -120,7 +120,7 @@ def spdy_proxy(upstream: UpstreamThread, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="module")
 def ws_proxy(upstream: UpstreamThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     tmp = tmp_path_factory.mktemp("ws")
-    rp = start_proxy(tmp, _kubeconfig(tmp / "up.kc", upstream.ws_port), ready=False)
+    rp = start_proxy(tmp, _kubeconfig(tmp / "up.kc", upstream.ws_port), ready=False, extra={"proxy": ALLOW_EXEC})
     yield rp
     rp.stop()
 
