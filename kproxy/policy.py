@@ -283,7 +283,9 @@ class Match(BaseModel):
     users: list[str] = []
     #: Group names; matches when any of the caller's groups matches any entry.
     groups: list[str] = []
-    #: Namespace names or globs; never matches requests outside a namespace.
+    #: Namespace names or globs; never matches requests outside a namespace. A Namespace object
+    #: is in itself: creating (named by its body; a ``generateName`` matches the names it can
+    #: become), changing or deleting the Namespace ``dry-x`` matches ``dry-*``.
     namespaces: list[str] = []
     #: ``RESOURCE[.GROUP][/SUBRESOURCE]`` patterns (see the module docstring).
     resources: list[str] = []

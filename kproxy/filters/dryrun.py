@@ -29,6 +29,17 @@ this filter must cover so that it cannot be bypassed (apiserver v1.37 sources):
   ``dryRun: ["All"]`` (JSON and YAML become JSON; protobuf is edited in its wire form). A body
   it cannot parse, or of another media type, is refused, never forwarded. ``null`` (which Go
   decodes as empty options) becomes ``{"dryRun":["All"]}``.
+* A DELETE body is decoded as the apiserver decodes it, with its limits: YAML through
+  ``kproxy.gocompat.yaml`` (go-yaml's depth and alias budget, first document only), JSON with
+  Go's nesting limit; a body it refuses gets its own 400 word for word. Large bodies are decoded
+  off the event loop (``kproxy.offload``).
+* Authentication and authorization come first at the apiserver, so kproxy reads no body and
+  answers nothing of its own (a rule's 403, a 422 for ``dryRun``, a 400 for a body) before it
+  knows the apiserver would authorize the caller (a SubjectAccessReview, cached); a caller it
+  would refuse gets its 401 or 403.
+* The Namespace object is in itself for a rule's ``namespaces`` (:mod:`kproxy.policy`): creating
+  ``dry-x`` (the name read from the body) is a dry run under a ``dry-*`` rule, as changing and
+  deleting it are.
 * ``serviceaccounts/token`` (TokenRequest) ignores ``dryRun``: a dry run still returns a real,
   valid token, so matching ``enforce`` and ``reject`` rules refuse it.
 * ``X-HTTP-Method-Override`` is honoured by neither Go's server nor the apiserver: the method
