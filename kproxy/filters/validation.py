@@ -14,6 +14,9 @@ apiserver's default); the first matching rule may raise it (never lower it). Wha
   authorized for the write), kproxy answers
   the apiserver's 400 itself and the write never reaches the apiserver. Otherwise the request
   goes up with ``fieldValidation=Strict`` and the apiserver answers -- exact by construction.
+  The body is decoded only for a caller the apiserver would authorize for the write (it
+  authorizes before it decodes; a refused caller's request goes up untouched and gets its 403),
+  with the apiserver's limits (``kproxy.gocompat.yaml``), large bodies off the event loop.
 * **Strict, PATCH** -- forwarded with ``fieldValidation=Strict``: the apiserver's answer quotes
   the patched object (the current object merged with the patch), which only it has.
 * **Upstream without fieldValidation** (``upstream_validates: no``, or ``auto`` and a server
