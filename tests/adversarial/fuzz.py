@@ -26,6 +26,7 @@ import argparse
 import base64
 import json
 import random
+import re
 import secrets
 import sys
 import time
@@ -36,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy
+from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 from . import bodies as b
-from .wire import CLOSED, TIMEOUT, Answer, Endpoint, exchange, request_bytes
+from .wire import TIMEOUT, Answer, Endpoint, exchange, request_bytes
 
 CHAINS: dict[str, list[dict[str, Any]]] = {
     "transparent": [
@@ -64,13 +65,18 @@ class Req:
     target: str
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes | None = None
+    chunked: bool = False  # frame the body in one chunk once the placeholders are filled in
 
     def render(self, ns: str, name: str) -> bytes:
         def sub(s: str) -> str:
             return s.replace(NS, ns).replace(NAME, name)
 
+        headers = [(sub(k), sub(v)) for k, v in self.headers]
         body = self.body.replace(NS.encode(), ns.encode()).replace(NAME.encode(), name.encode()) if self.body else None
-        return request_bytes(sub(self.method), sub(self.target), [(sub(k), sub(v)) for k, v in self.headers], body)
+        if self.chunked:
+            body = f"{len(body or b''):x}\r\n".encode() + (body or b"") + b"\r\n0\r\n\r\n"
+            headers.append(("Transfer-Encoding", "chunked"))
+        return request_bytes(sub(self.method), sub(self.target), headers, body)
 
 
 # --------------------------------------------------------------------------- well-formed requests
@@ -161,7 +167,8 @@ def _split(target: str) -> tuple[str, str]:
 
 
 def m_target_form(rng: random.Random, r: Req) -> Req:
-    prefix = rng.choice(["http://x", "https://x", "HTTP://X", "http://127.0.0.1:1", "http://u@x", "x:", "/", "foo://"])
+    prefix = rng.choice(["http://localhost", "https://127.0.0.1", "HTTP://localhost", "http://127.0.0.1:1",
+                         "http://u@localhost", "http://x", "x:", "/", "foo://"])  # fmt: skip
     return replace(r, target=prefix + r.target)
 
 
@@ -243,9 +250,8 @@ def m_body(rng: random.Random, r: Req) -> Req:
         body = rng.choice([b"", b"null", b"[]", b"\x00", b"k8s\x00", b"\xd9\xd9\xf7", b"---\n---\n", b"{}" * 3])
     elif choice == 9:
         body = base64.b64encode(body)
-    else:  # the same body, chunked
-        chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
-        return replace(r, body=chunked, headers=[*r.headers, ("Transfer-Encoding", "chunked")])
+    else:
+        return replace(r, body=body, chunked=True)
     return replace(r, body=body)
 
 
@@ -310,6 +316,70 @@ def _warned(a: Answer) -> bool:
     return any("unknown field" in w or "duplicate field" in w for w in a.headers_all("Warning"))
 
 
+def _text_400(a: Answer) -> bool:
+    return a.status == 400 and not a.is_status()
+
+
+def _request_line(raw: bytes) -> bytes:
+    return raw.split(b"\r\n", 1)[0]
+
+
+def _target(raw: bytes) -> bytes:
+    return _request_line(raw).split(b" ")[1]
+
+
+#: Differences at the HTTP edge that are known and reported, each with why (never a policy failure:
+#: only answers where kproxy refuses what Go serves, or serves what Go refuses, are excused here).
+#: A class no longer seen in a full CI run fails the test, so the entry goes when its fix lands.
+KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
+    "method-case": (
+        "kproxy's HTTP parser refuses a method that is not upper case (text 400); Go takes any token",
+        lambda raw, via, direct: raw.split(b" ", 1)[0] != raw.split(b" ", 1)[0].upper() and _text_400(via),
+    ),
+    "scheme-only-absolute-form": (
+        "kproxy refuses `x:/api/...` and `foo:///api/...` (text 400); Go's ParseRequestURI takes them and the"
+        " apiserver routes by the path",
+        lambda raw, via, direct: not re.match(rb"(?i)(/|\*|https?://)", _target(raw)) and _text_400(via),
+    ),
+    "duplicate-content-type": (
+        "kproxy refuses two Content-Type headers (text 400); Go's Header.Get takes the first",
+        lambda raw, via, direct: raw.split(b"\r\n\r\n")[0].count(b"\r\nContent-Type:") > 1 and _text_400(via),
+    ),
+    "request-line-spaces": (
+        "kproxy serves a request line with two spaces before the version; Go answers 400 (malformed HTTP version)",
+        lambda raw, via, direct: _request_line(raw).count(b" ") > 2 and _text_400(direct) and not _text_400(via),
+    ),
+    "cache-serves-double-slash": (
+        "the watch cache serves `//api/...` as the resource; the apiserver answers 404 page not found",
+        lambda raw, via, direct: _target(raw).startswith(b"//") and direct.body == b"404 page not found\n"
+        and via.status == 200,
+    ),
+}
+#: The chains each KNOWN class shows in (the others lack the filter it needs).
+KNOWN_IN = {"cache-serves-double-slash": ("transparent",)}
+
+def _guarded(raw: bytes, via: Answer) -> bool:
+    """`credentials: proxy` refuses a Host that is not a loopback name, as kubectl proxy does (its
+    403 text): Go takes the host of an absolute-form target as the request's Host."""
+    m = re.match(rb"(?i)[a-z][a-z0-9+.-]*://(?:[^@/]*@)?(\[[^]]*\]|[^:/?#]*)", _target(raw))
+    return via.status == 403 and via.body == b"Forbidden\n" and m is not None and m[1] not in LOOPBACK
+
+
+LOOPBACK = (b"localhost", b"127.0.0.1", b"[::1]")
+
+#: Problems that are never excused by KNOWN.
+SECURITY = ("kproxy exited", "traceback", "persisted", "token", "Strict")
+
+
+def explain(problems: list[str], raw: bytes, via: Answer, direct: Answer) -> str | None:
+    """The KNOWN class that explains every problem of this request, if any does."""
+    if any(word in p for p in problems for word in SECURITY):
+        return None
+    if _guarded(raw, via):
+        return "proxy-mode-host"
+    return next((name for name, (_, known) in KNOWN.items() if known(raw, via, direct)), None)
+
+
 def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_changed: list[str]) -> list[str]:
     problems = []
     if side.proxy.proc.poll() is not None:
@@ -322,13 +392,13 @@ def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_ch
         problems.append("kproxy 5xx where the apiserver answered otherwise")
     if via.status >= 400 and direct.is_status() and not via.is_status():
         problems.append("kproxy's error is not a Status")
-    if side.target == "transparent" and via.status // 100 != direct.status // 100 and CLOSED not in (via.status,):
+    if side.target == "transparent" and via.status // 100 != direct.status // 100:
         problems.append("status class differs")
     if side.target == "policy":
         if keys_changed:
             problems.append(f"persisted through the policy: {keys_changed}")
         doc = via.json()
-        if isinstance(doc, dict) and (doc.get("status") or {}).get("token"):
+        if isinstance(doc, dict) and doc.get("kind") == "TokenRequest" and doc["status"].get("token"):
             problems.append("a service-account token was handed out")
         if 200 <= direct.status < 300 and _warned(direct) and 200 <= via.status < 300:
             problems.append("a write the apiserver warned about passed Strict validation")
@@ -347,13 +417,33 @@ def seed_namespaces(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) -> None:
             assert code in (201, 409), resp
 
 
-def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str], None] = print) -> tuple[
-        list[Failure], Counter[tuple[int, int]]]:  # fmt: skip
-    """Send ``count`` generated requests to both sides; return the failures and (kproxy, apiserver) status pairs."""
+@dataclass
+class Result:
+    failures: list[Failure] = field(default_factory=list)
+    #: (kproxy, apiserver) status pairs, how many of each.
+    pairs: Counter[tuple[int, int]] = field(default_factory=Counter)
+    #: KNOWN classes seen, how often, with a first example.
+    known: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, Failure] = field(default_factory=dict)
+    #: Requests the proxy-mode Host check refused (policy, not a difference).
+    guarded: int = 0
+    #: Requests sent while the apiserver was unreachable (not compared).
+    skipped: int = 0
+
+    def summary(self) -> str:
+        known = ", ".join(f"{k} x{n}" for k, n in self.known.most_common()) or "none"
+        return (
+            f"{len(self.failures)} failures; known differences: {known}; refused by the proxy-mode Host check: "
+            f"{self.guarded}; skipped while the apiserver was down: {self.skipped}; "
+            f"statuses {dict(self.pairs.most_common(10))}"
+        )
+
+
+def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str], None] = print) -> Result:
+    """Send ``count`` generated requests to both sides and check each (failures are reported as they come)."""
     via_ep = Endpoint.from_url(side.proxy.url)
     direct_ep = Endpoint("127.0.0.1", side.cp.apiserver_port, side.cp.ssl_context())
-    failures: list[Failure] = []
-    pairs: Counter[tuple[int, int]] = Counter()
+    result = Result()
     keys = side.etcd_keys() if side.target == "policy" else {}
     for index in range(start, start + count):
         req = generate(seed, index)
@@ -370,14 +460,27 @@ def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str
             now = side.etcd_keys()
             changed = sorted(k for k in now.keys() | keys.keys() if now.get(k) != keys.get(k))
             keys = now
-        pairs[via.status, direct.status] += 1
-        for what in check(side, via_raw, via, direct, log, changed):
+        down = direct.error.startswith("connect:") or b"upstream kube-apiserver is unavailable" in via.body
+        if down and not changed:
+            # The shared apiserver is restarting (another test's outage): this request proves nothing.
+            result.skipped += 1
+            wait_for(side.cp.readyz, 120, "the apiserver to come back")
+            continue
+        result.pairs[via.status, direct.status] += 1
+        problems = check(side, via_raw, via, direct, log, changed)
+        known = explain(problems, via_raw, via, direct) if problems else None
+        if known == "proxy-mode-host":
+            result.guarded += 1
+        elif known:
+            result.known[known] += 1
+            result.examples.setdefault(known, Failure(seed, index, side.target, known, via_raw, via, direct))
+        for what in problems if not known else []:
             failure = Failure(seed, index, side.target, what, via_raw, via, direct)
-            failures.append(failure)
+            result.failures.append(failure)
             report(failure.line())
         if side.proxy.proc.poll() is not None:
             break
-    return failures, pairs
+    return result
 
 
 def twin_names() -> tuple[str, str]:
@@ -411,13 +514,14 @@ def main(argv: list[str] | None = None) -> int:
             rp = start_proxy(Path(tmp), cp.admin_kubeconfig, extra={"filters": CHAINS[target]})
             try:
                 began = time.monotonic()
-                failures, pairs = run(Side(target, rp, cp, via_ns, direct_ns), args.seed, args.count, args.start)
+                result = run(Side(target, rp, cp, via_ns, direct_ns), args.seed, args.count, args.start)
                 took = time.monotonic() - began
             finally:
                 rp.stop()
-        print(f"{target}: {args.count} requests in {took:.1f}s, {len(failures)} failures; "
-              f"(kproxy, apiserver) statuses: {dict(pairs.most_common(12))}")  # fmt: skip
-        total += len(failures)
+        print(f"{target}: {args.count} requests in {took:.1f}s, {result.summary()}")
+        for name, example in result.examples.items():
+            print(f"  known {name}: {KNOWN[name][0]}; e.g. {example.line()[:600]}")
+        total += len(result.failures)
     return 1 if total else 0
 
 

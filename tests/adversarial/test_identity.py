@@ -8,7 +8,6 @@ to was not persisted."""
 
 from __future__ import annotations
 
-import json
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,8 +25,8 @@ from .wire import Answer, Endpoint, exchange, request_bytes
 
 pytestmark = pytest.mark.e2e
 
-INJECTION = "identity strings written raw into the upstream request head (finding 2)"
-TRIM = "Go trims a header value's surrounding blanks: the apiserver sees another user name"
+
+OBS_FOLD = "kproxy's HTTP parser refuses an obs-fold continuation line (400 text) that Go's server joins and serves"
 
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
 
@@ -43,23 +42,24 @@ class IdCase:
 
 ID_CASES = [
     IdCase("plain", "adv-eve"),
-    IdCase("cn-crlf-header", "eve\r\nImpersonate-Group: system:masters", known=INJECTION),
-    IdCase("cn-lf-header", "eve\nImpersonate-Group: system:masters", known=INJECTION),
-    IdCase("cn-cr-header", "eve\rImpersonate-Group: system:masters", known=INJECTION),
-    IdCase("cn-crlf-crlf-request", "eve\r\n\r\nGET / HTTP/1.1", known=INJECTION),
-    IdCase("cn-nul", "eve\x00system:admin", known=INJECTION),
-    IdCase("cn-del", "eve\x7f", known=INJECTION),
+    IdCase("cn-crlf-header", "eve\r\nImpersonate-Group: system:masters"),
+    IdCase("cn-lf-header", "eve\nImpersonate-Group: system:masters"),
+    IdCase("cn-cr-header", "eve\rImpersonate-Group: system:masters"),
+    IdCase("cn-crlf-crlf-request", "eve\r\n\r\nGET / HTTP/1.1"),
+    IdCase("cn-nul", "eve\x00system:admin"),
+    IdCase("cn-del", "eve\x7f"),
     IdCase("cn-tab-inside", "eve\tx"),
-    IdCase("cn-surrounding-blanks", " adv-eve ", known=TRIM),
+    IdCase("cn-surrounding-blanks", " adv-eve "),
     IdCase("cn-unicode", "ēve-ünï"),
-    IdCase("o-crlf-header", "adv-eve", ("dev\r\nImpersonate-Group: system:masters",), known=INJECTION),
+    IdCase("o-crlf-header", "adv-eve", ("dev\r\nImpersonate-Group: system:masters",)),
     IdCase("o-comma", "adv-eve", ("a,system:masters",)),
     IdCase("o-two", "adv-eve", ("g1", "g2")),
     IdCase("caller-impersonate-user", "adv-eve", headers=(("Impersonate-User", "system:admin"),)),
     IdCase("caller-impersonate-group-lower", "adv-eve", headers=(("impersonate-group", "system:masters"),)),
     IdCase("caller-impersonate-uid-extra", "adv-eve",
            headers=(("Impersonate-Uid", "0"), ("Impersonate-Extra-Scopes", "all"))),
-    IdCase("caller-obs-fold", "adv-eve", headers=(("X-Adv", "a\r\n Impersonate-Group: system:masters"),)),
+    IdCase("caller-obs-fold", "adv-eve", headers=(("X-Adv", "a\r\n Impersonate-Group: system:masters"),),
+           known=OBS_FOLD),
     IdCase("caller-header-space-colon", "adv-eve", headers=(("Impersonate-Group ", "system:masters"),)),
 ]
 
@@ -101,7 +101,12 @@ def _send(ep: Endpoint, case: IdCase, method: str, target: str, body: bytes) -> 
              for c in ID_CASES],
 )  # fmt: skip
 def test_the_apiserver_sees_exactly_the_caller(
-    case: IdCase, imp: RunningProxy, caller_ca: certs.CertKey, twins: Twins, tmp_path: Path
+    case: IdCase,
+    imp: RunningProxy,
+    caller_ca: certs.CertKey,
+    twins: Twins,
+    tmp_path: Path,
+    control_plane: ControlPlaneInfo,
 ) -> None:
     ep = _caller_endpoint(imp, caller_ca, case, tmp_path)
     raw, review = _send(ep, case, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", SSR)
@@ -111,13 +116,17 @@ def test_the_apiserver_sees_exactly_the_caller(
         expected = {"username": case.cn, "groups": sorted([*case.groups, "system:authenticated"])}
         got = {"username": seen.get("username"), "groups": sorted(seen.get("groups", []))}
         assert got == expected and not seen.get("extra") and not seen.get("uid"), f"{seen}; raw={raw!r}"
+    elif not review.is_status():  # refused at the HTTP edge: as Go's server refuses it (anonymous, directly)
+        anonymous = control_plane.ssl_context(client_cert=False)
+        direct = exchange(Endpoint("127.0.0.1", control_plane.apiserver_port, anonymous), raw)
+        assert (review.status, False) == (direct.status, direct.is_status()), (review.short(), direct.short(), raw)
     else:
-        assert 400 <= review.status < 500 and review.is_status(), f"{review.short()}; raw={raw!r}"
+        assert 400 <= review.status < 500, f"{review.short()}; raw={raw!r}"
 
     name = f"imp-{case.id}"
     raw, write = _send(ep, case, "POST", f"/api/v1/namespaces/{twins.via}/configmaps", cm_json(name))
     persisted = twins.get(f"/api/v1/namespaces/{twins.via}/configmaps/{name}")
     assert persisted is None, f"the caller (no RBAC) created {name}: {write.short()}; raw={raw!r}"
-    assert write.is_status() and 400 <= write.status < 500, write.short()
+    edge_refusal = review.status == 400 and not review.is_status()
+    assert 400 <= write.status < 500 and write.is_status() != edge_refusal, write.short()
     assert "Traceback" not in imp.log_text()
-    assert json.loads(write.body)["kind"] == "Status"

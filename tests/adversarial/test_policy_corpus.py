@@ -65,7 +65,7 @@ def _violation(case: Case, twins: Twins, via_ns: str, name: str, seed: str, answ
             return f"seed {seed} was changed: {json.dumps(obj)[:300]}"
         return None
     doc = answer.json()
-    if isinstance(doc, dict) and (doc.get("status") or {}).get("token"):
+    if isinstance(doc, dict) and doc.get("kind") == "TokenRequest" and doc["status"].get("token"):
         return "a real service-account token was handed out"
     return None
 

@@ -109,7 +109,6 @@ def test_cache_serves_no_caller_what_the_apiserver_would_not(
     assert "Traceback" not in forward_cache.log_text()
 
 
-UTF8 = "protobuf strings not valid UTF-8 fail the JSON encoding of lists and watches (finding 4)"
 
 
 @pytest.fixture(scope="module")

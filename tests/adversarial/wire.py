@@ -72,7 +72,7 @@ def request_bytes(
     headers: list[tuple[str, str]] | None = None,
     body: bytes | None = None,
     *,
-    host: str = "kproxy.test",
+    host: str = "localhost",
 ) -> bytes:
     """A request head plus body, Content-Length computed unless a header says otherwise."""
     hdrs = list(headers or [])
