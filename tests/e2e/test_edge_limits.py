@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 
@@ -265,4 +266,17 @@ def test_a_config_reload_changes_the_deadlines_of_new_connections(
         lambda: _counted(proxy, "kproxy_config_reloads_total", result="success") >= 1, 10, "the config to be reloaded"
     )
     took, got = _until_eof(_connect(proxy))
+    assert got == b"" and 0.9 <= took < 4, took
+
+
+def test_tls_connection_has_the_read_header_deadline_after_its_handshake(
+    proxy_factory: Callable[..., RunningProxy],
+) -> None:
+    proxy = proxy_factory(tls=True, extra={"connections": {"read_header_timeout": "1s"}})
+    assert proxy.ca_file is not None
+    host, port = proxy.url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(proxy.ca_file))
+    sock = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10), server_hostname=host)
+    sock.sendall(b"GET /version HTTP/1.1\r\nHost: localhost\r\n")  # never finished
+    took, got = _until_eof(sock)
     assert got == b"" and 0.9 <= took < 4, took
