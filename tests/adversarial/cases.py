@@ -124,6 +124,8 @@ CASES: list[Case] = [
     create("semicolon-path", COLL + ";x=1"),
     create("asterisk", "*"),
     create("upper-case-resource", "/api/v1/namespaces/{ns}/ConfigMaps"),
+    create("request-line-two-spaces", COLL + " "),
+    create("duplicate-content-type", ctype=b.JSON, headers=(("Content-Type", b.YAML),)),
     delete("abs-delete", "http://x" + SEED),
     modify("abs-patch", "PATCH", "http://x" + SEED),
     token("abs-token", "http://x" + TOKEN),

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import random
 import re
 import secrets
+import signal
 import sys
 import time
 from collections import Counter
@@ -40,7 +42,7 @@ from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 from . import bodies as b
-from .wire import TIMEOUT, Answer, Endpoint, exchange, request_bytes
+from .wire import CLOSED, TIMEOUT, Answer, Endpoint, exchange, request_bytes
 
 CHAINS: dict[str, list[dict[str, Any]]] = {
     "transparent": [
@@ -282,6 +284,22 @@ class Side:
     via_ns: str
     direct_ns: str
 
+    def resync(self) -> None:
+        """Put the seed objects back as they started, on both sides: after a request that one side
+        served and the other refused, the two namespaces would differ for every later request."""
+        for attempt in range(3):
+            try:
+                for ns in (self.via_ns, self.direct_ns):
+                    for seed in SEEDS:
+                        body = json.dumps(b.cm(seed)).encode()
+                        if self.cp.request("PUT", f"/api/v1/namespaces/{ns}/configmaps/{seed}", body=body)[0] == 404:
+                            self.cp.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body=body)
+                return
+            except (OSError, http.client.HTTPException):
+                if attempt == 2:
+                    raise
+                wait_for(self.cp.readyz, 120, "the apiserver to come back")
+
     def etcd_keys(self) -> dict[str, int]:
         """Keys under the kproxy-side namespace (any resource) with their mod revisions."""
         out: dict[str, int] = {}
@@ -405,6 +423,13 @@ def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_ch
     return problems
 
 
+def _apiserver_down(side: Side, via: Answer, direct: Answer) -> bool:
+    """Whether the shared apiserver was unreachable (another test restarting it), not kproxy's doing."""
+    if direct.error.startswith("connect:") or b"upstream kube-apiserver is unavailable" in via.body:
+        return True
+    return direct.status in (CLOSED, TIMEOUT) and not side.cp.readyz()
+
+
 def seed_namespaces(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) -> None:
     for ns in (via_ns, direct_ns):
         for path, body in (
@@ -460,8 +485,7 @@ def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str
             now = side.etcd_keys()
             changed = sorted(k for k in now.keys() | keys.keys() if now.get(k) != keys.get(k))
             keys = now
-        down = direct.error.startswith("connect:") or b"upstream kube-apiserver is unavailable" in via.body
-        if down and not changed:
+        if _apiserver_down(side, via, direct) and not changed:
             # The shared apiserver is restarting (another test's outage): this request proves nothing.
             result.skipped += 1
             wait_for(side.cp.readyz, 120, "the apiserver to come back")
@@ -480,6 +504,8 @@ def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str
             report(failure.line())
         if side.proxy.proc.poll() is not None:
             break
+        if side.target == "transparent" and via.status // 100 != direct.status // 100:
+            side.resync()
     return result
 
 
@@ -499,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=[*CHAINS, "all"], default="all")
     parser.add_argument("--envtest-dir", default=None, help=f"a running control plane (default: ${DIR_ENV})")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the kproxy it started on the way out
     import os
     import tempfile
 

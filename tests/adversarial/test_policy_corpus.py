@@ -126,3 +126,16 @@ def test_kproxy_answers_like_the_apiserver(
     if via.status >= 400 and direct.is_status():
         assert via.is_status(), detail
     assert "Traceback" not in out.log, f"{detail}\n{out.log[-3000:]}"
+
+
+@pytest.mark.parametrize("policy", ["enforce", "reject", "strict"])
+def test_other_callers_reads_unaffected(
+    policy: str, policy_proxies: Callable[[str], RunningProxy], twins: Twins
+) -> None:
+    """After the whole corpus, another caller's list through the same kproxy is the apiserver's list."""
+    raw = request_bytes("GET", f"/api/v1/namespaces/{twins.via}/configmaps", [("Accept", "application/json")])
+    via = exchange(Endpoint.from_url(policy_proxies(policy).url), raw)
+    direct = exchange(twins.direct_endpoint, raw)
+    assert via.status == direct.status == 200, (via.short(), direct.short())
+    names = [sorted(i["metadata"]["name"] for i in a.json()["items"]) for a in (via, direct)]
+    assert names[0] == names[1]

@@ -86,18 +86,30 @@ READS = {
     "watch-forbidden": "/api/v1/namespaces/{F}/configmaps?watch=1&timeoutSeconds=1",
     "secrets-list": "/api/v1/namespaces/{F}/secrets",
     "yaml-accept": "/api/v1/namespaces/{F}/configmaps",
+    "impersonate-admin": "/api/v1/namespaces/{F}/configmaps",
+    "impersonate-masters-cluster": "/api/v1/configmaps",
+    "second-authorization-admin": "/api/v1/namespaces/{F}/configmaps",
+}
+#: Headers a case adds to the caller's own bearer token.
+EXTRA_HEADERS = {
+    "impersonate-admin": [("Impersonate-User", "system:admin")],
+    "impersonate-masters-cluster": [("Impersonate-User", "kproxy-user"), ("Impersonate-Group", "system:masters")],
 }
 
 
-@pytest.mark.parametrize("target", list(READS.values()), ids=list(READS))
+@pytest.mark.parametrize("case", list(READS))
 def test_cache_serves_no_caller_what_the_apiserver_would_not(
-    target: str, forward_cache: RunningProxy, control_plane: ControlPlaneInfo, namespaces: tuple[str, str]
+    case: str, forward_cache: RunningProxy, control_plane: ControlPlaneInfo, namespaces: tuple[str, str]
 ) -> None:
     allowed, forbidden = namespaces
     fpct = "".join(f"%{ord(c):02X}" if c in "-" else c for c in forbidden)
-    path = target.format(A=allowed, F=forbidden, Fpct=fpct)
-    accept = "application/yaml" if target == READS["yaml-accept"] else "application/json"
-    raw = request_bytes("GET", path, [("Accept", accept), ("Authorization", f"Bearer {control_plane.user_token}")])
+    path = READS[case].format(A=allowed, F=forbidden, Fpct=fpct)
+    accept = "application/yaml" if case == "yaml-accept" else "application/json"
+    headers = [("Accept", accept), ("Authorization", f"Bearer {control_plane.user_token}")]
+    headers += EXTRA_HEADERS.get(case, [])
+    if case == "second-authorization-admin":  # Go's Header.Get reads the first; a second must not count
+        headers.append(("Authorization", f"Bearer {control_plane.admin_token}"))
+    raw = request_bytes("GET", path, headers)
     ctx = control_plane.ssl_context(client_cert=False)
     direct = exchange(Endpoint("127.0.0.1", control_plane.apiserver_port, ctx), raw)
     ctx.load_verify_locations(str(forward_cache.ca_file))
