@@ -9,7 +9,7 @@ from typing import Any
 from kproxy.config import ConnectionsConfig, parse_config
 from kproxy.connections import Connections
 from kproxy.metrics import Metrics
-from kproxy.servedresources import OTHER, discover, labels_from_aggregated
+from kproxy.servedresources import OTHER, REFRESH_INTERVAL, ServedResources, discover, labels_from_aggregated
 
 
 class _Conn:
@@ -114,3 +114,34 @@ def test_discovery_aggregated_and_legacy_give_the_same_labels() -> None:
             return 200, docs[path]
 
         assert asyncio.run(discover(fetch)) == {"pods", "deployments.apps"}
+
+
+def test_a_resource_not_known_yet_reads_discovery_again_at_most_once_per_interval() -> None:
+    docs: dict[str, Any] = {
+        "/api": {"kind": "APIGroupDiscoveryList", "items": []},
+        "/apis": {"kind": "APIGroupDiscoveryList", "items": []},
+    }
+    reads: list[str] = []
+
+    async def fetch(path: str, accept: str) -> tuple[int, Any]:
+        reads.append(path)
+        return 200, docs[path]
+
+    async def run() -> None:
+        served = ServedResources()
+        served.start_with(fetch)
+        await asyncio.sleep(0.01)
+        assert reads == ["/api", "/apis"]
+        docs["/apis"] = _AGGREGATED["/apis"]  # a new resource appears
+        assert served.label("deployments.apps") == OTHER
+        await asyncio.sleep(0.01)
+        assert len(reads) == 2  # read less than REFRESH_INTERVAL ago: not again
+        served._last -= REFRESH_INTERVAL
+        for i in range(100):  # random names: one read between them all
+            assert served.label(f"r{i}") == OTHER
+        await asyncio.sleep(0.01)
+        assert len(reads) == 4
+        assert served.label("deployments.apps") == "deployments.apps"
+        await served.stop()
+
+    asyncio.run(run())
