@@ -76,7 +76,7 @@ class Req:
         headers = [(sub(k), sub(v)) for k, v in self.headers]
         body = self.body.replace(NS.encode(), ns.encode()).replace(NAME.encode(), name.encode()) if self.body else None
         if self.chunked:
-            body = f"{len(body or b''):x}\r\n".encode() + (body or b"") + b"\r\n0\r\n\r\n"
+            body = (f"{len(body):x}\r\n".encode() + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
             headers.append(("Transfer-Encoding", "chunked"))
         return request_bytes(sub(self.method), sub(self.target), headers, body)
 

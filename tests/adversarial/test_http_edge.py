@@ -1,0 +1,60 @@
+"""Request heads at the edge of HTTP/1.1, as raw bytes to kproxy and to the apiserver: kproxy
+answers what Go's server in front of the apiserver answers (the status, and a Status body where
+the apiserver writes one). One line per case; each is a reproduction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+from .conftest import start_capped
+from .wire import Endpoint, exchange
+
+pytestmark = pytest.mark.e2e
+
+GARBAGE = "kproxy refuses the first request (text 400) when unreadable bytes follow it; Go answers it first"
+METHOD = "kproxy refuses a method that is not upper case (text 400); Go takes any token, the apiserver answers"
+SCHEME = "kproxy refuses a target with a scheme and no host (text 400); Go's ParseRequestURI takes it"
+DUP_CT = "kproxy refuses two Content-Type headers (text 400); Go's Header.Get takes the first"
+FOLD = "kproxy refuses an obs-fold continuation line (text 400); Go's server joins it to the header"
+SPACES = "kproxy serves a request line with two spaces before the version; Go answers 400"
+
+H = b"Host: localhost\r\nAccept: application/json\r\nConnection: close\r\n"
+CASES = {
+    "plain": (b"GET /version HTTP/1.1\r\n" + H + b"\r\n", None),
+    "garbage-after-request": (b"GET /version HTTP/1.1\r\n" + H + b"\r\nGARBAGE\r\n\r\n", GARBAGE),
+    "second-chunked-terminator": (
+        b"GET /version HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n0\r\n\r\n", GARBAGE),
+    "lower-case-method": (b"get /api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", METHOD),
+    "scheme-without-host": (b"GET x:/api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", SCHEME),
+    "two-content-types": (
+        b"PATCH /api/v1/namespaces/default HTTP/1.1\r\n" + H + b"Content-Type: application/merge-patch+json\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", DUP_CT),
+    "obs-fold": (b"GET /version HTTP/1.1\r\n" + H + b"X-A: a\r\n b\r\n\r\n", FOLD),
+    "two-spaces-before-version": (b"GET /version  HTTP/1.1\r\n" + H + b"\r\n", SPACES),
+    "absolute-form": (b"GET http://localhost/version HTTP/1.1\r\n" + H + b"\r\n", None),
+    "asterisk": (b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", None),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def plain(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    rp = start_capped(tmp_path_factory.mktemp("adv-edge"), control_plane)
+    yield rp
+    rp.stop()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[pytest.mark.xfail(strict=True, reason=r)] if r else []) for c, (_, r) in CASES.items()],
+)
+def test_edge_answer_is_gos(case: str, plain: RunningProxy, control_plane: ControlPlaneInfo) -> None:
+    raw = CASES[case][0]
+    direct = exchange(Endpoint("127.0.0.1", control_plane.apiserver_port, control_plane.ssl_context()), raw)
+    via = exchange(Endpoint.from_url(plain.url), raw)
+    assert (via.status, via.is_status()) == (direct.status, direct.is_status()), (via.short(), direct.short(), raw)
+    assert plain.proc.poll() is None
