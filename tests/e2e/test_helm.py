@@ -131,7 +131,10 @@ CASES: dict[str, dict[str, Any]] = {
         "tls": {"secretName": "kproxy-tls", "clientCASecretName": "kproxy-client-ca"},
         "config": {"credentials": "impersonate", "filters": [{"name": "validation"}, {"name": "dryrun", "rules": []}]},
     },
-    "gateway-proxy": {"config": {"credentials": "proxy", "allow_remote": True}, "tls": {"secretName": "kproxy-tls"}},
+    "gateway-proxy": {
+        "config": {"credentials": "proxy", "allow_remote": True, "proxy": {"accept_hosts": [r"^kp-kproxy\.kproxy"]}},
+        "tls": {"secretName": "kproxy-tls"},
+    },
     "daemonset": {"mode": "daemonset", "tls": {"allowPlaintext": True}},
     "sidecar": {"mode": "sidecar", "config": {"credentials": "proxy"}},
 }
@@ -366,7 +369,12 @@ def test_rbac_forward_mode(helm: Helm) -> None:
 def test_rbac_watchcache_resource_forms(helm: Helm) -> None:
     def rules(resources: list[str]) -> list[dict[str, Any]]:
         watchcache = {"name": "watchcache", "resources": resources}
-        config = {"credentials": "proxy", "allow_remote": True, "filters": [watchcache]}
+        config = {
+            "credentials": "proxy",
+            "allow_remote": True,
+            "proxy": {"disable_filter": True},
+            "filters": [watchcache],
+        }
         return rules_of(helm.template({**CASES["gateway"], "config": config}))
 
     read = ["get", "list", "watch"]
@@ -507,6 +515,8 @@ def test_rendered_rbac_grants_exactly_what_the_config_needs(
         ({"service": {"type": "ExternalName"}}, "at '/service/type'"),
         ({"serviceMonitor": {"interval": "often"}}, "at '/serviceMonitor/interval'"),
         ({"resources": {"requests": {"cpu": "lots"}}}, "at '/resources/requests/cpu'"),
+        ({"config": {"proxy": {"accept_host": ["^x$"]}}}, "additional properties 'accept_host' not allowed"),
+        ({"config": {"proxy": {"reject_paths": [1]}}}, "at '/config/proxy/reject_paths'"),
     ],
 )
 def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], error: str) -> None:
@@ -521,6 +531,10 @@ def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], er
     [
         ({"config": {"credentials": "proxy"}, "tls": {"secretName": "t"}}, "needs config.allow_remote: true"),
         ({"config": {"credentials": "forward"}}, "set tls.secretName"),
+        (
+            {"config": {"credentials": "proxy", "allow_remote": True}, "tls": {"secretName": "t"}},
+            "set config.proxy.accept_hosts to the names callers use",
+        ),
         ({"mode": "sidecar", "networkPolicy": {"enabled": True}}, "give your chart its own NetworkPolicy"),
         (
             {"tls": {"secretName": "t", "clientCASecretName": "ca"}},

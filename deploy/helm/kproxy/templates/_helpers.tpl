@@ -88,6 +88,9 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- if and (eq $creds "proxy") (not $cfg.allow_remote) -}}
 {{- fail "config.credentials: proxy serves every caller with kproxy's own rights; behind a Service that needs config.allow_remote: true (or use credentials: forward)" -}}
 {{- end -}}
+{{- if and (eq $creds "proxy") (not (dig "proxy" "accept_hosts" "" $cfg)) (not (dig "proxy" "disable_filter" false $cfg)) -}}
+{{- fail "config.credentials: proxy answers 403 to a request naming a host other than localhost, 127.0.0.1 or [::1] (as kubectl proxy does); behind a Service set config.proxy.accept_hosts to the names callers use" -}}
+{{- end -}}
 {{- if and .Values.tls.clientCASecretName (or (ne $creds "impersonate") (not .Values.tls.secretName)) -}}
 {{- fail "tls.clientCASecretName: client certificates identify callers only with config.credentials: impersonate, over TLS (tls.secretName)" -}}
 {{- end -}}
