@@ -84,10 +84,10 @@ class RunningProxy:
 
 
 #: The Host names the tests' raw requests use (``Host: x``, tests/adversarial/wire.py's
-#: ``kproxy.test``, absolute-form ``http://x/...``) besides kubectl proxy's loopback names (the
+#: ``kproxy.test``, absolute-form ``http://x/...`` and ``HTTP://X/...``) besides kubectl proxy's loopback names (the
 #: default of ``proxy.accept_hosts``): test proxies in ``credentials: proxy`` accept them unless
 #: started with ``test_hosts=False``.
-TEST_HOSTS = ["^localhost$", r"^127\.0\.0\.1$", r"^\[::1\]$", "^x$", r"^kproxy\.test$"]
+TEST_HOSTS = ["^localhost$", r"^127\.0\.0\.1$", r"^\[::1\]$", "^[xX]$", r"^kproxy\.test$"]
 #: ``extra={"proxy": ALLOW_EXEC}``: exec and attach through a ``credentials: proxy`` kproxy (its
 #: default ``proxy.reject_paths`` refuses them, as kubectl proxy's does).
 ALLOW_EXEC: dict[str, Any] = {"reject_paths": []}
