@@ -127,6 +127,11 @@ class ProxyConfig(Strict):
     reject_methods: GoRegexps = ["^$"]
     # kubectl proxy --disable-filter: no check at all.
     disable_filter: bool = False
+    # Beyond kubectl proxy: a request with an Origin header (a browser's WebSocket or cross-site
+    # request) is accepted only when the origin's host matches accept_hosts too; otherwise a page
+    # on any site could open a WebSocket watch (of Secrets, say) through the user's credentials.
+    # false = kubectl proxy's behaviour (Origin not looked at).
+    check_origin: bool = True
 
 
 class UpstreamConfig(Strict):

@@ -16,6 +16,11 @@ same meaning, to the same things Go would see (staging/src/k8s.io/kubectl/pkg/pr
   spellings are matched as the apiserver routes them;
 * the method is as sent (Go's methods are case-sensitive).
 
+One check goes beyond kubectl proxy (``proxy.check_origin``, on by default): a request carrying
+an ``Origin`` header must name an accepted host there too. A page on any site can open a
+WebSocket to ``localhost`` (its Host is then an accepted one) and read what comes back, such as a
+watch of Secrets; the browser says where the page came from only in ``Origin``.
+
 A request refused gets kubectl proxy's answer, ``http.Error(rw, "Forbidden", 403)``: ``403``,
 ``text/plain; charset=utf-8``, ``nosniff``, body ``Forbidden\\n``. It never reaches a filter or
 the apiserver. The other modes are not filtered: there each caller's own credentials (or none)
@@ -34,6 +39,7 @@ from kproxy.chain import BytesBody, Exchange, Reply
 from kproxy.config import Config, ProxyConfig, is_loopback
 from kproxy.gocompat.net import AddrError, split_host_port
 from kproxy.gocompat.regexp import compile_go_regexp
+from kproxy.gocompat.url import InvalidRequestURIError, parse_request_uri
 
 __all__ = ["FORBIDDEN", "ProxyGuard", "extract_host", "proxy_guard"]
 
@@ -64,11 +70,13 @@ class ProxyGuard:
         self.accept_paths = [compile_go_regexp(p) for p in settings.accept_paths]
         self.reject_paths = [compile_go_regexp(p) for p in settings.reject_paths]
         self.reject_methods = [compile_go_regexp(p) for p in settings.reject_methods]
+        self.check_origin = settings.check_origin
         self._on_refuse = on_refuse
 
-    def why_not(self, method: str, path: str, host: str) -> str | None:
+    def why_not(self, method: str, path: str, host: str, origins: list[str] | None = None) -> str | None:
         """``FilterServer.accept`` with its order of checks: None where it accepts, else which check
-        refused (``path``, ``method`` or ``host``; kubectl proxy tells no one, kproxy's metric does)."""
+        refused (``path``, ``method``, ``host`` or ``origin``; kubectl proxy tells no one, kproxy's
+        metric does). ``origins`` are the request's Origin headers (see :meth:`_origin_ok`)."""
         if _matches(path, self.reject_paths):
             return "path"
         if _matches(method, self.reject_methods):
@@ -77,11 +85,26 @@ class ProxyGuard:
             return "path"
         if not _matches(extract_host(host), self.accept_hosts):
             return "host"
+        if self.check_origin and origins and not all(self._origin_ok(o) for o in origins):
+            return "origin"
         return None
+
+    def _origin_ok(self, origin: str) -> bool:
+        """An Origin (RFC 6454: ``scheme://host[:port]``, or ``null`` for an opaque one) whose host
+        is an accepted host. Browsers send it on every WebSocket handshake and cross-site request,
+        which the Host check alone cannot catch: the page's request names the loopback host it
+        was sent to. kubectl, client-go and the Python client send none (or their target's)."""
+        try:
+            uri = parse_request_uri(origin.strip())
+        except InvalidRequestURIError:
+            return False
+        if not uri.host or uri.path or uri.raw_query:
+            return False
+        return _matches(extract_host(uri.host), self.accept_hosts)
 
     def refuse(self, ex: Exchange) -> Reply | None:
         """kubectl proxy's 403 for a request the filter does not accept, else None."""
-        why = self.why_not(ex.method, ex.info.path, ex.host)
+        why = self.why_not(ex.method, ex.info.path, ex.host, ex.headers.getall("Origin", None))
         if why is None:
             return None
         if self._on_refuse is not None:

@@ -396,3 +396,49 @@ def test_disable_filter_accepts_any_host(proxy_factory: Callable[..., RunningPro
     rp = proxy_factory(test_hosts=False, extra={"proxy": {"disable_filter": True}})
     got = send(port_of(rp), request("GET", "/api/v1/namespaces/default", "evil.example.com"))
     assert got.code == 200
+
+
+# --------------------------------------------------------------------------- browsers' origins
+
+SECRETS_WATCH = "/api/v1/namespaces/kube-system/secrets?watch=1"
+
+
+def websocket_watch(host: str, origin: str) -> bytes:
+    """A browser's WebSocket handshake for a watch (kept open: no ``Connection: close``)."""
+    head = [f"GET {SECRETS_WATCH} HTTP/1.1", f"Host: {host}", f"Origin: {origin}", *websocket()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("origin", "through_kubectl_proxy"),
+    [
+        ("https://evil.example.com", 101),
+        ("http://evil.example.com:8001", 101),
+        ("http://localhost.evil.com", 101),
+        # An origin that is no URL: the apiserver's WebSocket handshake itself answers 403.
+        ("null", 403),
+        ("x", 403),
+    ],
+)
+def test_a_cross_site_websocket_watch_is_refused(
+    kubectl_proxy: int, guarded: RunningProxy, origin: str, through_kubectl_proxy: int
+) -> None:
+    """A page on any site can open a WebSocket to localhost: its Host is accepted, and kubectl
+    proxy upgrades it (the page then reads kube-system's Secrets). Only Origin says where the
+    page came from; kproxy refuses it with kubectl proxy's 403 for a refused host."""
+    raw = websocket_watch("localhost:8001", origin)
+    assert send(kubectl_proxy, raw).code == through_kubectl_proxy  # 101: the hole in its defaults
+    before = rejected(guarded, "Origin")
+    got = send(port_of(guarded), raw)
+    assert (got.code, got.body) == (403, b"Forbidden\n")
+    assert rejected(guarded, "Origin") == before + 1
+
+
+@pytest.mark.parametrize("origin", ["http://localhost:3000", "http://127.0.0.1:8001", "https://[::1]"])
+def test_a_page_served_from_an_accepted_host_may_watch(guarded: RunningProxy, origin: str) -> None:
+    assert send(port_of(guarded), websocket_watch("localhost:8001", origin)).code == 101
+
+
+def test_check_origin_false_is_kubectl_proxys_behaviour(proxy_factory: Callable[..., RunningProxy]) -> None:
+    rp = proxy_factory(test_hosts=False, extra={"proxy": {"check_origin": False}})
+    assert send(port_of(rp), websocket_watch("localhost", "https://evil.example.com")).code == 101

@@ -148,6 +148,28 @@ def test_order_of_checks_is_kubectls() -> None:
     assert ProxyGuard(ProxyConfig(accept_hosts=[])).why_not("GET", "/", "localhost") == "host"
 
 
+@pytest.mark.parametrize(
+    ("origins", "why"),
+    [
+        (None, None),
+        (["http://localhost:3000"], None),
+        (["https://[::1]"], None),
+        (["https://[::1]:8443"], "origin"),  # as for Host: SplitHostPort leaves ::1, not [::1]
+        (["http://127.0.0.1"], None),
+        (["https://evil.example.com"], "origin"),
+        (["null"], "origin"),
+        (["http://localhost:3000", "https://evil.example.com"], "origin"),
+        (["http://localhost/path"], "origin"),
+        (["localhost"], "origin"),
+        (["http://localhost@evil.example.com"], "origin"),
+    ],
+)
+def test_origin_must_name_an_accepted_host(origins: list[str] | None, why: str | None) -> None:
+    guard = ProxyGuard(ProxyConfig())
+    assert guard.why_not("GET", "/api/v1/secrets", "localhost:8001", origins) == why
+    assert ProxyGuard(ProxyConfig(check_origin=False)).why_not("GET", "/api/v1/secrets", "localhost", origins) is None
+
+
 def test_config_keys() -> None:
     cfg = parse_config({"proxy": {"accept_hosts": r"^a$,^b\.c$", "reject_paths": ""}})
     assert cfg.proxy.accept_hosts == ["^a$", r"^b\.c$"]  # kubectl's flag form, split on commas
