@@ -22,6 +22,8 @@ SCHEME = "kproxy refuses a target with a scheme and no host (text 400); Go's Par
 DUP_CT = "kproxy refuses two Content-Type headers (text 400); Go's Header.Get takes the first"
 FOLD = "kproxy refuses an obs-fold continuation line (text 400); Go's server joins it to the header"
 SPACES = "kproxy serves a request line with two spaces before the version; Go answers 400"
+ORDER = "kproxy checks Transfer-Encoding before the target: its 501 where Go answers 400 for the bad target"
+UPGRADE_TE = "kproxy forwards an upgrade request with a Transfer-Encoding Go refuses (501); the apiserver answers it"
 
 H = b"Host: localhost\r\nAccept: application/json\r\nConnection: close\r\n"
 CASES = {
@@ -36,6 +38,12 @@ CASES = {
         b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", DUP_CT),
     "obs-fold": (b"GET /version HTTP/1.1\r\n" + H + b"X-A: a\r\n b\r\n\r\n", FOLD),
     "two-spaces-before-version": (b"GET /version  HTTP/1.1\r\n" + H + b"\r\n", SPACES),
+    "bad-target-and-unknown-coding": (
+        b"POST /api/v1/namespaces% HTTP/1.1\r\n" + H + b"Transfer-Encoding: identity\r\n\r\n", ORDER),
+    "upgrade-with-unknown-coding": (
+        b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: identity\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\n\r\n{}", UPGRADE_TE),
     "absolute-form": (b"GET http://localhost/version HTTP/1.1\r\n" + H + b"\r\n", None),
     "asterisk": (b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", None),
 }  # fmt: skip
