@@ -13,12 +13,13 @@ class CodecError(ValueError):
     """
 
 
-# What a string field whose bytes are not UTF-8 raises on its way to JSON: upb hands it over as
-# bytes, which orjson refuses, or fails to decode it (repeated fields, map keys).
+# What a string that is not UTF-8 would raise on its way to JSON if it slipped past the codec's
+# handling (upb hands such a string over as bytes, which the codec writes as Go does with
+# kproxy.gocompat.utf8; a map key that is not UTF-8 cannot be looked up in upb's map, and the
+# codec reads that map from its entries). Kept so that anything missed is a clean error.
 NOT_UTF8 = (orjson.JSONEncodeError, UnicodeDecodeError)
 
 
 def not_utf8(e: Exception) -> CodecError:
-    """One of NOT_UTF8 -> a clean error instead of a traceback. (Go would print U+FFFD for each
-    bad byte; kproxy declines such data rather than guess at byte-identical output.)"""
+    """One of NOT_UTF8 -> a clean error instead of a traceback."""
     return CodecError(f"invalid protobuf data: a string field is not valid UTF-8 ({e})")
