@@ -176,6 +176,8 @@ def m_target_form(rng: random.Random, r: Req) -> Req:
 
 def m_pct(rng: random.Random, r: Req) -> Req:
     path, query = _split(r.target)
+    if not path:
+        return r
     i = rng.randrange(len(path))
     path = path[:i] + f"%{ord(path[i]):02{rng.choice('xX')}}" + path[i + 1 :]
     return replace(r, target=path + ("?" + query if query else ""))
@@ -184,6 +186,8 @@ def m_pct(rng: random.Random, r: Req) -> Req:
 def m_segments(rng: random.Random, r: Req) -> Req:
     path, query = _split(r.target)
     slashes = [i for i, c in enumerate(path) if c == "/"]
+    if not slashes:
+        return r
     i = rng.choice(slashes)
     piece = rng.choice(["/./", "/x/../", "//", "/%2e/", "/%2E%2E/", "/.%2e/", "/;/", "\\"])
     path = path[:i] + piece + path[i + 1 :]
