@@ -137,7 +137,7 @@ def request_scope(ex: Exchange, namespaced: bool) -> str | Pass:
 
 def common_scope(ex: Exchange, namespaced: bool) -> str | Pass:
     """What every read the cache serves needs (a GET, no impersonation, a route the apiserver
-    has, a query Python parses as Go does, each parameter once): its namespace, or Pass."""
+    has, a plain query, each parameter once): its namespace, or Pass."""
     if ex.method != "GET":
         return Pass("method")
     if any(k.lower().startswith("impersonate-") for k in ex.headers):
@@ -149,7 +149,8 @@ def common_scope(ex: Exchange, namespaced: bool) -> str | Pass:
         return scope
     raw = ex.raw_query
     if ";" in raw or ("%" in raw and not utf8_query(raw)):
-        # Go's query parsing differs from Python's here (semicolons, bytes that are not UTF-8).
+        # Parts Go drops (';') and values that are not UTF-8 (the cache's selectors and encoders
+        # work on text): the apiserver answers these itself.
         return Pass("encoding")
     q = ex.query
     if any(len(q.getall(k)) > 1 for k in q):
