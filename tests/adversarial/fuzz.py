@@ -373,7 +373,8 @@ KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
     ),
     "cache-serves-double-slash": (
         "the watch cache serves `//api/...` as the resource; the apiserver answers 404 page not found",
-        lambda raw, via, direct: _target(raw).startswith(b"//") and direct.body == b"404 page not found\n"
+        lambda raw, via, direct: re.sub(rb"^(?i:[a-z][a-z0-9+.-]*://[^/]*)", b"", _target(raw)).startswith(b"//")
+        and direct.body == b"404 page not found\n"
         and via.status == 200,
     ),
     "unknown-coding-order": (

@@ -4,7 +4,9 @@ sent once; each invariant is its own parametrized test on the recorded outcome:
 
 * ``policy`` -- nothing persisted that the policy forbade (checked by a direct GET as admin);
 * ``answer`` -- kproxy stayed up, answered, answered a Status where the apiserver answers one,
-  gave no 5xx where the apiserver did not, and logged no traceback.
+  gave no 5xx where the apiserver did not, and logged no traceback;
+
+and, after the corpus, another caller's list through each kproxy is still the apiserver's.
 
 Adding a case is one line in cases.py.
 """

@@ -5,12 +5,19 @@ is read with http.client's response parser (chunked, Content-Length or read-to-c
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import socket
 import ssl
+import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 #: Statuses for exchanges that produced no HTTP answer.
 TIMEOUT = 0
@@ -49,9 +56,21 @@ class Answer:
     def headers_all(self, name: str) -> list[str]:
         return [v for k, v in self.headers if k.lower() == name.lower()]
 
+    def decoded(self) -> bytes:
+        """The body without its Content-Encoding (kproxy's compression filter answers in what was asked)."""
+        coding = (self.header("Content-Encoding") or "").strip().lower()
+        try:
+            if coding == "gzip":
+                return gzip.decompress(self.body)
+            if coding == "zstd":
+                return zstd.decompress(self.body)
+        except Exception:
+            return self.body
+        return self.body
+
     def json(self) -> Any:
         try:
-            return json.loads(self.body)
+            return json.loads(self.decoded())
         except ValueError:
             return None
 
@@ -60,7 +79,8 @@ class Answer:
         doc = self.json()
         if isinstance(doc, dict):
             return doc.get("kind") == "Status"
-        return b"kind: Status" in self.body or (self.body.startswith(b"k8s\x00") and b"\x12\x06Status" in self.body)
+        body = self.decoded()
+        return b"kind: Status" in body or (body.startswith(b"k8s\x00") and b"\x12\x06Status" in body)
 
     def short(self) -> str:
         return f"{self.status} {self.error or self.body[:300]!r}"
