@@ -73,6 +73,7 @@ e2e: venv envtest-bin helm-bin
 lint: venv
 	$(BIN)/ruff check kproxy tests examples benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: venv envtest-bin
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)

@@ -3,7 +3,7 @@
     python -m benchmarks.access [--envtest-dir DIR] [--calls 20000] [--reviews 300] [--output FILE]
 
 Every read the watch cache serves in ``credentials: forward`` first goes through
-``kproxy.access.authorize`` (identity from the TokenReview cache, decision from the
+``kproxy.identity.access.authorize`` (identity from the TokenReview cache, decision from the
 SubjectAccessReview cache). Rows, p50 and p99 in µs per call, one core, in one event loop:
 
 * ``authorize``, both caches warm: what a cached read pays on every request;
@@ -31,14 +31,14 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
 from benchmarks.run import control_plane, log
-from kproxy.access import AccessReviewer, api_review, authorize
-from kproxy.auth import SERVICE_KEY, Authenticator, authenticator
-from kproxy.chain import BytesBody, Exchange
-from kproxy.context import ApiClient, FilterContext
-from kproxy.kubeconfig import from_kubeconfig
-from kproxy.requestinfo import parse_request_info
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.context import ApiClient, FilterContext
+from kproxy.core.requestinfo import parse_request_info
+from kproxy.identity.access import AccessReviewer, api_review, authorize
+from kproxy.identity.authn import SERVICE_KEY, Authenticator, authenticator
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.upstream import Upstream
 from kproxy.testing import envtest
-from kproxy.upstream import Upstream
 
 TARGET = "/api/v1/namespaces/default/pods"
 QUERY = "labelSelector=app%3Dweb"

@@ -37,12 +37,12 @@ from typing import Any
 import uvloop
 from aiohttp import web
 
-from kproxy.cache import MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, NoCounters, Selection
+from kproxy.cacher import MODIFIED, CachedObject, Kind, WatchCache
+from kproxy.cacher.broadcaster import Broadcaster, NoCounters, Selection
 from kproxy.codec import ProtobufCodec
-from kproxy.eventstream import EventStreamBody, serve_events
-from kproxy.negotiation import JSON
-from kproxy.watchcache.frames import FrameEncoder
+from kproxy.core.eventstream import EventStreamBody, serve_events
+from kproxy.core.negotiation import JSON
+from kproxy.filters.watchcache.frames import FrameEncoder
 
 KIND = Kind("example.com/v1", "Widget", "WidgetList", protobuf=False)
 

@@ -117,7 +117,7 @@ class LoadResult:
 def _ssl_context(tls: TLSFiles | None) -> ssl.SSLContext | None:
     if tls is None:
         return None
-    # The certificate alone, as client-go sends it (see kproxy/tlschain.py).
+    # The certificate alone, as client-go sends it (see kproxy/server/tlschain.py).
     return client_ssl_context(Path(tls.ca), Path(tls.cert) if tls.cert else None, Path(tls.key) if tls.key else None)
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from kproxy.cache.fields import builtin_fields, parse_field_selector
-from kproxy.cache.labels import parse_label_selector
+from kproxy.cacher.fields import builtin_fields, parse_field_selector
+from kproxy.cacher.labels import parse_label_selector
 from kproxy.codec.codec import ProtobufCodec
 from kproxy.codec.envelope import decode_envelope
 from kproxy.codec.schema import load_schema

@@ -38,11 +38,11 @@ import aiohttp
 import orjson
 
 from benchmarks.run import control_plane, log
+from kproxy.filters.validation.messages import create_update_error
+from kproxy.filters.validation.schemanodes import load_group_version
+from kproxy.filters.validation.structs import compile_fast
+from kproxy.filters.validation.validator import validate_body
 from kproxy.testing import envtest
-from kproxy.validation.messages import create_update_error
-from kproxy.validation.schema import load_group_version
-from kproxy.validation.structs import compile_fast
-from kproxy.validation.validator import validate_body
 
 GROUP = "bench.kproxy.test"
 NAMESPACE = "default"

@@ -79,11 +79,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.compression import pod_manifest
 from benchmarks.run import BenchError, Process, control_plane, log, percentile, start_kproxy, work_dir
+from kproxy.cacher.ingest import split_list
 from kproxy.codec import decode_envelope
 from kproxy.testing import envtest
 from kproxy.testing.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import start_proxy
-from kproxy.watchcache.objects import split_list
 
 NAMESPACE = "bench-watchcache"
 LIST_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"

@@ -35,11 +35,12 @@ def _config_from_args(args: argparse.Namespace) -> Config:
 
 
 async def _serve(cfg: Config, args: argparse.Namespace) -> int:
-    from kproxy import gcpolicy
+    # lazy: the server stack (aiohttp, the filters) is loaded by `run` alone; other commands stay light
+    from kproxy import gctuning
     from kproxy.filters import build_filters
-    from kproxy.kubeconfig import resolve_upstream
-    from kproxy.reload import Reloader
-    from kproxy.server import ProxyServer
+    from kproxy.server.kubeconfig import resolve_upstream
+    from kproxy.server.proxy import ProxyServer
+    from kproxy.server.reload import Reloader
 
     target = resolve_upstream(cfg.upstream.kubeconfig, cfg.upstream.context)
     server = ProxyServer(cfg, target, build_filters(cfg))
@@ -57,20 +58,21 @@ async def _serve(cfg: Config, args: argparse.Namespace) -> int:
         task.add_done_callback(reloads.discard)
 
     await server.start()
-    gcpolicy.freeze_started()
-    gcpolicy.observe_pauses(server.metrics.gc_pause)
+    gctuning.freeze_started()
+    gctuning.observe_pauses(server.metrics.gc_pause)
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     reloader.start()
     await stop.wait()
     log.info("signal received, shutting down", extra={"deadline_s": server.cfg.shutdown_timeout})
     await reloader.stop()
     await server.shutdown()
-    gcpolicy.observe_pauses(None)
+    gctuning.observe_pauses(None)
     log.info("stopped")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: as in _serve, only `run` sets up logging
     from kproxy.logs import setup_logging
 
     cfg = _config_from_args(args)
@@ -85,6 +87,7 @@ def _loop_factory() -> Any:
     if os.environ.get("KPROXY_EVENT_LOOP", "auto") == "asyncio":
         return None
     try:
+        # lazy: uvloop is optional (not on Windows; KPROXY_EVENT_LOOP=asyncio opts out)
         import uvloop
     except ImportError:
         return None
@@ -92,6 +95,7 @@ def _loop_factory() -> Any:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    # lazy: as in _serve, the filters (and aiohttp) are loaded only by the commands that build them
     from kproxy.filters import build_filters
 
     cfg = _config_from_args(args)
@@ -186,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["envtest"]:
+        # lazy: test support (kproxy.testing) is loaded for the envtest command only
         from kproxy.testing.envtest import main as envtest_main
 
         return envtest_main(argv[1:])

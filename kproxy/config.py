@@ -112,7 +112,7 @@ GoRegexps = Annotated[list[Annotated[str, AfterValidator(_go_regexp)]], BeforeVa
 
 class ProxyConfig(Strict):
     """``credentials: proxy``: kubectl proxy's request filter, with its defaults and meaning
-    (staging/src/k8s.io/kubectl/pkg/proxy/proxy_server.go ``FilterServer``; kproxy/proxyguard.py).
+    (staging/src/k8s.io/kubectl/pkg/proxy/proxy_server.go ``FilterServer``; kproxy/server/proxyguard.py).
     Go regular expressions (the subset kproxy/gocompat/regexp.py supports), each tried anywhere
     in the string unless anchored. A request is refused with kubectl proxy's 403 unless its host
     matches an accept_hosts entry and its path an accept_paths entry, and neither its path
@@ -150,7 +150,7 @@ class UpstreamConfig(Strict):
 class ConnectionsConfig(Strict):
     """Client connections to the main listener: the apiserver's deadlines (its ``http.Server``:
     ReadHeaderTimeout 32s, IdleTimeout 90s) and kproxy's bounds on unfinished request heads.
-    0 = no limit. See kproxy/connections.py."""
+    0 = no limit. See kproxy/server/connections.py."""
 
     # Time a client has to send a whole request head, from the connection's start (or from the
     # first four bytes of its next request); then the connection closes without an answer, as Go

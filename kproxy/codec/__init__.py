@@ -3,11 +3,13 @@
 An engine with no HTTP in it (the transcode filter adapts it). The schema is the
 FileDescriptorSet of the Kubernetes API's generated.proto files plus their Go JSON tags, both
 built by `make proto` and shipped in kproxy/codec/data/.
+
+May import: ``kproxy.gocompat`` only (no aiohttp, no filter, no server).
 """
 
 from .codec import ProtobufCodec
+from .codecerrors import CodecError
 from .envelope import MAGIC, Envelope, decode_envelope, encode_envelope
-from .errors import CodecError
 from .quantity import canonical_quantity
 from .schema import Schema, load_schema
 from .streams import ListTranscoder, WatchTranscoder

@@ -8,16 +8,16 @@ from typing import Any
 
 import orjson
 
+from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import bytes_default
 
+from .codecerrors import NOT_UTF8, CodecError, not_utf8
 from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event, short_ld
 from .envelope import _ld as encode_ld
-from .errors import NOT_UTF8, CodecError, not_utf8
 from .fromjson import MessageBuilder
-from .gojson import go_escape
 from .gotypes import SPECIAL
 from .schema import Schema, load_schema
-from .streams import ListTranscoder, WatchTranscoder, decode_message
+from .streams import ListPlan, ListTranscoder, WatchTranscoder, decode_message
 from .tojson import JsonGenerator
 from .wirejson import WireFiller, WireJsonGenerator, varint_tail
 
@@ -25,11 +25,6 @@ WATCH_EVENT = "k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent"
 LIST_META = "k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"
 
 
-# (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object, and the wire
-# reader's walk over the complete items at the start of some bytes -> (their JSON, bytes used))
-ListPlan = tuple[
-    Callable[[bytes], list[bytes]], Callable[[bytes], Any], Callable[[bytes], tuple[list[bytes], int]] | None
-]
 Filler = Callable[[Any, dict[str, Any]], dict[str, Any]]
 # A kind's message class, its upb-path filler, and its wire filler (None: upb only).
 _Kind = tuple[Any, Filler, WireFiller | None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import CodecError
+from .codecerrors import CodecError
 
 MAGIC = b"k8s\x00"
 

@@ -16,7 +16,7 @@ import orjson
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from .errors import CodecError
+from .codecerrors import CodecError
 from .gotypes import SPECIAL, GoType
 from .quantity import canonical_quantity
 from .schema import FieldPlan, Schema

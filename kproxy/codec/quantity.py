@@ -14,7 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
-from .errors import CodecError
+from .codecerrors import CodecError
 
 _FORMAT = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 _DEC_SUFFIX = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}

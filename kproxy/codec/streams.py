@@ -10,19 +10,30 @@ JSON line at once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from google.protobuf.message import DecodeError, Message
 
+from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import bytes_default
 
+from .codecerrors import NOT_UTF8, CodecError, not_utf8
 from .envelope import MAGIC, check_magic, parse_type_meta, read_varint, skip_field
-from .errors import NOT_UTF8, CodecError, not_utf8
-from .gojson import go_escape
 
-if TYPE_CHECKING:
-    from .codec import ProtobufCodec
+# (span of item fields -> each item's JSON, ListMeta bytes -> its JSON object, and the wire
+# reader's walk over the complete items at the start of some bytes -> (their JSON, bytes used))
+ListPlan = tuple[
+    Callable[[bytes], list[bytes]], Callable[[bytes], Any], Callable[[bytes], tuple[list[bytes], int]] | None
+]
+
+
+class MessageSource(Protocol):
+    """What the stream transcoders need of the codec (``kproxy.codec.codec.ProtobufCodec`` is one)."""
+
+    def _list_plan(self, api_version: str, kind: str) -> ListPlan | None: ...
+    def _raw_to_json(self, api_version: str, kind: str, raw: bytes) -> bytes: ...
+    def _watch_event_json(self, data: bytes, start: int, stop: int) -> bytes: ...
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
@@ -34,7 +45,7 @@ class _NeedMore(Exception):
 class ListTranscoder:
     """One protobuf body (a list, or any object) -> JSON, fed chunk by chunk."""
 
-    def __init__(self, codec: ProtobufCodec) -> None:
+    def __init__(self, codec: MessageSource) -> None:
         self._codec = codec
         self._buf = bytearray()
         self._pos = 0
@@ -307,7 +318,7 @@ class ListTranscoder:
 class WatchTranscoder:
     """Length-prefixed protobuf WatchEvent frames -> newline-terminated JSON events."""
 
-    def __init__(self, codec: ProtobufCodec, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, codec: MessageSource, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._codec = codec
         self._buf = bytearray()
         self._max = max_frame

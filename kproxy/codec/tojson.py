@@ -30,22 +30,15 @@ from google.protobuf.message import Message
 
 from kproxy.gocompat.utf8 import bytes_default, go_string, json_string
 
+from .codecerrors import CodecError
 from .envelope import read_varint, skip_field
-from .errors import CodecError
 from .gotypes import GoType
-from .schema import FieldPlan, MessagePlan, Schema
+from .jsonkinds import MEMO_TYPES, NESTED_TYPE_META, is_list_kind
+from .schema import FieldPlan, Schema
 from .wellknown import GO_ZERO_UNIX, format_duration, format_micro_time, format_time
 from .wirejson import TypeIds, compiled
 
 MAGIC = b"k8s\x00"
-
-# Nested objects whose TypeMeta the apiserver fills by defaulting on every read, so its JSON
-# shows them although protobuf (which never carries a nested TypeMeta) cannot:
-# apps SetDefaults_StatefulSet sets the volumeClaimTemplates' apiVersion/kind.
-NESTED_TYPE_META = {
-    (f"k8s.io.api.apps.{v}.StatefulSetSpec", "volumeClaimTemplates"): ("PersistentVolumeClaim", "v1")
-    for v in ("v1", "v1beta1", "v1beta2")
-}
 
 Encoder = Callable[[Message], dict[str, Any]]
 
@@ -138,39 +131,6 @@ def _ios(m: Message) -> int | str:
 def _attr(name: str) -> str:
     """Attribute access for a proto field (`not`, `from`... are Python keywords)."""
     return f"getattr(m, {name!r})" if keyword.iskeyword(name) else f"m.{name}"
-
-
-# Message types whose JSON is memoised in to_json (by their protobuf bytes): sub-objects that
-# replicas of one workload share and that cost several calls to encode. Toleration, VolumeMount,
-# ContainerPort and EnvVarSource (valueFrom) have many optional fields, so a serialisation is
-# cheaper than their HasField/getattr visits (measured +5-7% on the pod list); EnvVar (two
-# strings, its value unique per pod as often as not) is left out: hashing it costs what it saves.
-MEMO_TYPES = frozenset(
-    {
-        "Container",
-        "Toleration",
-        "VolumeMount",
-        "ContainerPort",
-        "EnvVarSource",
-        "ManagedFieldsEntry",
-        "Probe",
-        "Volume",
-        "SecurityContext",
-        "PodSecurityContext",
-        "Affinity",
-        "ResourceRequirements",
-        "PodCondition",
-        "TopologySpreadConstraint",
-    }
-)
-
-
-def is_list_kind(plan: MessagePlan) -> bool:
-    """A list kind (TypeMeta and a ListMeta `metadata`)."""
-    return plan.has_type_meta and any(
-        f.json == "metadata" and f.proto.message_type is not None and f.proto.message_type.name == "ListMeta"
-        for f in plan.fields
-    )
 
 
 class JsonGenerator(TypeIds):

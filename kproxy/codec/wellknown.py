@@ -11,7 +11,7 @@ import calendar
 import re
 import time
 
-from .errors import CodecError
+from .codecerrors import CodecError
 
 # Go's zero time.Time (0001-01-01T00:00:00Z) as Unix seconds: IsZero() is true, JSON is null.
 GO_ZERO_UNIX = -62135596800

@@ -24,16 +24,28 @@ import hashlib
 import struct
 from collections.abc import Callable
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from google.protobuf.descriptor import FieldDescriptor
 
 from .gotypes import GoType
-from .schema import FieldPlan
+from .jsonkinds import MEMO_TYPES, NESTED_TYPE_META, is_list_kind
+from .schema import FieldPlan, Schema
 from .wellknown import GO_ZERO_UNIX, format_duration, format_micro_time, format_time
 
-if TYPE_CHECKING:
-    from .tojson import JsonGenerator
+
+class FragmentSource(Protocol):
+    """What the wire path needs of the upb path's generator (``kproxy.codec.tojson.JsonGenerator``
+    is one): its schema and settings, and the fill functions of fields it leaves to upb."""
+
+    schema: Schema
+    fragments: bool
+    memo_size: int
+    ns: dict[str, Any]
+
+    def flush(self) -> None: ...
+    def field_lines(self, full_name: str, fp: FieldPlan) -> list[str]: ...
+
 
 WireFiller = Callable[[bytes, int, int, dict[str, Any]], dict[str, Any]]
 
@@ -359,7 +371,7 @@ class WireJsonGenerator(TypeIds):
     per field: the order in which Go's marshaller writes them), then loops over whatever is
     left (other orders, repeats, unknown fields) with a binary search over the tags."""
 
-    def __init__(self, gen: JsonGenerator) -> None:
+    def __init__(self, gen: FragmentSource) -> None:
         self.gen = gen
         self.ns = gen.ns
         self.ns.update(HELPERS)
@@ -396,8 +408,6 @@ class WireJsonGenerator(TypeIds):
         return idx
 
     def _memoised(self, full_name: str) -> bool:
-        from .tojson import MEMO_TYPES
-
         return bool(self.gen.memo_size) and full_name.rsplit(".", 1)[-1] in MEMO_TYPES
 
     def _assign(self, go: GoType, fd: FieldDescriptor, target: str) -> list[str] | None:
@@ -421,8 +431,6 @@ class WireJsonGenerator(TypeIds):
         return f"wenc_{self._ref(fd.message_type.full_name)}"
 
     def _generate(self, full_name: str) -> str:
-        from .tojson import NESTED_TYPE_META, is_list_kind
-
         idx = self._ids[full_name]
         schema = self.gen.schema
         plan = schema.plan(full_name)

@@ -13,13 +13,13 @@ from typing import Any
 
 import yaml
 
+from kproxy.gocompat.floatfmt import format_float_g
+from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import dumps_go, replaced
 from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
+from kproxy.gocompat.yamlquote import fold_nel, go_bom_quoted, go_quotes
 
-from .errors import CodecError
-from .gofloat import format_float_g
-from .gojson import go_escape
-from .goyamlresolve import fold_nel, go_bom_quoted, go_quotes
+from .codecerrors import CodecError
 
 try:
     _Base: Any = yaml.CSafeDumper

@@ -72,6 +72,7 @@ class Codec:
 def _gzip_module() -> tuple[str, Any, range]:
     """The zlib-compatible module to use for gzip and the levels it accepts."""
     try:
+        # lazy: optional backends, tried in order of speed
         from isal import isal_zlib
 
         return "isal", isal_zlib, range(0, 4)
@@ -155,6 +156,7 @@ def gzip_decoder() -> Decoder:
 def _zstd_module() -> Any:
     """PEP 784's ``compression.zstd`` (stdlib from 3.14), or its backport before that."""
     if sys.version_info >= (3, 14):
+        # lazy: which module exists depends on the Python version
         from compression import zstd
     else:
         from backports import zstd

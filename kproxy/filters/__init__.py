@@ -3,6 +3,10 @@ entry-point group.
 
 A filter class has ``name`` (its config name), ``config_model`` (a pydantic model of its
 settings, ``extra="forbid"`` so typos are caught) and is built as ``cls(settings)``.
+
+The package holds one subpackage per built-in filter, each with its private modules.
+Filters never import each other (an import-linter independence contract); this registry imports
+only ``kproxy.core`` and ``kproxy.config``, and a filter only when a config names it.
 """
 
 from __future__ import annotations
@@ -12,8 +16,8 @@ from typing import Any, ClassVar, Protocol, cast
 
 from pydantic import BaseModel, ValidationError
 
-from kproxy.chain import Filter
 from kproxy.config import Config, ConfigError, FilterEntry, format_validation_error
+from kproxy.core.chain import Filter
 
 ENTRY_POINT_GROUP = "kproxy.filters"
 

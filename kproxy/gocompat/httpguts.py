@@ -6,12 +6,12 @@ These are the checks both ends of kproxy's upstream hop apply: Go's ``Transport`
 send a request whose header breaks them (``net/http/transport.go`` ``validateHeaders``:
 ``net/http: invalid header field value for "Impersonate-User"``), and the apiserver's
 ``net/http`` server refuses to read one (``server.go`` ``readRequest``: ``400 Bad Request:
-invalid header value``). kproxy's one request-head writer (``kproxy.httputil.request_head``)
+invalid header value``). kproxy's one request-head writer (``kproxy.server.httputil.request_head``)
 refuses the same, so no byte that could end a header line (CR, LF) or that Go would not carry
 (NUL and the other controls, DEL) is ever written into an upstream request.
 
 Strings here are header text as kproxy holds it: decoded from (and encoded back to) bytes as
-UTF-8 with ``surrogateescape`` (``kproxy.httputil.HEADER_CHARSET``), so a code point >= 0x80 is
+UTF-8 with ``surrogateescape`` (``kproxy.server.httputil.HEADER_CHARSET``), so a code point >= 0x80 is
 one or more bytes >= 0x80 on the wire -- Go's obs-text, which it allows in values. The checks
 are therefore made on the text, code point by code point, with the same verdict as Go's byte by
 byte. This module imports nothing from aiohttp.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kproxy.server.tlschain import send_configured_chain_only
 from kproxy.testing.errors import ControlPlaneError
 from kproxy.testing.kubectl import Kubectl
 from kproxy.testing.processes import (
@@ -26,7 +27,6 @@ from kproxy.testing.processes import (
     _terminate,
 )
 from kproxy.testing.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
-from kproxy.tlschain import send_configured_chain_only
 
 __all__ = ["USER_NAME", "ControlPlaneInfo", "client_ssl_context", "load"]
 

@@ -18,16 +18,16 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.access import AccessReviewer, access_reviewer, api_review, authorize
-from kproxy.auth import authenticator
-from kproxy.chain import BytesBody, Exchange, Identity
-from kproxy.context import ApiClient, CredentialsMode, FilterContext
-from kproxy.impersonate import CallerAuthenticator
-from kproxy.kubeconfig import from_kubeconfig
-from kproxy.requestinfo import parse_request_info, unescape_path
-from kproxy.status import StatusError
+from kproxy.core.chain import BytesBody, Exchange, Identity
+from kproxy.core.context import ApiClient, CredentialsMode, FilterContext
+from kproxy.core.requestinfo import parse_request_info, unescape_path
+from kproxy.core.status import StatusError
+from kproxy.identity.access import AccessReviewer, access_reviewer, api_review, authorize
+from kproxy.identity.authn import authenticator
+from kproxy.identity.impersonate import CallerAuthenticator
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.upstream import Upstream
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.upstream import Upstream
 
 pytestmark = pytest.mark.e2e
 

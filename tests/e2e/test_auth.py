@@ -1,4 +1,4 @@
-"""Caller identity (kproxy/auth.py) as policy rules see it, against the real apiserver.
+"""Caller identity (kproxy/identity/authn.py) as policy rules see it, against the real apiserver.
 
 ``credentials: forward``: the caller's bearer token is reviewed (TokenReview, cached); rules
 select by user and group; no token is ``system:anonymous``; a bad token gets the apiserver's

@@ -1,4 +1,4 @@
-"""Deadlines and bounds on client connections, against a real `kproxy run` (kproxy/connections.py).
+"""Deadlines and bounds on client connections, against a real `kproxy run` (kproxy/server/connections.py).
 
 Go's server in front of the apiserver closes, without a word, a connection that has not sent a
 whole request head within ReadHeaderTimeout (32 s there) or a kept-alive one that sent nothing for

@@ -9,10 +9,10 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.config import parse_config
-from kproxy.kubeconfig import from_kubeconfig
-from kproxy.server import ProxyServer
+from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.proxy import ProxyServer
 from kproxy.testing.certs import ADMIN_COMMON_NAME
 from kproxy.testing.envtest import ControlPlaneInfo
 

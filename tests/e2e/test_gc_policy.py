@@ -1,4 +1,4 @@
-"""The garbage-collector policy of a real `kproxy run` (kproxy.gcpolicy), read from its /metrics:
+"""The garbage-collector policy of a real `kproxy run` (kproxy.gctuning), read from its /metrics:
 the start-up heap is frozen out of every later collection, every collection's pause is exported
 by generation, a reload returns the frozen objects to the collector, and a YAML LIST that the
 watch cache builds whole (thousands of Python objects alive at once) runs without a full

@@ -1,4 +1,4 @@
-"""Metric labels come from bounded sets, whatever callers send (kproxy/metrics.py).
+"""Metric labels come from bounded sets, whatever callers send (kproxy/server/metrics.py).
 
 Requests naming random resources, and methods no verb stands for, are counted under ``other``
 (as the apiserver counts only on the routes it installed, and ``cleanVerb`` reports unknown

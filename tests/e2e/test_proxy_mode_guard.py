@@ -1,4 +1,4 @@
-"""`credentials: proxy` refuses what `kubectl proxy` refuses, answering as it does (kproxy/proxyguard.py).
+"""`credentials: proxy` refuses what `kubectl proxy` refuses, answering as it does (kproxy/server/proxyguard.py).
 
 The real `kubectl proxy` (the pinned kubectl) and a kproxy with the default config run side by
 side against the same apiserver; the same raw requests go to both and the answers are compared:

@@ -12,11 +12,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 import kproxy.filters
-from kproxy.chain import Exchange, FilterBase, Handler, Reply
 from kproxy.config import Config, parse_config
-from kproxy.context import FilterContext
-from kproxy.kubeconfig import from_kubeconfig
-from kproxy.server import ProxyServer
+from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
+from kproxy.core.context import FilterContext
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.proxy import ProxyServer
 from kproxy.testing.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e

@@ -3,7 +3,7 @@
 A population of objects with varied labels and field values is created directly on the apiserver;
 then, for a table of label selectors and one of field selectors (valid and invalid), the apiserver's
 answer to a LIST with that selector (the names, or its error code and message) is compared with what
-kproxy.cache computes on the same objects listed without a selector: ``parse_label_selector`` /
+kproxy.cacher computes on the same objects listed without a selector: ``parse_label_selector`` /
 ``parse_field_selector`` plus ``matches`` over ``SelectableFields.from_dict`` (the JSON items) and over
 ``SelectableFields.from_message`` (the items of the same list fetched as protobuf).  Every disagreement
 is reported; there must be none.
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from kproxy.cache.fields import SelectableFields, builtin_fields, crd_fields, parse_field_selector
-from kproxy.cache.labels import parse_label_selector
-from kproxy.cache.selector_errors import SelectorError
+from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields, parse_field_selector
+from kproxy.cacher.labels import parse_label_selector
+from kproxy.cacher.selector_errors import SelectorError
 from kproxy.codec.envelope import decode_envelope
 from kproxy.codec.schema import Schema, load_schema
 from kproxy.testing.envtest import ControlPlaneInfo
@@ -548,7 +548,7 @@ def _compare(
     attrs_json: Callable[[dict[str, Any]], dict[str, str]],
     attrs_msg: Callable[[Any], dict[str, str]],
 ) -> list[str]:
-    """The disagreements between the apiserver and kproxy.cache for one selector on one target."""
+    """The disagreements between the apiserver and kproxy.cacher for one selector on one target."""
     code, answer = _ask(cp, target, param, text)
     where = f"{target.path} {param}={text!r}"
     try:

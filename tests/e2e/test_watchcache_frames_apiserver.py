@@ -31,16 +31,16 @@ import orjson
 import pytest
 from test_watchcache_recovery import _compact
 
-from kproxy.cache import CachedObject, Kind
-from kproxy.cache.fields import builtin_fields, crd_fields
+from kproxy.cacher import CachedObject, Kind
+from kproxy.cacher.fields import builtin_fields, crd_fields
+from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.codec.envelope import parse_watch_event
-from kproxy.negotiation import JSON, PROTOBUF
-from kproxy.status import StatusCause, resource_expired, timeout
+from kproxy.core.negotiation import JSON, PROTOBUF
+from kproxy.core.status import StatusCause, resource_expired, timeout
+from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.watchcache.frames import CONTENT_TYPES, FrameEncoder
-from kproxy.watchcache.objects import ObjectFactory
 
 pytestmark = pytest.mark.e2e
 

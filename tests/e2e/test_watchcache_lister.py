@@ -9,17 +9,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kproxy.cache import ADDED, BOOKMARK, Kind
-from kproxy.cache.fields import builtin_fields, crd_fields
+from kproxy.cacher import ADDED, BOOKMARK, Kind
+from kproxy.cacher.fields import builtin_fields, crd_fields
+from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec
-from kproxy.context import ApiClient
-from kproxy.kubeconfig import from_kubeconfig
+from kproxy.core.context import ApiClient
+from kproxy.filters.watchcache.listwatch import HttpListerWatcher
+from kproxy.filters.watchcache.resources import ResourceSpec
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.upstream import Upstream
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.upstream import Upstream
-from kproxy.watchcache.objects import ObjectFactory
-from kproxy.watchcache.resources import ResourceSpec
-from kproxy.watchcache.upstream import HttpListerWatcher
 
 pytestmark = pytest.mark.e2e
 

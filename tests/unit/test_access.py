@@ -1,4 +1,4 @@
-"""kproxy/access.py without an apiserver: the decision cache, the review's shape, ``authorize``.
+"""kproxy/identity/access.py without an apiserver: the decision cache, the review's shape, ``authorize``.
 
 The apiserver's SubjectAccessReview answers are stood in for by a fake ``review`` callable (or a
 fake ``ctx.api``); the real round trips and the byte-exact 403/401 are in
@@ -15,7 +15,11 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.access import (
+from kproxy.core.chain import BytesBody, Exchange, Identity
+from kproxy.core.context import ApiClient, FilterContext
+from kproxy.core.requestinfo import RequestInfo, parse_request_info
+from kproxy.core.status import StatusError
+from kproxy.identity.access import (
     SUBJECT_ACCESS_REVIEWS,
     AccessReviewer,
     AccessReviewError,
@@ -25,10 +29,6 @@ from kproxy.access import (
     authorize,
     review_body,
 )
-from kproxy.chain import BytesBody, Exchange, Identity
-from kproxy.context import ApiClient, FilterContext
-from kproxy.requestinfo import RequestInfo, parse_request_info
-from kproxy.status import StatusError
 
 ALICE = Identity(user="alice", groups=("dev", "system:authenticated"), uid="u1", extra={"scopes": ("a", "b")})
 BOB = Identity(user="bob", groups=("system:authenticated",))

@@ -1,4 +1,4 @@
-"""kproxy.auth.caller_tokens: the tokens the apiserver's token authenticators would try, in order
+"""kproxy.identity.authn.caller_tokens: the tokens the apiserver's token authenticators would try, in order
 (bearertoken.go, then websocket/protocol.go for WebSocket requests only), and which requests fail
 before any review. The end-to-end comparison with the apiserver is tests/e2e/test_auth_websocket_protocol.py."""
 
@@ -9,7 +9,7 @@ import base64
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.auth import caller_tokens, without_token_protocol
+from kproxy.identity.authn import caller_tokens, without_token_protocol
 
 P = "base64url.bearer.authorization.k8s.io."
 WS = {"Upgrade": "websocket", "Connection": "Upgrade"}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from kproxy.cache import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, NoCounters, Selection
-from kproxy.cache.time_budget import TimeBudget
+from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache
+from kproxy.cacher.broadcaster import Broadcaster, NoCounters, Selection
+from kproxy.cacher.time_budget import TimeBudget
 
 POD = Kind("v1", "Pod", "PodList", protobuf=False)
 

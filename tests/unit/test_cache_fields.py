@@ -1,4 +1,4 @@
-"""kproxy.cache.fields: parsing and escaping (apimachinery's fields/selector_test.go tables), every
+"""kproxy.cacher.fields: parsing and escaping (apimachinery's fields/selector_test.go tables), every
 built-in resource's selectable fields as kube-apiserver v1.37.1 accepts them, and the JSON and protobuf
 extractors on real objects (they must agree)."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from kproxy.cache import fields as F
-from kproxy.cache.fields import (
+from kproxy.cacher import fields as F
+from kproxy.cacher.fields import (
     SelectableFields,
     SelectorError,
     builtin_fields,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kproxy.cache import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, EventHistory
+from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, EventHistory
 
 
 class Clock:

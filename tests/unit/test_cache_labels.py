@@ -1,4 +1,4 @@
-"""kproxy.cache.labels against the cases of apimachinery's own tests and the apiserver's messages.
+"""kproxy.cacher.labels against the cases of apimachinery's own tests and the apiserver's messages.
 
 Tables marked "selector_test.go" are ported from
 ``staging/src/k8s.io/apimachinery/pkg/labels/selector_test.go`` (TestSelectorParse, TestSelectorMatches,
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from kproxy.cache import labels as L
-from kproxy.cache.labels import LabelSelector, Requirement, SelectorError, parse_label_selector
+from kproxy.cacher import labels as L
+from kproxy.cacher.labels import LabelSelector, Requirement, SelectorError, parse_label_selector
 
 
 def _reqs(text: str) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -13,9 +13,9 @@ import random
 import orjson
 import pytest
 
-from kproxy.cache import CachedObject, ContinueToken, Kind, Page, Snapshot, WatchCache, decode_continue, select
-from kproxy.cache.continue_token import encode_continue
-from kproxy.cache.listing import Predicate
+from kproxy.cacher import CachedObject, ContinueToken, Kind, Page, Snapshot, WatchCache, decode_continue, select
+from kproxy.cacher.continue_token import encode_continue
+from kproxy.cacher.listing import Predicate
 
 POD = Kind("v1", "Pod", "PodList", protobuf=True)
 

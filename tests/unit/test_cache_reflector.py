@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.cache import (
+from kproxy.cacher import (
     ADDED,
     BOOKMARK,
     DELETED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from kproxy.cache.resource_version import json_with_resource_version, proto_with_resource_version
+from kproxy.cacher.resource_version import json_with_resource_version, proto_with_resource_version
 from kproxy.codec import ProtobufCodec, decode_envelope, encode_envelope
 
 _codec = ProtobufCodec()

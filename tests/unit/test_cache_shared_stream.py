@@ -1,4 +1,4 @@
-"""Compressed watches that share one compressor stream (``kproxy.cache.shared_stream``).
+"""Compressed watches that share one compressor stream (``kproxy.cacher.shared_stream``).
 
 Real zstd and gzip codecs, fake sinks and frames: every watcher's bytes must decode (several frames
 in a row) to exactly what an uncompressed twin registered at the same moment receives, each write
@@ -18,9 +18,9 @@ import pytest
 from backports import zstd
 from test_cache_broadcaster import Sink as PlainSink
 
-from kproxy.cache import MODIFIED, CachedObject, Kind, WatchCache
-from kproxy.cache.broadcaster import Broadcaster, Selection, Watcher
-from kproxy.cache.shared_stream import RESTART_AFTER
+from kproxy.cacher import MODIFIED, CachedObject, Kind, WatchCache
+from kproxy.cacher.broadcaster import Broadcaster, Selection, Watcher
+from kproxy.cacher.shared_stream import RESTART_AFTER
 from kproxy.compress.backends import gzip_codec, zstd_codec
 from kproxy.compress.shared import SharedFrame, WatchCoding
 

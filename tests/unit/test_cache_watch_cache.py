@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from kproxy.cache import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, Kind, Snapshot, WatchCache
+from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, Kind, Snapshot, WatchCache
 
 POD = Kind("v1", "Pod", "PodList", protobuf=True)
 

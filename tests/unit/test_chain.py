@@ -9,10 +9,10 @@ from typing import ClassVar
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.chain import BytesBody, Chain, Exchange, FilterBase, Handler, Reply, StreamBody
-from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
-from kproxy.requestinfo import request_info_from_target
-from kproxy.status import StatusError
+from kproxy.core.chain import BytesBody, Chain, Exchange, FilterBase, Handler, Reply, StreamBody
+from kproxy.core.requestinfo import request_info_from_target
+from kproxy.core.status import StatusError
+from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 
 
 def ex(target: str = "/api/v1/namespaces/ns/pods?labelSelector=a%3Db&watch=1", method: str = "GET") -> Exchange:

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kproxy.codec import CodecError, ProtobufCodec
+from kproxy.codec.codecerrors import NOT_UTF8
 from kproxy.codec.envelope import MAGIC, encode_varint
-from kproxy.codec.errors import NOT_UTF8
 
 POD = {
     "apiVersion": "v1",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kproxy.codec import to_yaml
-from kproxy.codec.gofloat import format_float_g
+from kproxy.gocompat.floatfmt import format_float_g
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,10 @@ import pytest
 from backports import zstd
 from multidict import CIMultiDict
 
-from kproxy.chain import BytesBody, Chain, Exchange, Reply, StreamBody
 from kproxy.config import ConfigError, parse_config
+from kproxy.core.chain import BytesBody, Chain, Exchange, Reply, StreamBody
+from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters import build_filters
-from kproxy.requestinfo import request_info_from_target
 
 BIG = b"".join(b'{"name":"cm-%05d","data":"value"}\n' % i for i in range(2000))
 
@@ -205,7 +205,7 @@ async def test_restarted_filters_share_one_set_of_metrics() -> None:
     """A reload starts a new instance with the same context: no duplicate registration."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from kproxy.context import FilterContext
+    from kproxy.core.context import FilterContext
 
     ctx = FilterContext(api=None, credentials="proxy", registry=CollectorRegistry())  # type: ignore[arg-type]
     first, second = (build_filters(parse_config({"filters": [{"name": "compression", "watch": w}]}))[0] for w in (0, 1))

@@ -7,9 +7,9 @@ import asyncio
 from typing import Any
 
 from kproxy.config import ConnectionsConfig, parse_config
-from kproxy.connections import Connections
-from kproxy.metrics import Metrics
-from kproxy.servedresources import OTHER, REFRESH_INTERVAL, ServedResources, discover, labels_from_aggregated
+from kproxy.server.connections import Connections
+from kproxy.server.metrics import Metrics
+from kproxy.server.servedresources import OTHER, REFRESH_INTERVAL, ServedResources, discover, labels_from_aggregated
 
 
 class _Conn:

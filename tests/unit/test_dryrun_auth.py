@@ -1,4 +1,4 @@
-"""kproxy/auth.py without an apiserver: token extraction, the review cache, identify() per mode.
+"""kproxy/identity/authn.py without an apiserver: token extraction, the review cache, identify() per mode.
 
 The apiserver's answers are stood in for by a fake ``ctx.api``; the real TokenReview and
 SelfSubjectReview round trips are covered in tests/e2e/test_auth.py.
@@ -14,11 +14,11 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.auth import ANONYMOUS, Authenticator, authenticator, caller_tokens
-from kproxy.chain import BytesBody, Exchange
-from kproxy.context import FilterContext
-from kproxy.requestinfo import parse_request_info
-from kproxy.status import StatusError
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.context import FilterContext
+from kproxy.core.requestinfo import parse_request_info
+from kproxy.core.status import StatusError
+from kproxy.identity.authn import ANONYMOUS, Authenticator, authenticator, caller_tokens
 
 USERS = {"good": {"username": "alice", "uid": "u1", "groups": ["dev", "system:authenticated"], "extra": {"k": ["v"]}}}
 
@@ -60,7 +60,7 @@ def exchange(headers: dict[str, str]) -> Exchange:
 
 
 def bearer_token(headers: dict[str, str]) -> str | None:
-    """The first token the apiserver would review for these headers (kproxy.auth.caller_tokens)."""
+    """The first token the apiserver would review for these headers (kproxy.identity.authn.caller_tokens)."""
     tokens, _ = caller_tokens(headers)
     return tokens[0][0] if tokens else None
 

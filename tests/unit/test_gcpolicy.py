@@ -1,4 +1,4 @@
-"""kproxy.gcpolicy: pauses of automatic collection (nested, bounded, never turning on a collector
+"""kproxy.gctuning: pauses of automatic collection (nested, bounded, never turning on a collector
 that was off), the start-up freeze and thaw, and the pause histogram."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kproxy import gcpolicy
-from kproxy.metrics import Metrics
+from kproxy import gctuning
+from kproxy.server.metrics import Metrics
 
 
 @pytest.fixture(autouse=True)
@@ -19,30 +19,30 @@ def _collector_on() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    gcpolicy.observe_pauses(None)
+    gctuning.observe_pauses(None)
     gc.unfreeze()
     if not was:
         gc.disable()
 
 
 def test_paused_nests_and_restores() -> None:
-    with gcpolicy.paused():
+    with gctuning.paused():
         assert not gc.isenabled()
-        with gcpolicy.paused():
+        with gctuning.paused():
             assert not gc.isenabled()
         assert not gc.isenabled()  # the outer pause still holds
     assert gc.isenabled()
 
 
 def test_paused_restores_after_an_error() -> None:
-    with pytest.raises(RuntimeError), gcpolicy.paused():
+    with pytest.raises(RuntimeError), gctuning.paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
 
 
 def test_paused_leaves_a_disabled_collector_off() -> None:
     gc.disable()
-    with gcpolicy.paused():
+    with gctuning.paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
 
@@ -51,13 +51,13 @@ async def test_pauses_overlapping_across_tasks() -> None:
     started, release = asyncio.Event(), asyncio.Event()
 
     async def lister() -> None:
-        with gcpolicy.paused():
+        with gctuning.paused():
             started.set()
             await release.wait()
 
     task = asyncio.create_task(lister())
     await started.wait()
-    with gcpolicy.paused():
+    with gctuning.paused():
         assert not gc.isenabled()
     assert not gc.isenabled()  # the other task's pause is not over
     release.set()
@@ -66,19 +66,19 @@ async def test_pauses_overlapping_across_tasks() -> None:
 
 
 async def test_a_pause_ends_by_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gcpolicy, "MAX_PAUSE", 0.05)
+    monkeypatch.setattr(gctuning, "MAX_PAUSE", 0.05)
     expired = asyncio.Event()
-    orig = gcpolicy._expire
+    orig = gctuning._expire
 
     def spy() -> None:
         orig()
         expired.set()
 
-    monkeypatch.setattr(gcpolicy, "_expire", spy)
-    with gcpolicy.paused():
+    monkeypatch.setattr(gctuning, "_expire", spy)
+    with gctuning.paused():
         await asyncio.wait_for(expired.wait(), 5)
         assert gc.isenabled()  # collection runs again while the block goes on
-        with gcpolicy.paused():  # a pause nested in an expired one does not stop it again
+        with gctuning.paused():  # a pause nested in an expired one does not stop it again
             assert gc.isenabled()
     assert gc.isenabled()
 
@@ -91,10 +91,10 @@ def test_freeze_started_and_thaw() -> None:
         return {id(o) for o in gc.get_objects()}
 
     assert id(kept[0]) in walked()
-    gcpolicy.freeze_started()
+    gctuning.freeze_started()
     assert gc.get_freeze_count() >= len(kept)
     assert not {id(x) for x in kept} & walked()  # no collection walks them any more
-    gcpolicy.thaw()
+    gctuning.thaw()
     assert gc.get_freeze_count() == 0
     assert id(kept[0]) in walked()
 
@@ -102,8 +102,8 @@ def test_freeze_started_and_thaw() -> None:
 def test_pause_histogram_and_frozen_gauge() -> None:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    gcpolicy.observe_pauses(metrics.gc_pause)
-    gcpolicy.observe_pauses(metrics.gc_pause)  # once, however often it is called
+    gctuning.observe_pauses(metrics.gc_pause)
+    gctuning.observe_pauses(metrics.gc_pause)  # once, however often it is called
 
     def count(generation: str) -> float:
         value = registry.get_sample_value("kproxy_gc_pause_seconds_count", {"generation": generation})
@@ -113,7 +113,7 @@ def test_pause_histogram_and_frozen_gauge() -> None:
     before = count("2")
     gc.collect()
     assert count("2") == before + 1
-    gcpolicy.observe_pauses(None)
+    gctuning.observe_pauses(None)
     gc.collect()
     assert count("2") == before + 1
     gc.freeze()

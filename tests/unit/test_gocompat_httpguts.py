@@ -1,12 +1,12 @@
 """kproxy.gocompat.httpguts against Go's tables, and the one request-head writer built on it
-(kproxy.httputil.request_head): what it writes, and what it refuses to write."""
+(kproxy.server.httputil.request_head): what it writes, and what it refuses to write."""
 
 from __future__ import annotations
 
 import pytest
 
 from kproxy.gocompat import httpguts
-from kproxy.httputil import InvalidRequestHead, request_head
+from kproxy.server.httputil import InvalidRequestHead, request_head
 
 # golang.org/x/net/http/httpguts/httplex.go isTokenTable, spelled out.
 GO_TOKEN_TABLE = (

@@ -22,8 +22,8 @@ import pytest
 
 from kproxy.codec import ProtobufCodec, to_yaml
 from kproxy.codec.envelope import encode_envelope
-from kproxy.codec.gojson import go_escape
 from kproxy.codec.yamlcodec import go_yaml_error
+from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import dumps_go, go_string, json_string, replaced
 
 ALPHABET = bytes.fromhex("00 41 3c 7f 80 8f 90 9f a0 bf c0 c1 c2 df e0 e1 ed ee ef f0 f1 f4 f5 ff")

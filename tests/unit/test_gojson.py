@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kproxy.gojson import quote_char, syntax_error
+from kproxy.gocompat.jsonsyntax import quote_char, syntax_error
 
 
 @pytest.mark.parametrize(

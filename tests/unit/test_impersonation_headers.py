@@ -8,10 +8,12 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.chain import BytesBody, Exchange, Identity
-from kproxy.context import FilterContext
+from kproxy.core.chain import BytesBody, Exchange, Identity
+from kproxy.core.context import FilterContext
+from kproxy.core.requestinfo import parse_request_info
+from kproxy.core.status import StatusError
 from kproxy.gocompat.httpguts import valid_header_field_name
-from kproxy.impersonate import (
+from kproxy.identity.impersonate import (
     CallerAuthenticator,
     UnrepresentableIdentity,
     escape_extra_key,
@@ -20,8 +22,6 @@ from kproxy.impersonate import (
     impersonation_headers,
     strip_impersonation,
 )
-from kproxy.requestinfo import parse_request_info
-from kproxy.status import StatusError
 
 
 def test_extra_keys_are_escaped_as_client_go_does() -> None:

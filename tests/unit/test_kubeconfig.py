@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kproxy.config import ConfigError
-from kproxy.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
+from kproxy.server.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
 from kproxy.testing import certs
 
 

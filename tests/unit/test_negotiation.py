@@ -1,4 +1,4 @@
-"""Accept negotiation as the apiserver does it (kproxy/negotiation.py), and how the transcode
+"""Accept negotiation as the apiserver does it (kproxy/core/negotiation.py), and how the transcode
 filter uses it to decide which requests it rewrites."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.chain import BytesBody, Exchange
 from kproxy.codec import ProtobufCodec
-from kproxy.filters.transcode import Transcode, TranscodeSettings, envelope_type
-from kproxy.negotiation import (
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.negotiation import (
     JSON,
     PROTOBUF,
     YAML,
@@ -19,7 +18,8 @@ from kproxy.negotiation import (
     parse_accept,
     router_accepts,
 )
-from kproxy.requestinfo import request_info_from_target
+from kproxy.core.requestinfo import request_info_from_target
+from kproxy.filters.transcode import Transcode, TranscodeSettings, envelope_type
 
 
 def test_parse_accept_sorts_by_q_then_specificity() -> None:

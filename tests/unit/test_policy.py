@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kproxy.chain import Identity
-from kproxy.policy import Match, Rule, first_match, first_match_lazy, match_verb
-from kproxy.requestinfo import RequestInfo, parse_request_info
+from kproxy.core.chain import Identity
+from kproxy.core.requestinfo import RequestInfo, parse_request_info
+from kproxy.identity.policy import Match, Rule, first_match, first_match_lazy, match_verb
 
 ALICE = Identity("alice", ("dev", "system:authenticated"))
 BOB = Identity("bob", ("ops", "system:authenticated"))

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from kproxy.pool import Pool, UpstreamClosed
-from kproxy.status import StatusError, request_entity_too_large
+from kproxy.core.status import StatusError, request_entity_too_large
+from kproxy.server.pool import Pool, UpstreamClosed
 
 Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -293,10 +293,10 @@ async def test_upstream_server_url_path_prefix_and_error_count() -> None:
     upstream is counted once, as the upstream's failure."""
     from multidict import CIMultiDict
 
-    from kproxy.chain import BytesBody, Exchange
-    from kproxy.kubeconfig import UpstreamTarget
-    from kproxy.requestinfo import request_info_from_target
-    from kproxy.upstream import Upstream
+    from kproxy.core.chain import BytesBody, Exchange
+    from kproxy.core.requestinfo import request_info_from_target
+    from kproxy.server.kubeconfig import UpstreamTarget
+    from kproxy.server.upstream import Upstream
 
     async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if b"Upgrade: x" in head:
@@ -367,10 +367,10 @@ async def test_a_refused_head_reaches_no_upstream() -> None:
     upgrade path alike, before any connection is opened (nothing written upstream)."""
     from multidict import CIMultiDict
 
-    from kproxy.chain import BytesBody, Exchange
-    from kproxy.kubeconfig import UpstreamTarget
-    from kproxy.requestinfo import request_info_from_target
-    from kproxy.upstream import Upstream
+    from kproxy.core.chain import BytesBody, Exchange
+    from kproxy.core.requestinfo import request_info_from_target
+    from kproxy.server.kubeconfig import UpstreamTarget
+    from kproxy.server.upstream import Upstream
 
     async def answer(head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from kproxy.pool import Pool
+from kproxy.server.pool import Pool
 
 
 async def test_answer_before_the_body_is_taken_stands() -> None:

@@ -11,7 +11,7 @@ import pytest
 from kproxy.config import ConfigError, ProxyConfig, parse_config
 from kproxy.gocompat.net import AddrError, split_host_port
 from kproxy.gocompat.regexp import compile_go_regexp, translate
-from kproxy.proxyguard import ProxyGuard, extract_host
+from kproxy.server.proxyguard import ProxyGuard, extract_host
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 from multidict import MultiDict, MultiDictProxy
 
-from kproxy.requestinfo import (
+from kproxy.core.requestinfo import (
     InvalidRequestURIError,
     RequestInfo,
     RequestInfoError,

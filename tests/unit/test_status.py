@@ -11,9 +11,9 @@ import pickle
 
 import pytest
 
-from kproxy import status
-from kproxy.requestinfo import parse_request_info
-from kproxy.status import CauseType, StatusCause, StatusDetails, StatusError, StatusReason
+from kproxy.core import status
+from kproxy.core.requestinfo import parse_request_info
+from kproxy.core.status import CauseType, StatusCause, StatusDetails, StatusError, StatusReason
 
 JSON_HEADERS = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
 

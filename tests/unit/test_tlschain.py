@@ -4,7 +4,7 @@ A local TLS 1.3 server that requires a client certificate records the client's C
 handshake message (``SSLContext._msg_callback`` sees it decrypted) and counts what was sent.
 OpenSSL's default, shown by the plain ``ssl`` context below, appends the trust store's CA to a
 leaf-only client certificate; the kube-apiserver then verifies the leaf's signature twice on every
-request (see ``kproxy/tlschain.py`` for the measurement).
+request (see ``kproxy/server/tlschain.py`` for the measurement).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from kproxy.kubeconfig import from_kubeconfig
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.tlschain import SSL_MODE_NO_AUTO_CHAIN, send_configured_chain_only, ssl_ctx_mode
 from kproxy.testing import certs
 from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.tlschain import SSL_MODE_NO_AUTO_CHAIN, send_configured_chain_only, ssl_ctx_mode
 
 _HANDSHAKE, _CERTIFICATE = 22, 11
 

@@ -12,15 +12,22 @@ from typing import Any
 import orjson
 import pytest
 
-from kproxy.validation import fastcheck
-from kproxy.validation.decode import Pairs, decode_json, decode_yaml
-from kproxy.validation.fastcheck import compile_clean
-from kproxy.validation.levels import Level, parse_level
-from kproxy.validation.messages import create_update_error, warning_value, warning_values
-from kproxy.validation.openapi import SchemaCache
-from kproxy.validation.schema import ANY, LIST, MAP, OBJECT, SCALAR, load_group_version
-from kproxy.validation.structs import compile_fast
-from kproxy.validation.validator import MAX_ERRORS, _clean, _type_meta, check_builtin, check_custom, validate_body
+from kproxy.filters.validation import fastcheck
+from kproxy.filters.validation.decode import Pairs, decode_json, decode_yaml
+from kproxy.filters.validation.fastcheck import compile_clean
+from kproxy.filters.validation.levels import Level, parse_level
+from kproxy.filters.validation.messages import create_update_error, warning_value, warning_values
+from kproxy.filters.validation.openapi import SchemaCache
+from kproxy.filters.validation.schemanodes import ANY, LIST, MAP, OBJECT, SCALAR, load_group_version
+from kproxy.filters.validation.structs import compile_fast
+from kproxy.filters.validation.validator import (
+    MAX_ERRORS,
+    _clean,
+    _type_meta,
+    check_builtin,
+    check_custom,
+    validate_body,
+)
 
 REF = "#/components/schemas/"
 

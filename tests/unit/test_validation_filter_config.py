@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, MultiDict
 
-from kproxy.chain import BytesBody, Exchange
 from kproxy.config import ConfigError, parse_config
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.requestinfo import parse_request_info
 from kproxy.filters import build_filters
 from kproxy.filters.validation import Validation, _options_valid, _set_field_validation
-from kproxy.requestinfo import parse_request_info
-from kproxy.validation.levels import Level
+from kproxy.filters.validation.levels import Level
 
 
 def build(settings: dict[str, object]) -> Validation:

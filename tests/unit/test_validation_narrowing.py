@@ -1,4 +1,4 @@
-"""Narrowed Structs (``kproxy.validation.structs``): the msgspec clean check first decodes into
+"""Narrowed Structs (``kproxy.filters.validation.structs``): the msgspec clean check first decodes into
 Structs declaring only the fields bodies were seen to set, learns from bodies that need more,
 and must give exactly the verdicts the full Structs give."""
 
@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from test_validation_engine import _random_body, fast_thing
 
-from kproxy.validation.structs import _Decoders, compile_fast
+from kproxy.filters.validation.structs import _Decoders, compile_fast
 
 NAMES = ["apiVersion", "kind", "metadata", "spec", "count", "items", "a", "b", "free", "known", "name",
          "labels", "raw", "embedded", "names", "port", "cpu", "data", "managedFields", "fieldsV1", "manager",

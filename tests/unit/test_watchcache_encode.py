@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import orjson
 
-from kproxy.cache import CachedObject, Kind
+from kproxy.cacher import CachedObject, Kind
 from kproxy.codec import ProtobufCodec, decode_envelope
-from kproxy.negotiation import JSON, PROTOBUF, YAML
-from kproxy.watchcache.encode import list_body, list_meta_json, list_meta_proto, object_body
+from kproxy.core.negotiation import JSON, PROTOBUF, YAML
+from kproxy.filters.watchcache.encode import list_body, list_meta_json, list_meta_proto, object_body
 
 POD = Kind("v1", "Pod", "PodList", True)
 GIZMO = Kind("x.example/v1", "Gizmo", "GizmoList", False)

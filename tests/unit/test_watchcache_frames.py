@@ -12,14 +12,14 @@ from typing import Any
 import orjson
 import pytest
 
-from kproxy.cache import CachedObject, Kind
-from kproxy.cache.fields import builtin_fields
+from kproxy.cacher import CachedObject, Kind
+from kproxy.cacher.fields import builtin_fields
+from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.codec.envelope import parse_watch_event, read_varint
-from kproxy.negotiation import JSON, PROTOBUF, YAML
-from kproxy.status import StatusCause, resource_expired, timeout
-from kproxy.watchcache.frames import CONTENT_TYPES, FrameEncoder
-from kproxy.watchcache.objects import ObjectFactory
+from kproxy.core.negotiation import JSON, PROTOBUF, YAML
+from kproxy.core.status import StatusCause, resource_expired, timeout
+from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
 
 POD = Kind("v1", "Pod", "PodList", True)
 CONFIGMAP = Kind("v1", "ConfigMap", "ConfigMapList", True)
@@ -197,7 +197,7 @@ def test_error_events(codec: ProtobufCodec) -> None:
         b'"message":"too old resource version: 1 (294)","reason":"Expired","code":410}}\n'
     )
     assert enc.error(expired.to_dict(), PROTOBUF) == EXPIRED_PROTOBUF
-    # A Status with details, causes and HTML-significant text: JSON as kproxy.status renders it,
+    # A Status with details, causes and HTML-significant text: JSON as kproxy.core.status renders it,
     # protobuf decoding back to the same Status.
     too_large = timeout("Too large <resource> version: 9, current: 8", 1, [StatusCause("ResourceVersionTooLarge", "x")])
     frame = enc.error(too_large.to_dict(), JSON)

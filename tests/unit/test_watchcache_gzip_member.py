@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import zlib
 
-from kproxy.watchcache.watches import WATCH_LIST_GZIP
+from kproxy.filters.watchcache.watches import WATCH_LIST_GZIP
 
 gzip_member = WATCH_LIST_GZIP.solo
 

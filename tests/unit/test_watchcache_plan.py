@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.cache import encode_continue
-from kproxy.cache.fields import builtin_fields
-from kproxy.chain import BytesBody, Exchange
-from kproxy.requestinfo import request_info_from_target
-from kproxy.watchcache.plan import Pass, Read, plan
+from kproxy.cacher import encode_continue
+from kproxy.cacher.fields import builtin_fields
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.requestinfo import request_info_from_target
+from kproxy.filters.watchcache.plan import Pass, Read, plan
 
 PODS = builtin_fields("", "pods")
 TOKEN = encode_continue(42, "/p1")

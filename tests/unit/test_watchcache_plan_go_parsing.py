@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.cache.fields import builtin_fields
-from kproxy.chain import BytesBody, Exchange
-from kproxy.requestinfo import request_info_from_target
-from kproxy.watchcache.plan import Pass, Read, deadline_ok, go_int64, plan, valid_path_segment_name
+from kproxy.cacher.fields import builtin_fields
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.requestinfo import request_info_from_target
+from kproxy.filters.watchcache.plan import Pass, Read, deadline_ok, go_int64, plan, valid_path_segment_name
 
 PODS = builtin_fields("", "pods")
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.cache.fields import builtin_fields
-from kproxy.chain import BytesBody, Exchange
-from kproxy.negotiation import JSON, PROTOBUF
-from kproxy.requestinfo import request_info_from_target
-from kproxy.watchcache.plan import Pass
-from kproxy.watchcache.watch_plan import WatchRead, plan_watch
+from kproxy.cacher.fields import builtin_fields
+from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.negotiation import JSON, PROTOBUF
+from kproxy.core.requestinfo import request_info_from_target
+from kproxy.filters.watchcache.plan import Pass
+from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
 
 PODS = builtin_fields("", "pods")
 

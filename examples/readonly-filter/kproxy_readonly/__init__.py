@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from kproxy.chain import Exchange, FilterBase, Handler, Reply
-from kproxy.status import forbidden
+from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
+from kproxy.core.status import forbidden
 
 
 class ReadOnlySettings(BaseModel):

@@ -7,10 +7,10 @@ import json
 import pytest
 from multidict import CIMultiDict
 
-from kproxy.chain import BytesBody, Chain, Exchange, Reply
 from kproxy.config import ConfigError, parse_config
+from kproxy.core.chain import BytesBody, Chain, Exchange, Reply
+from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters import build_filters
-from kproxy.requestinfo import request_info_from_target
 
 
 def exchange(method: str, target: str) -> Exchange:

@@ -1,0 +1,146 @@
+"""From the upstream's bytes to CachedObjects: protobuf messages for built-in kinds, JSON otherwise.
+
+Parsing happens once per object as it arrives: its key, resource version, labels and the fields
+its resource can be selected by. The JSON a client sees is made later, lazily, by the codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kproxy.cacher import CachedObject, Kind, object_key
+from kproxy.cacher.fields import SelectableFields
+from kproxy.codec import Envelope, ProtobufCodec
+from kproxy.codec.envelope import read_varint, skip_field
+
+_MAX_SHARED = 1 << 16
+
+
+class ObjectError(ValueError):
+    """The upstream sent something that is not an object of this kind."""
+
+
+def _rv(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ObjectError(f"resourceVersion {text!r} is not a number") from None
+
+
+@dataclass
+class ObjectFactory:
+    kind: Kind
+    fields: SelectableFields
+    codec: ProtobufCodec
+
+    def __post_init__(self) -> None:
+        if self.kind.protobuf:
+            full = self.codec.schema.lookup_kind(self.kind.api_version, self.kind.kind)
+            if full is None:
+                raise ObjectError(f"no protobuf schema for {self.kind.kind} {self.kind.api_version}")
+            self._cls: Any = self.codec.schema.message_class(full)
+            self._head = self.kind.type_meta_json
+        # Equal label sets and field values are held once (replicas share them): ~1.5 KB a pod.
+        self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+    def _share(self, d: dict[str, str]) -> dict[str, str]:
+        key = tuple(d.items())
+        found = self._shared.get(key)
+        if found is not None:
+            return found
+        if len(self._shared) >= _MAX_SHARED:
+            self._shared.clear()
+        self._shared[key] = d
+        return d
+
+    def _encode(self, raw: bytes) -> bytes:
+        data = self.codec.envelope_to_json(Envelope(self.kind.api_version, self.kind.kind, raw))
+        head = self._head
+        if not data.startswith(head):
+            if data == head[:-1] + b"}":
+                return b"{}"
+            raise ObjectError("unexpected JSON head from the codec")
+        return b"{" + data[len(head) :]
+
+    def from_proto(self, raw: bytes) -> CachedObject:
+        """A protobuf message (no envelope) of the kind."""
+        msg = self._cls.FromString(raw)
+        meta = msg.metadata
+        ns, name = meta.namespace, meta.name
+        return CachedObject(
+            object_key(ns, name),
+            ns,
+            name,
+            _rv(meta.resourceVersion),
+            self._share(dict(meta.labels)),
+            self._share(self.fields.from_message(msg)),
+            proto=raw,
+            encode=self._encode,
+        )
+
+    def from_json(self, raw: bytes, obj: dict[str, Any] | None = None) -> CachedObject:
+        """A JSON object exactly as the upstream encoded it (kept byte for byte)."""
+        if obj is None:
+            obj = orjson.loads(raw)
+        if not isinstance(obj, dict):
+            raise ObjectError("not a JSON object")
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace") or "", meta.get("name") or ""
+        labels = self._share(meta.get("labels") or {})
+        return CachedObject(
+            object_key(ns, name),
+            ns,
+            name,
+            _rv(meta.get("resourceVersion") or "0"),
+            labels,
+            self._share(self.fields.from_dict(obj)),
+            json=bytes(raw),
+        )
+
+    def bookmark_rv_proto(self, raw: bytes) -> tuple[int, bool]:
+        """(resource version, initial-events-end) of a protobuf BOOKMARK object."""
+        meta = self._cls.FromString(raw).metadata
+        end = meta.annotations.get("k8s.io/initial-events-end") == "true"
+        return _rv(meta.resourceVersion), end
+
+
+def split_list(raw: bytes) -> tuple[bytes, list[bytes]]:
+    """A protobuf list message -> (ListMeta bytes, each item's message bytes).
+
+    Every Kubernetes list is ``metadata = 1`` (ListMeta) and ``items = 2`` (repeated)."""
+    meta = b""
+    items: list[bytes] = []
+    for num, start, end in _fields(raw):
+        if num == 1:
+            meta = raw[start:end]
+        elif num == 2:
+            items.append(raw[start:end])
+    return meta, items
+
+
+def _fields(raw: bytes) -> Iterator[tuple[int, int, int]]:
+    pos, end = 0, len(raw)
+    while pos < end:
+        tag, pos = read_varint(raw, pos, end)
+        num, wire = tag >> 3, tag & 7
+        if wire == 2:
+            n, pos = read_varint(raw, pos, end)
+            yield num, pos, pos + n
+            pos += n
+        else:
+            pos = skip_field(raw, wire, pos, end)
+
+
+def list_meta_rv(meta: bytes) -> tuple[int, str]:
+    """(resourceVersion, continue) of ListMeta bytes (fields 2 and 3)."""
+    rv, cont = 0, ""
+    for num, start, end in _fields(meta):
+        if num == 2:
+            rv = _rv(meta[start:end].decode())
+        elif num == 3:
+            cont = meta[start:end].decode()
+    return rv, cont

@@ -1,0 +1,305 @@
+"""Reflector: keeps a WatchCache equal to the upstream, through one list + watch (client-go's name).
+
+It lists with a streaming list (a watch with ``sendInitialEvents=true``: the current objects as
+ADDED events, then a bookmark marking their end, then live events on the same stream) where the
+upstream supports it, and with a paginated list followed by a watch otherwise. A watch that ends
+or breaks is resumed from the cache's resource version; a ``410 Expired`` (the upstream no longer
+has the history, e.g. after an apiserver restart or an etcd compaction) makes it list again, and
+the cache reconciles the new list with what it had by difference.
+
+The HTTP side is a ``ListerWatcher`` supplied by the caller; nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from kproxy import gctuning
+
+from .history import ADDED, DELETED, MODIFIED
+from .objects import CachedObject
+from .watch_cache import WatchCache
+
+log = logging.getLogger("kproxy.cache")
+
+BOOKMARK = "BOOKMARK"
+
+
+class Expired(Exception):
+    """The upstream no longer has the requested resource version (410 / Expired)."""
+
+
+class NotServed(Exception):
+    """The upstream no longer serves the resource (404: its CustomResourceDefinition is gone)."""
+
+
+class StreamingListUnsupported(Exception):
+    """The upstream refused ``sendInitialEvents`` (WatchList disabled): list by pages instead."""
+
+
+@dataclass(slots=True)
+class UpstreamEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    rv: int
+    obj: CachedObject | None = None
+    initial_events_end: bool = False
+
+
+@dataclass(slots=True)
+class ListPage:
+    objects: list[CachedObject]
+    rv: int
+    continue_token: str = ""
+
+
+class ListerWatcher(Protocol):
+    async def list(self, *, limit: int, continue_token: str) -> ListPage:
+        """One page of a list (resourceVersion unset: a consistent read)."""
+        ...
+
+    def watch(self, *, resource_version: str, send_initial_events: bool) -> AsyncIterator[UpstreamEvent]:
+        """A watch with bookmarks. Raises Expired for a 410 (as an HTTP status or an ERROR
+        event), StreamingListUnsupported when ``send_initial_events`` is refused."""
+        ...
+
+    async def current_rv(self) -> int:
+        """The upstream's current resource version, cheaply (a consistent read of one item)."""
+        ...
+
+    async def progress_rv(self) -> int:
+        """A resource version up to which the upstream has sent this resource's watchers every
+        event (a streaming list that matches nothing: its end-of-initial-events bookmark)."""
+        ...
+
+
+class Reflector:
+    def __init__(
+        self,
+        name: str,
+        lw: ListerWatcher,
+        cache: WatchCache,
+        *,
+        page_size: int = 500,
+        on_relist: Callable[[str], None] | None = None,
+        on_upstream_rv: Callable[[int], None] | None = None,
+        backoff: tuple[float, float] = (0.1, 30.0),
+    ) -> None:
+        self.name = name
+        self.lw = lw
+        self.cache = cache
+        self.page_size = page_size
+        self._on_relist = on_relist
+        self._on_upstream_rv = on_upstream_rv
+        # Seconds to wait after a failed list/watch: the first retry, and the cap it doubles to.
+        self.backoff = backoff
+        self._task: asyncio.Task[None] | None = None
+        self.streaming_list = True
+        self.last_error = ""
+        self.upstream_rv = 0
+        self._progress: asyncio.Future[int] | None = None
+        self._relist_reason = "relist"
+        self._probe_task: asyncio.Task[None] | None = None
+        self._need_list = True
+        self._delivered = 0  # events received on any stream (a working stream resets the backoff)
+        # The id of the watch whose events are being applied straight to the cache, if one runs.
+        self._live: int | None = None
+        self._streams = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"kproxy-reflector-{self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        probe, self._probe_task = self._probe_task, None
+        if probe is not None and not probe.done():
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+        if self._progress is not None and not self._progress.done():
+            self._progress.cancel()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # -- freshness --------------------------------------------------------------------------------
+    def saw_upstream_rv(self, rv: int) -> None:
+        if rv > self.upstream_rv:
+            self.upstream_rv = rv
+            if self._on_upstream_rv is not None:
+                self._on_upstream_rv(rv)
+
+    async def current_rv(self) -> int:
+        rv = await self.lw.current_rv()
+        self.saw_upstream_rv(rv)
+        return rv
+
+    async def request_progress(self) -> None:
+        """Ask the upstream to confirm how far this resource's events have been sent; one probe
+        at a time, shared by every waiter. The confirmed RV becomes the cache's RV once the
+        events before it (already sent on the main watch) have been applied. Raises (the
+        upstream's error, or ConnectionError when no live watch feeds the cache or it restarted
+        meanwhile) without moving the cache."""
+        fut = self._progress
+        if fut is None or fut.done():
+            fut = self._progress = asyncio.get_running_loop().create_future()
+            self._probe_task = asyncio.create_task(self._probe(fut))
+        await asyncio.shield(fut)
+
+    async def _probe(self, fut: asyncio.Future[int]) -> None:
+        # The answer only says something about the cache while one live watch (events applied
+        # straight to the cache) runs from before the probe until after it: not while the
+        # reflector relists (the store is about to be replaced) or retries a broken watch.
+        live = self._live
+        try:
+            if live is None:
+                raise ConnectionError("the cache's watch is not running")
+            rv = await self.lw.progress_rv()
+        except BaseException as err:
+            self._fail(fut, err if isinstance(err, Exception) else RuntimeError("cancelled"))
+            if not isinstance(err, Exception):
+                raise  # a cancelled probe (stop()) stays cancelled
+            return
+        self.saw_upstream_rv(rv)
+        # The main watch carries every event up to rv in order before this answer could be
+        # made; give the loop a moment to read what is already on the wire.
+        await asyncio.sleep(0.01)
+        if self._live != live:
+            self._fail(fut, ConnectionError("the cache's watch restarted during the progress probe"))
+            return
+        # Not in order with the main watch: an event up to rv that is still on its way is
+        # applied when it arrives, not dropped as a repeat.
+        self.cache.progress(rv, in_order=False)
+        if not fut.done():
+            fut.set_result(rv)
+
+    @staticmethod
+    def _fail(fut: asyncio.Future[int], err: Exception) -> None:
+        if not fut.done():
+            fut.set_exception(err)
+            fut.exception()  # retrieved: nobody may be waiting any more
+
+    # -- the loop ---------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        # Cleared by _replace once a list (streaming or paged) has been applied: from then on a
+        # stream that ends or breaks is resumed, also when it was the streaming list's own.
+        self._need_list = True
+        first_backoff, max_backoff = self.backoff
+        backoff = first_backoff
+        while True:
+            delivered = self._delivered
+            try:
+                if self._need_list:
+                    if self.streaming_list:
+                        try:
+                            await self._stream(listing=True)
+                        except StreamingListUnsupported:
+                            log.info("%s: the upstream has no streaming lists; listing by pages", self.name)
+                            self.streaming_list = False
+                            continue
+                    else:
+                        await self._paged_list()
+                        await self._stream(listing=False)
+                else:
+                    await self._stream(listing=False)
+                backoff = first_backoff
+                self.last_error = ""
+            except asyncio.CancelledError:
+                raise
+            except Expired:
+                log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.applied_rv)
+                self._need_list = True
+                self._relist_reason = "expired"
+            except Exception as err:
+                if isinstance(err, NotServed) and self.cache.ready:
+                    # Readers go to the apiserver (and get its 404) until it serves it again.
+                    log.info("%s: no longer served upstream; the cache is not ready", self.name)
+                    self.cache.unready()
+                    self._need_list = True
+                if self._delivered != delivered:
+                    backoff = first_backoff  # the stream worked for a while: this is a new failure
+                self.last_error = f"{type(err).__name__}: {err}"
+                log.warning(
+                    "%s: upstream list/watch failed (%s); retrying in %.1fs", self.name, self.last_error, backoff
+                )
+                # A relist still owed keeps the reason it was started for (an Expired).
+                await asyncio.sleep(backoff * (1 + random.random() / 2))
+                backoff = min(backoff * 2, max_backoff)
+
+    async def _paged_list(self) -> None:
+        objects: list[CachedObject] = []
+        token = ""
+        rv = 0
+        with gctuning.paused():  # the list's objects are long-lived (see kproxy.gctuning)
+            while True:
+                page = await self.lw.list(limit=self.page_size, continue_token=token)
+                objects.extend(page.objects)
+                rv = rv or page.rv
+                token = page.continue_token
+                if not token:
+                    break
+            self.saw_upstream_rv(rv)
+            self._replace(objects, rv)
+
+    def _go_live(self) -> None:
+        self._streams += 1
+        self._live = self._streams
+
+    @property
+    def live(self) -> bool:
+        """Whether a watch is feeding the cache right now (not listing, not waiting to retry)."""
+        return self._live is not None
+
+    def _replace(self, objects: list[CachedObject], rv: int) -> None:
+        if self.cache.ready and self._on_relist is not None:
+            self._on_relist(self._relist_reason)
+        self.cache.replace(objects, rv)
+        self._need_list = False
+
+    async def _stream(self, *, listing: bool) -> None:
+        cache = self.cache
+        pending: list[CachedObject] | None = [] if listing else None
+        # From what the stream itself delivered: the cache's rv may be ahead (a progress probe).
+        rv = "" if listing else str(cache.applied_rv)
+        # The initial events are applied with collection held back (see kproxy.gctuning).
+        listing_pause = contextlib.ExitStack()
+        if listing:
+            listing_pause.enter_context(gctuning.paused())
+        else:
+            self._go_live()
+        try:
+            async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
+                self._delivered += 1
+                if pending is not None:
+                    if ev.type == ADDED and ev.obj is not None:
+                        pending.append(ev.obj)
+                    elif ev.type == BOOKMARK and ev.initial_events_end:
+                        self.saw_upstream_rv(ev.rv)
+                        self._replace(pending, ev.rv)
+                        pending = None
+                        listing_pause.close()
+                        self._go_live()
+                    continue
+                if ev.type == BOOKMARK:
+                    self.saw_upstream_rv(ev.rv)
+                    cache.progress(ev.rv)
+                elif ev.type in (ADDED, MODIFIED, DELETED) and ev.obj is not None:
+                    self.saw_upstream_rv(ev.rv)
+                    cache.apply(ev.type, ev.obj)
+        finally:
+            listing_pause.close()
+            self._live = None
+        if pending is not None:
+            raise ConnectionError("the streaming list ended before its initial events were complete")

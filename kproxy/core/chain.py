@@ -1,0 +1,348 @@
+"""The filter chain: the request/response types every filter sees, and the chain itself.
+
+A filter is an onion layer with the shape of an aiohttp middleware (see DESIGN.md)::
+
+    class Filter(Protocol):
+        name: ClassVar[str]
+        async def __call__(self, ex: Exchange, call_next: Handler) -> Reply: ...
+
+It may change the request before ``call_next``, answer without calling it, or change the
+``Reply`` on its way back. Filters never know of each other; the config orders them.
+
+Bodies are streamed by default: a request or response body is a ``StreamBody`` that yields
+chunks as they arrive and is passed through untouched unless a filter asks for the whole
+thing (``await body.read()``), which then happens once and is shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from multidict import CIMultiDict, MultiDict
+
+from kproxy.core.requestinfo import RequestInfo
+from kproxy.gocompat.url import encode_query, parse_query
+
+if TYPE_CHECKING:
+    from kproxy.core.context import FilterContext
+from kproxy.core.status import StatusError, request_entity_too_large
+
+
+@dataclass(slots=True)
+class Identity:
+    """Who the caller is, when a filter or the credentials mode has learned it."""
+
+    user: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class BytesBody:
+    """A complete body held in memory, with its media type.
+
+    ``data`` is the exact bytes; nothing re-encodes them unless a filter replaces the body.
+    """
+
+    __slots__ = ("data", "media_type")
+
+    def __init__(self, data: bytes, media_type: str = "") -> None:
+        self.data = data
+        self.media_type = media_type
+
+    @property
+    def length(self) -> int | None:
+        return len(self.data)
+
+    async def read(self) -> bytes:
+        return self.data
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self.data:
+            yield self.data
+
+
+class StreamBody:
+    """A body that arrives as a stream of chunks and is passed on as it arrives.
+
+    ``length`` is the declared Content-Length when there is one. ``limit`` bounds what may be
+    read (request bodies): passing it raises the apiserver's 413 Status, whether the body is
+    streamed through or read whole. ``read()`` consumes the stream once and keeps the bytes,
+    so a second reader (or the upstream) gets the same data.
+    """
+
+    __slots__ = ("_buffered", "_consumed", "_on_abort", "_source", "length", "limit", "media_type", "received")
+
+    def __init__(
+        self,
+        source: AsyncIterator[bytes],
+        length: int | None = None,
+        media_type: str = "",
+        limit: int | None = None,
+        on_abort: Callable[[], object] | None = None,
+    ) -> None:
+        self._source = source
+        self._on_abort = on_abort
+        self.received = 0  # bytes taken from the source so far
+        self._buffered: bytes | None = None
+        self._consumed = False
+        self.length = length
+        self.media_type = media_type
+        self.limit = limit
+
+    def abort(self) -> None:
+        """Stop the source (closes the upstream response); the reader sees the stream end."""
+        if self._on_abort is not None:
+            self._on_abort()
+
+    async def read(self) -> bytes:
+        if self._buffered is None:
+            parts = [chunk async for chunk in self.chunks()]
+            self._buffered = b"".join(parts)
+        return self._buffered
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self._buffered is not None:
+            if self._buffered:
+                yield self._buffered
+            return
+        if self._consumed:
+            raise RuntimeError("stream body already consumed")
+        self._consumed = True
+        limit = self.limit
+        async for chunk in self._source:
+            self.received += len(chunk)
+            if limit is not None and self.received > limit:
+                raise request_entity_too_large(limit)
+            yield chunk
+
+
+class UpgradeBody:
+    """The upstream accepted a protocol upgrade (101): the server splices the two sockets.
+
+    ``reader``/``writer`` are the upstream connection after the 101 response head; ``head``
+    is any data the upstream sent after the head that was already read.
+    """
+
+    __slots__ = ("head", "reader", "writer")
+
+    def __init__(self, reader: Any, writer: Any, head: bytes = b"") -> None:
+        self.reader = reader
+        self.writer = writer
+        self.head = head
+
+    @property
+    def length(self) -> int | None:
+        return None
+
+
+Body = BytesBody | StreamBody | UpgradeBody
+
+
+class Exchange:
+    """One client request, as it will be sent upstream, plus what kproxy knows about it.
+
+    ``raw_path`` and ``raw_query`` are kept exactly as the client sent them (percent-encoding
+    included) so that a request no filter touches goes upstream byte for byte; for an
+    absolute-form target (``http://host/api/...``) they are its origin form, the part Go's server
+    routes. ``host`` is Go's ``req.Host``: the authority of an absolute-form target, else the Host
+    header. A filter that changes the query uses ``query`` (read as Go reads it, on first use) and
+    ``set_query``, or ``kproxy.gocompat.url.with_param`` to enforce one parameter.
+    """
+
+    __slots__ = (
+        "_query",
+        "body",
+        "client",
+        "headers",
+        "host",
+        "identity",
+        "info",
+        "method",
+        "raw_path",
+        "raw_query",
+        "started",
+        "state",
+        "upgrade",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        raw_path: str,
+        raw_query: str,
+        headers: CIMultiDict[str],
+        body: Body,
+        info: RequestInfo,
+        *,
+        client: Any = None,
+        upgrade: bool = False,
+        host: str = "",
+    ) -> None:
+        self.method = method
+        self.raw_path = raw_path
+        self.raw_query = raw_query
+        self.headers = headers
+        self.body = body
+        self.info = info
+        self.client = client
+        self.upgrade = upgrade
+        self.host = host
+        self.identity: Identity | None = None
+        self.state: dict[str, Any] = {}
+        self.started = time.monotonic()
+        self._query: MultiDict[str] | None = None
+
+    @property
+    def query(self) -> MultiDict[str]:
+        """The query parameters as Go's ``url.ParseQuery`` reads them (the pairs it drops are not
+        here); parsed once, on first use."""
+        if self._query is None:
+            self._query = MultiDict(
+                (p.key, p.value) for p in parse_query(self.raw_query) if p.key is not None and p.value is not None
+            )
+        return self._query
+
+    def set_query(self, query: Mapping[str, str] | MultiDict[str]) -> None:
+        """Replace the query; it is re-encoded for the upstream request."""
+        items = list(query.items())
+        self._query = MultiDict(items)
+        self.raw_query = encode_query(items)
+
+    @property
+    def target(self) -> str:
+        """Path and query as sent upstream."""
+        return f"{self.raw_path}?{self.raw_query}" if self.raw_query else self.raw_path
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response on its way back to the client."""
+
+    status: int
+    headers: CIMultiDict[str]
+    body: Body
+    reason: str | None = None
+
+    @classmethod
+    def from_status(cls, err: StatusError) -> Reply:
+        """A Reply carrying a Kubernetes Status error, shaped as the apiserver shapes it."""
+        return cls(err.http_status, CIMultiDict(err.headers()), BytesBody(err.body(), "application/json"))
+
+
+Handler = Callable[[Exchange], Awaitable[Reply]]
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """One layer of the chain. ``start(ctx)``/``stop()``/``ready()`` are optional (see ``FilterBase``)."""
+
+    name: ClassVar[str]
+
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply: ...
+
+
+class FilterBase:
+    """Convenience base: keeps the context it is started with, always ready."""
+
+    name: ClassVar[str] = ""
+    ctx: FilterContext | None = None
+
+    async def start(self, ctx: FilterContext) -> None:
+        self.ctx = ctx
+
+    async def stop(self) -> None:
+        return None
+
+    def ready(self) -> bool:
+        return True
+
+
+FilterTimer = Callable[[str, float], None]
+
+
+class Chain:
+    """The ordered filters in front of a terminal handler (the upstream).
+
+    Built once per config; ``handle`` runs one request through it. When ``observe`` is given it
+    is called with each filter's own time (its total minus the time spent further down the
+    chain), which is what the per-filter metric reports.
+    """
+
+    def __init__(
+        self,
+        filters: list[Filter],
+        terminal: Handler,
+        observe: FilterTimer | None = None,
+    ) -> None:
+        self.filters = filters
+        self._terminal = terminal
+        self._observe = observe
+        self._entry = self._build()
+        # Requests (streams and upgrades included) still running through this chain; a chain
+        # replaced by a config reload is stopped only when the last of them has finished.
+        self.active = 0
+        self.retired = False
+
+    def _build(self) -> Handler:
+        handler = self._terminal
+        for flt in reversed(self.filters):
+            handler = self._wrap(flt, handler)
+        return handler
+
+    def _wrap(self, flt: Filter, call_next: Handler) -> Handler:
+        observe = self._observe
+        if observe is None:
+
+            async def plain(ex: Exchange) -> Reply:
+                return await flt(ex, call_next)
+
+            return plain
+
+        name = flt.name
+
+        async def timed(ex: Exchange) -> Reply:
+            below = 0.0
+
+            async def next_timed(inner: Exchange) -> Reply:
+                nonlocal below
+                t = time.perf_counter()
+                try:
+                    return await call_next(inner)
+                finally:
+                    below += time.perf_counter() - t
+
+            t0 = time.perf_counter()
+            try:
+                return await flt(ex, next_timed)
+            finally:
+                observe(name, time.perf_counter() - t0 - below)
+
+        return timed
+
+    async def handle(self, ex: Exchange) -> Reply:
+        return await self._entry(ex)
+
+    async def start(self, ctx: FilterContext) -> None:
+        for flt in self.filters:
+            start = getattr(flt, "start", None)
+            if start is not None:
+                await start(ctx)
+
+    async def stop(self) -> None:
+        for flt in reversed(self.filters):
+            stop = getattr(flt, "stop", None)
+            if stop is not None:
+                await stop()
+
+    def not_ready(self) -> list[str]:
+        """Names of filters that say they are not ready (for /readyz)."""
+        out = []
+        for flt in self.filters:
+            ready = getattr(flt, "ready", None)
+            if ready is not None and not ready():
+                out.append(flt.name)
+        return out

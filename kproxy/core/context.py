@@ -1,0 +1,139 @@
+"""What a filter gets from the server when it starts: kproxy's own line to the upstream, the
+credentials mode, and the metrics registry.
+
+Filters are built from their settings alone (so ``kproxy check-config`` needs no upstream);
+the context arrives with ``start(ctx)``. A filter that needs to ask the apiserver something of
+its own (a TokenReview, the OpenAPI documents, a list+watch for the cache) uses ``ctx.api``,
+which carries kproxy's own credentials whatever the mode; one that forwards a caller's request
+calls ``call_next`` as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar, cast
+
+import aiohttp
+import orjson
+from prometheus_client import CollectorRegistry
+from yarl import URL
+
+T = TypeVar("T")
+
+CredentialsMode = Literal["proxy", "forward", "impersonate"]
+
+
+class UpstreamLine(Protocol):
+    """What :class:`ApiClient` needs of the upstream: its URL, kproxy's own credentials and session
+    (the server's ``kproxy.server.upstream.Upstream`` is one; the core does not import the server)."""
+
+    base: URL
+    connect_timeout: float
+    session: aiohttp.ClientSession | None
+
+    async def own_auth_header(self) -> str | None: ...
+    def url_for(self, target: str) -> URL: ...
+
+
+class ApiClient:
+    """kproxy's own requests to the upstream apiserver (its own credentials, its own session).
+
+    Not the hot path: callers' requests go through the chain's terminal handler. Paths are
+    relative to the server URL (its path prefix is added here).
+    """
+
+    def __init__(self, upstream: UpstreamLine, user_agent: str = "kproxy") -> None:
+        self._upstream = upstream
+        self.user_agent = user_agent
+
+    @property
+    def server(self) -> str:
+        return str(self._upstream.base)
+
+    async def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {"User-Agent": self.user_agent}
+        auth = await self._upstream.own_auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        if extra:
+            headers.update(extra)
+        return headers
+
+    @asynccontextmanager
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        timeout: float | None = 30.0,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """An upstream response to read or stream (``resp.content``); released on exit.
+
+        ``timeout`` bounds the whole exchange; pass ``None`` for watches."""
+        session = self._upstream.session
+        if session is None:
+            raise RuntimeError("the upstream is not started")
+        url = self._upstream.url_for(target)
+        t = aiohttp.ClientTimeout(total=timeout, connect=self._upstream.connect_timeout)
+        async with session.request(
+            method, url, headers=await self._headers(headers), data=data, timeout=t, allow_redirects=False
+        ) as resp:
+            yield resp
+
+    async def json(
+        self,
+        method: str,
+        target: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = 30.0,
+    ) -> tuple[int, Any]:
+        """Send ``body`` (encoded as JSON when not None) and decode the JSON answer."""
+        hdrs = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+            data = orjson.dumps(body)
+        if headers:
+            hdrs.update(headers)
+        async with self.request(method, target, headers=hdrs, data=data, timeout=timeout) as resp:
+            raw = await resp.read()
+            try:
+                return resp.status, orjson.loads(raw) if raw else None
+            except orjson.JSONDecodeError:
+                return resp.status, raw.decode("utf-8", "replace")
+
+
+#: ``services`` key of the process's one ``kproxy.codec.ProtobufCodec`` (its schema loaded once,
+#: shared by transcode, watchcache and validation).
+PROTOBUF_CODEC = "kproxy.codec.ProtobufCodec"
+
+
+@dataclass(slots=True)
+class FilterContext:
+    """Handed to every filter's ``start(ctx)``.
+
+    ``services`` holds what several filters share (one authenticator, one schema cache, each
+    filter's metrics): a config reload starts a filter's new instance next to the old one with
+    the same context, so anything registered once per process (prometheus series) or meant to
+    outlive an instance lives here, made by :meth:`shared`.
+    """
+
+    api: ApiClient
+    credentials: CredentialsMode
+    registry: CollectorRegistry
+    services: dict[str, Any] = field(default_factory=dict)
+    #: ``upstream.anonymous_auth``: whether the apiserver takes a caller without credentials as
+    #: ``system:anonymous`` (else its 401, which kproxy then answers itself where it decides).
+    anonymous_auth: bool = True
+
+    def shared(self, key: str, factory: Callable[[], T]) -> T:
+        """The service under ``key``, made by ``factory()`` the first time it is asked for."""
+        if key not in self.services:
+            self.services[key] = factory()
+        return cast(T, self.services[key])

@@ -1,0 +1,464 @@
+"""watchcache: LIST and GET answered from a local cache fed by one upstream list+watch per resource.
+
+The cache answers a read only when it can answer exactly as the apiserver would (``plan.py``);
+anything else goes to the apiserver untouched, counted with its reason. Before anything leaves
+the cache the caller is checked as the apiserver would check them (``kproxy.identity.access``), except in
+``credentials: proxy`` where kproxy itself is the only identity.
+
+Package: this module is the filter; beside it its HTTP side of the cache engine (``kproxy.cacher``):
+``resources`` (which resources, from discovery), ``listwatch`` (the upstream list+watch),
+``resource_cache`` (one cached resource), ``plan`` and ``watch_plan`` (which reads and watches
+the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it answers with),
+``watches`` (a served watch), ``cachemetrics``.
+May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
+never another filter nor ``kproxy.server``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, ClassVar
+
+import orjson
+from multidict import CIMultiDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kproxy.cacher import object_key, select
+from kproxy.codec import ProtobufCodec, to_yaml
+from kproxy.compress.backends import Codec, gzip_codec
+from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.core.context import PROTOBUF_CODEC, FilterContext
+from kproxy.core.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate
+from kproxy.core.status import StatusError, not_found
+from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
+from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
+from kproxy.filters.watchcache.plan import Pass, Read, plan
+from kproxy.filters.watchcache.resource_cache import ResourceCache
+from kproxy.filters.watchcache.resources import ConfigError, ResourceSpec, discover, parse_name, resolve
+from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
+from kproxy.filters.watchcache.watches import open_watch, too_large_rv
+from kproxy.identity.access import AccessReviewer, UndecidedError, access_reviewer, authorize
+
+log = logging.getLogger("kproxy.watchcache")
+_CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+_CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+
+
+class AuthorizationSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    allow_ttl: float = Field(10.0, ge=0, description="Seconds an allowed decision is reused.")
+    deny_ttl: float = Field(5.0, ge=0, description="Seconds a denied decision is reused.")
+    max_entries: int = Field(10000, ge=1, description="Decisions kept (least recently used dropped first).")
+
+
+def _default_authorization() -> AuthorizationSettings:
+    return AuthorizationSettings.model_validate({})
+
+
+class WatchCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    resources: list[str] = Field(
+        min_length=1,
+        description="Resources to cache: RESOURCE, RESOURCE.GROUP, GROUP/VERSION/RESOURCE, v1/RESOURCE, or * "
+        "(every list+watch resource in discovery, custom resources followed as they come and go).",
+    )
+    history_window: float = Field(75.0, gt=0, description="Seconds of events kept (the apiserver's 75 s).")
+    history_max_events: int = Field(102400, ge=100, description="At most this many events kept per resource.")
+    wait_timeout: float = Field(
+        3.0, gt=0, description="Seconds a read waits for the cache to reach a resource version (the apiserver's 3 s)."
+    )
+    page_size: int = Field(500, ge=1, description="Page size of upstream lists when streaming lists are unavailable.")
+    rediscovery_interval: float = Field(30.0, gt=0, description="Seconds between discovery refreshes with `*`.")
+    encode_ahead: bool = Field(
+        True,
+        description="Make each built-in object's JSON in the background as it arrives, so the first "
+        "JSON list is served at cache speed (memory: the JSON is kept next to the protobuf).",
+    )
+    authorization: AuthorizationSettings = Field(default_factory=_default_authorization)
+    watch_buffer: int = Field(
+        100,
+        ge=1,
+        description="Events queued per watcher while its connection takes nothing; past that, and past "
+        "the time budget, the watcher is closed (the apiserver's 100 for most resources).",
+    )
+    min_request_timeout: float = Field(
+        1800.0,
+        gt=0,
+        description="A watch without timeoutSeconds ends after a random time in [this, 2 x this) seconds "
+        "(the apiserver's --min-request-timeout).",
+    )
+    bookmark_interval: float = Field(
+        60.0, gt=0, description="Seconds between bookmarks for watchers that allow them (the apiserver's 1 min)."
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            try:
+                parse_name(name)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return value
+
+
+class WatchCacheFilter(FilterBase):
+    """LIST and GET of the configured resources answered from a local cache kept by one upstream
+    streaming list+watch per resource, with the apiserver's resource-version semantics; every
+    cached read authorized first (SubjectAccessReview) outside ``credentials: proxy``."""
+
+    name: ClassVar[str] = "watchcache"
+    config_model: ClassVar[type[BaseModel]] = WatchCacheSettings
+
+    def __init__(self, settings: WatchCacheSettings) -> None:
+        self.settings = settings
+        self.caches: dict[tuple[str, str, str], ResourceCache] = {}
+        self._metrics: CacheMetrics | None = None
+        self._reviewer: AccessReviewer | None = None
+        self._codec: ProtobufCodec | None = None
+        self._sync: asyncio.Task[None] | None = None
+        self._discovered = asyncio.Event()
+        self._kicked: asyncio.Task[None] | None = None
+        self._sync_lock = asyncio.Lock()
+        self._stopped = False
+        self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self, ctx: FilterContext) -> None:
+        await super().start(ctx)
+        self._metrics = cache_metrics(ctx)
+        self._codec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
+        a = self.settings.authorization
+        if ctx.credentials != "proxy":
+            self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
+        self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in (self._sync, self._kicked):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        for rc in list(self.caches.values()):
+            await rc.stop()
+        self.caches.clear()
+
+    def ready(self) -> bool:
+        return self._discovered.is_set()
+
+    async def _fetch(self, path: str) -> Any:
+        assert self.ctx is not None
+        status, doc = await self.ctx.api.json("GET", path)
+        if status == 404:
+            return None
+        if status != 200:
+            raise ConnectionError(f"discovery {path}: upstream answered {status}")
+        return doc
+
+    async def _sync_loop(self) -> None:
+        wildcard = "*" in self.settings.resources
+        delay = 0.5
+        while True:
+            try:
+                missing = await self._sync_once()
+                if missing:
+                    # Others are cached meanwhile; these may appear (a CRD not yet installed).
+                    log.warning("watchcache: not in the apiserver's discovery (yet): %s", ", ".join(missing))
+                    delay = min(max(delay * 2, 1.0), 10.0)
+                else:
+                    delay = self.settings.rediscovery_interval if wildcard else 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                log.warning("watchcache: discovery failed (%s); retrying", err)
+                delay = min(max(delay * 2, 1.0), 30.0)
+            if delay == 0:
+                return
+            await asyncio.sleep(delay)
+
+    def rediscover_soon(self) -> None:
+        """CRDs changed: look at discovery again now (and once more shortly, as a new CRD's
+        group version appears in discovery a moment after it is established)."""
+        asyncio.get_running_loop().call_later(1.0, self._kick)
+        asyncio.get_running_loop().call_later(5.0, self._kick)
+
+    def _kick(self) -> None:
+        if self._sync is not None and not self._stopped:
+            self._kicked = asyncio.create_task(self._sync_guarded())
+
+    async def _sync_guarded(self) -> None:
+        try:
+            await self._sync_once()
+        except Exception as err:
+            log.warning("watchcache: discovery failed (%s)", err)
+
+    async def _sync_once(self) -> list[str]:
+        """Bring the caches in line with discovery; the configured names it does not have."""
+        async with self._sync_lock:  # the loop and a CRD-triggered refresh never interleave
+            return await self._sync_locked()
+
+    async def _sync_locked(self) -> list[str]:
+        assert self.ctx is not None and self._codec is not None and self._metrics is not None
+        codec = self._codec
+        served = await discover(self._fetch, codec.knows)
+        specs, missing = resolve(self.settings.resources, served, codec.knows)
+        wanted = {s.key: s for s in specs}
+        for key in [k for k in self.caches if k not in wanted]:
+            rc = self.caches.pop(key)
+            log.info("watchcache: %s no longer served; dropping its cache", rc.spec.label)
+            self._metrics.objects.labels(rc.spec.label).set(0)
+            await rc.stop()
+        s = self.settings
+        for key, spec in wanted.items():
+            crd_paths = await self._crd_paths(spec)
+            old = self.caches.get(key)
+            if old is not None:
+                if old.crd_paths == crd_paths:
+                    continue
+                # The CRD's selectable fields changed: objects must be read again with the new set.
+                log.info("watchcache: %s: selectable fields changed; caching it again", spec.label)
+                del self.caches[key]
+                await old.stop()
+            rc = ResourceCache(
+                spec,
+                self.ctx.api,
+                codec,
+                self._metrics,
+                window=s.history_window,
+                max_events=s.history_max_events,
+                page_size=s.page_size,
+                crd_paths=crd_paths,
+                encode_ahead=s.encode_ahead,
+                watch_buffer=s.watch_buffer,
+                bookmark_interval=s.bookmark_interval,
+            )
+            if key == _CRD_KEY:
+                rc.cache.add_listener(lambda _events: self.rediscover_soon())
+            self.caches[key] = rc
+            rc.start()
+        self._discovered.set()
+        return missing
+
+    async def _crd_paths(self, spec: ResourceSpec) -> tuple[str, ...] | None:
+        """A custom resource's selectableFields (jsonPaths) for the cached version; None for a
+        built-in or aggregated resource (no CustomResourceDefinition of that name)."""
+        if spec.kind.protobuf or not spec.group or "." not in spec.group:
+            return None
+        name = f"{spec.resource}.{spec.group}"
+        crd_cache = self.caches.get(_CRD_KEY)
+        held = crd_cache.cache.get(name) if crd_cache is not None and crd_cache.cache.ready else None
+        if held is not None:  # with "*" the definitions are cached too: no request per refresh
+            assert crd_cache is not None
+            crd = orjson.loads(held.object_json(crd_cache.spec.kind))
+            return _selectable_paths(crd, spec.version)
+        try:
+            crd = await self._fetch(f"{_CRDS}/{name}")
+        except Exception as err:
+            # Unknown selectable fields: only metadata ones are served, the rest pass through.
+            log.warning("watchcache: %s: cannot read its CRD (%s)", spec.label, err)
+            return ()
+        if not isinstance(crd, dict):
+            return None
+        return _selectable_paths(crd, spec.version)
+
+    # -- requests ---------------------------------------------------------------------------------
+    async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
+        info = ex.info
+        if not info.is_resource_request or info.subresource or info.verb not in ("list", "get", "watch"):
+            return await call_next(ex)
+        rc = self.caches.get((info.api_group, info.api_version, info.resource))
+        if rc is None:
+            return await call_next(ex)
+        if info.verb == "watch":
+            return await self._watch(ex, call_next, rc)
+        reads = self._metrics.reads if self._metrics is not None else None
+        label = rc.spec.label
+        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced)
+        if isinstance(decided, Read) and not rc.cache.ready:
+            decided = Pass("not ready")
+        if isinstance(decided, Pass):
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", decided.reason).inc()
+            return await call_next(ex)
+        try:
+            if self._reviewer is not None and self.ctx is not None:
+                await authorize(self.ctx, self._reviewer, ex)
+            reply = await self._serve(rc, decided)
+        except UndecidedError:
+            # The authorizer gave no reusable answer: the apiserver decides for itself.
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", "undecided").inc()
+            return await call_next(ex)
+        except StatusError as err:
+            if reads is not None:
+                reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
+            return self._status_reply(err, decided.media_type, decided.pretty, ex)
+        if reply is None:
+            if reads is not None:
+                reads.labels(label, info.verb, "upstream", "stale").inc()
+            return await call_next(ex)
+        if reads is not None:
+            reads.labels(label, info.verb, "cache", decided.mode).inc()
+        return _gzip_as_the_apiserver(ex, reply, self._gzip)
+
+    async def _watch(self, ex: Exchange, call_next: Handler, rc: ResourceCache) -> Reply:
+        """A watch from the cache (authorized when it starts, as the apiserver does), or passed on."""
+        assert self._metrics is not None
+        reads = self._metrics.reads
+        label = rc.spec.label
+        decided: WatchRead | Pass = plan_watch(
+            ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced
+        )
+        if isinstance(decided, WatchRead) and not rc.cache.ready:
+            decided = Pass("not ready")
+        if isinstance(decided, Pass):
+            reads.labels(label, "watch", "upstream", decided.reason).inc()
+            return await call_next(ex)
+        try:
+            if self._reviewer is not None and self.ctx is not None:
+                await authorize(self.ctx, self._reviewer, ex)
+        except UndecidedError:
+            reads.labels(label, "watch", "upstream", "undecided").inc()
+            return await call_next(ex)
+        except StatusError as err:
+            reads.labels(label, "watch", "cache", f"status {err.code}").inc()
+            return self._status_reply(err, decided.media_type, False, ex)
+        s = self.settings
+        reply = await open_watch(rc, decided, wait=s.wait_timeout, min_timeout=s.min_request_timeout)
+        if reply is None:
+            reads.labels(label, "watch", "upstream", "stale").inc()
+            return await call_next(ex)
+        reads.labels(label, "watch", "cache", decided.mode).inc()
+        return reply
+
+    def _status_reply(self, err: StatusError, media_type: str, pretty: bool, ex: Exchange) -> Reply:
+        """A Status in the media type the client negotiated, as the apiserver writes errors: a
+        Status has a protobuf form even where the resource has none (custom resources)."""
+        chosen = negotiate(ex.headers.get("Accept"), SERVED)
+        media = chosen.media_type if chosen is not None and chosen.convert is None else media_type
+        if media == PROTOBUF and self._codec is not None:
+            data = self._codec.from_json(err.to_dict())
+        elif media == YAML:
+            data = to_yaml(err.to_dict())
+        else:
+            data = err.body(pretty=pretty)
+        headers = CIMultiDict(err.headers())
+        headers["Content-Type"] = CONTENT_TYPES[media]
+        return Reply(err.http_status, headers, BytesBody(data, media))
+
+    async def _serve(self, rc: ResourceCache, read: Read) -> Reply | None:
+        """The cache's answer, or None: it cannot answer in time, let the upstream."""
+        cache = rc.cache
+        kind = rc.spec.kind
+        wait = self.settings.wait_timeout
+        if read.verb == "get":
+            obj = cache.get(object_key(read.namespace, read.name))
+            if obj is None:
+                raise not_found(rc.spec.group, rc.spec.resource, read.name)
+            return _reply(object_body(kind, obj, read.media_type, read.pretty), read.media_type)
+        if read.mode == "consistent":
+            try:
+                want = await rc.reflector.current_rv()
+            except Exception as err:
+                log.debug("watchcache: %s: consistent read probe failed: %s", rc.spec.label, err)
+                return None
+            if not await rc.fresh(want, wait):
+                return None
+        elif read.mode == "min" and not await rc.fresh(read.min_rv, wait):
+            if not rc.reflector.live:
+                return None  # the cache is catching up: the upstream knows better than a 504
+            raise too_large_rv(read.min_rv, cache.rv)
+        if read.mode == "continue":
+            assert read.cont is not None
+            snap = cache.snapshot(read.cont.rv)
+            if snap is None:
+                return None  # the apiserver continues the same token from etcd (or says 410)
+            start = read.cont.start
+        else:
+            snap = cache.snapshot()
+            start = ""
+        assert snap is not None
+        labels, fields = read.labels, read.fields
+        predicate = None
+        if labels is not None or fields is not None:
+
+            def predicate(o: Any) -> bool:
+                return (labels is None or labels.matches(o.labels)) and (fields is None or fields.matches(o.fields))
+
+        if read.limit == 0 and not start and snap.rv == cache.rv:
+            # A whole list of the current state: its items are kept encoded until an object
+            # changes; the body around them (resource version) is cheap to make again.
+            items_media = PROTOBUF if read.media_type == PROTOBUF else JSON  # YAML is made from JSON
+            key = (items_media, read.namespace, read.label_text, read.field_text)
+            found = cache.bodies.get(key)
+            if not isinstance(found, _Whole):
+                page = select(snap, namespace=read.namespace, predicate=predicate)
+                found = _Whole(items_part(kind, page.items, items_media))
+                if len(cache.bodies) >= _MAX_BODIES:
+                    cache.bodies.clear()
+                cache.bodies[key] = found
+            body = found.body(kind, snap.rv, read.media_type, read.pretty)
+            return _reply(body, read.media_type)
+        page = select(snap, namespace=read.namespace, predicate=predicate, limit=read.limit, start=start)
+        remaining = page.remaining if not read.filtered else None
+        body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
+        return _reply(body, read.media_type)
+
+
+def _selectable_paths(crd: dict[str, Any], version: str) -> tuple[str, ...]:
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == version:
+            return tuple(f.get("jsonPath", "") for f in v.get("selectableFields") or [])
+    return ()
+
+
+_GZIP_THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: compressed only when strictly larger
+
+
+def _gzip_as_the_apiserver(ex: Exchange, reply: Reply, gzip: Codec) -> Reply:
+    """Compress as the apiserver's ``SerializeObject`` would: the first Accept-Encoding line holds
+    the exact token ``gzip`` and the body is over 128 KiB -> gzip level 1, ``Vary`` added. With
+    the ``compression`` filter in front, it has already taken the client's header off (or left
+    ``gzip`` for itself), so this only acts where kproxy would otherwise answer worse than the
+    apiserver."""
+    first = ex.headers.get("Accept-Encoding", "")
+    body = reply.body
+    if not first or not isinstance(body, BytesBody) or len(body.data) <= _GZIP_THRESHOLD:
+        return reply
+    if "gzip" not in (t.strip() for t in first.split(",")):
+        return reply
+    reply.body = BytesBody(gzip.compress(body.data), body.media_type)
+    reply.headers["Content-Encoding"] = "gzip"
+    reply.headers.add("Vary", "Accept-Encoding")
+    return reply
+
+
+_MAX_BODIES = 64  # whole lists kept per resource (per media type, namespace, selectors)
+
+
+class _Whole:
+    """One whole list's encoded items, and the last body made around them (one per rv)."""
+
+    __slots__ = ("_last", "items")
+
+    def __init__(self, items: bytes) -> None:
+        self.items = items
+        self._last: tuple[int, str, bool, bytes] | None = None
+
+    def body(self, kind: Any, rv: int, media_type: str, pretty: bool) -> bytes:
+        last = self._last
+        if last is not None and last[:3] == (rv, media_type, pretty):
+            return last[3]
+        data = assemble(kind, self.items, rv, "", None, media_type, pretty)
+        self._last = (rv, media_type, pretty, data)
+        return data
+
+
+def _reply(body: bytes, media_type: str) -> Reply:
+    headers = CIMultiDict({"Content-Type": CONTENT_TYPES[media_type], "Cache-Control": "no-cache, private"})
+    return Reply(200, headers, BytesBody(body, media_type))

@@ -1,0 +1,184 @@
+"""The watch cache's line to the apiserver: list, watch and freshness probes over kproxy's own
+credentials (``ctx.api``), in protobuf for built-in kinds and JSON for the rest."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+import orjson
+
+from kproxy.cacher import BOOKMARK, Expired, ListPage, NotServed, StreamingListUnsupported, UpstreamEvent
+from kproxy.cacher.ingest import ObjectFactory, list_meta_rv, split_list
+from kproxy.codec import decode_envelope, encode_envelope
+from kproxy.codec.envelope import parse_watch_event
+from kproxy.core.context import ApiClient
+from kproxy.core.negotiation import PROTOBUF
+
+from .resources import ResourceSpec
+
+# A name no object can have (names are DNS subdomains): a selector that matches nothing.
+_NOTHING = "metadata.name=.kproxy-matches-nothing"
+_MAX_FRAME = 64 << 20
+
+
+class UpstreamError(Exception):
+    pass
+
+
+class _JsonEvent(msgspec.Struct):
+    type: str
+    object: msgspec.Raw
+
+
+_decode_event = msgspec.json.Decoder(_JsonEvent).decode
+
+
+def _status_error(status: int, body: bytes) -> Exception:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    message = obj.get("message", "") if isinstance(obj, dict) else body[:200].decode("utf-8", "replace")
+    if status == 410 or (
+        isinstance(obj, dict) and (obj.get("code") == 410 or obj.get("reason") in ("Expired", "Gone"))
+    ):
+        return Expired(message)
+    if status == 404:
+        return NotServed(message)
+    return UpstreamError(f"upstream answered {status}: {message}")
+
+
+@dataclass(slots=True)
+class HttpListerWatcher:
+    api: ApiClient
+    spec: ResourceSpec
+    factory: ObjectFactory
+    watch_timeout: tuple[int, int] = (300, 600)
+
+    @property
+    def _accept(self) -> str:
+        return PROTOBUF if self.spec.kind.protobuf else "application/json"
+
+    def _target(self, query: dict[str, str]) -> str:
+        return f"{self.spec.list_path}?{urlencode(query)}"
+
+    async def _get_list(self, query: dict[str, str]) -> ListPage:
+        async with self.api.request(
+            "GET", self._target(query), headers={"Accept": self._accept}, timeout=120.0
+        ) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise _status_error(resp.status, body)
+            ctype = resp.headers.get("Content-Type", "")
+        factory = self.factory
+        if ctype.startswith(PROTOBUF):
+            meta, items = split_list(decode_envelope(body).raw)
+            rv, cont = list_meta_rv(meta)
+            return ListPage([factory.from_proto(i) for i in items], rv, cont)
+        doc = msgspec.json.decode(body, type=_RawList)  # items kept as their exact bytes
+        meta_obj = doc.metadata
+        objects = [factory.from_json(bytes(r)) for r in doc.items]
+        return ListPage(objects, int(meta_obj.get("resourceVersion") or 0), meta_obj.get("continue") or "")
+
+    async def list(self, *, limit: int, continue_token: str) -> ListPage:
+        query = {"limit": str(limit)}
+        if continue_token:
+            query["continue"] = continue_token
+        return await self._get_list(query)
+
+    async def current_rv(self) -> int:
+        return (await self._get_list({"limit": "1", "fieldSelector": _NOTHING})).rv
+
+    async def progress_rv(self) -> int:
+        query = {
+            "watch": "1",
+            "sendInitialEvents": "true",
+            "resourceVersionMatch": "NotOlderThan",
+            "allowWatchBookmarks": "true",
+            "fieldSelector": _NOTHING,
+            "timeoutSeconds": "10",
+        }
+        async for ev in self._watch(query):
+            if ev.type == BOOKMARK and ev.initial_events_end:
+                return ev.rv
+        raise UpstreamError("the progress probe ended without its bookmark")
+
+    def watch(self, *, resource_version: str, send_initial_events: bool) -> AsyncIterator[UpstreamEvent]:
+        lo, hi = self.watch_timeout
+        query = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(random.randint(lo, hi)),
+        }
+        if send_initial_events:
+            query["sendInitialEvents"] = "true"
+            query["resourceVersionMatch"] = "NotOlderThan"
+        else:
+            query["resourceVersion"] = resource_version
+        return self._watch(query)
+
+    async def _watch(self, query: dict[str, str]) -> AsyncIterator[UpstreamEvent]:
+        async with self.api.request("GET", self._target(query), headers={"Accept": self._accept}, timeout=None) as resp:
+            if resp.status != 200:
+                body = await resp.read()
+                if resp.status == 422 and "sendInitialEvents" in query:
+                    raise StreamingListUnsupported(body[:300].decode("utf-8", "replace"))
+                raise _status_error(resp.status, body)
+            ctype = resp.headers.get("Content-Type", "")
+            if ctype.startswith(PROTOBUF):
+                async for ev in self._proto_events(resp.content):
+                    yield ev
+            else:
+                async for line in resp.content:
+                    if line.strip():
+                        yield self._json_event(line)
+
+    async def _proto_events(self, content: Any) -> AsyncIterator[UpstreamEvent]:
+        factory = self.factory
+        while True:
+            try:
+                head = await content.readexactly(4)
+            except Exception as err:  # IncompleteReadError at a clean end of stream
+                if getattr(err, "partial", None) == b"":
+                    return
+                raise
+            n = int.from_bytes(head, "big")
+            if n > _MAX_FRAME:
+                raise UpstreamError(f"watch frame of {n} bytes")
+            frame = await content.readexactly(n)
+            type_, raw = parse_watch_event(frame)
+            env = decode_envelope(raw)
+            if type_ == "ERROR":
+                try:
+                    status = factory.codec.to_obj(encode_envelope(env.api_version, env.kind, env.raw))
+                except Exception:  # an unreadable Status is still an error
+                    status = {"message": "unreadable watch error"}
+                raise _status_error(500, orjson.dumps(status))
+            if type_ == BOOKMARK:
+                rv, end = factory.bookmark_rv_proto(env.raw)
+                yield UpstreamEvent(BOOKMARK, rv, None, end)
+                continue
+            obj = factory.from_proto(env.raw)
+            yield UpstreamEvent(type_, obj.rv, obj)
+
+    def _json_event(self, line: bytes) -> UpstreamEvent:
+        ev = _decode_event(line)
+        raw = bytes(ev.object)
+        if ev.type == "ERROR":
+            raise _status_error(500, raw)
+        if ev.type == BOOKMARK:
+            meta = (orjson.loads(raw).get("metadata")) or {}
+            end = (meta.get("annotations") or {}).get("k8s.io/initial-events-end") == "true"
+            return UpstreamEvent(BOOKMARK, int(meta.get("resourceVersion") or 0), None, end)
+        obj = self.factory.from_json(raw)
+        return UpstreamEvent(ev.type, obj.rv, obj)
+
+
+class _RawList(msgspec.Struct):
+    metadata: dict[str, Any] = {}
+    items: list[msgspec.Raw] = []

@@ -1,0 +1,150 @@
+"""One cached resource: its spec, WatchCache, Reflector, and freshness for consistent reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from kproxy.cacher import Reflector, WatchCache
+from kproxy.cacher.broadcaster import Broadcaster
+from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields
+from kproxy.cacher.ingest import ObjectFactory
+from kproxy.codec import ProtobufCodec
+from kproxy.core.context import ApiClient
+
+from .cachemetrics import CacheMetrics, WatchCounters
+from .frames import FrameEncoder
+from .listwatch import HttpListerWatcher
+from .resources import ResourceSpec
+
+log = logging.getLogger("kproxy.watchcache")
+
+
+def selectable_fields(spec: ResourceSpec, crd_paths: tuple[str, ...] | None) -> SelectableFields:
+    """Built-in kinds: the apiserver's field table. Custom resources (``crd_paths`` not None):
+    metadata.name, metadata.namespace when namespaced, and the CRD version's selectableFields."""
+    if crd_paths is None:
+        return builtin_fields(spec.group, spec.resource)
+    return crd_fields(crd_paths, namespaced=spec.namespaced)
+
+
+class ResourceCache:
+    def __init__(
+        self,
+        spec: ResourceSpec,
+        api: ApiClient,
+        codec: ProtobufCodec,
+        metrics: CacheMetrics,
+        *,
+        window: float,
+        max_events: int,
+        page_size: int,
+        crd_paths: tuple[str, ...] | None = None,
+        encode_ahead: bool = True,
+        watch_buffer: int = 100,
+        bookmark_interval: float = 60.0,
+    ) -> None:
+        self.spec = spec
+        self.crd_paths = crd_paths
+        self.fields = selectable_fields(spec, crd_paths)
+        self.factory = ObjectFactory(spec.kind, self.fields, codec)
+        self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
+        label = spec.label
+        self._objects = metrics.objects.labels(label)
+        self._lag = metrics.lag.labels(label)
+        relists = metrics.relists
+        self.reflector = Reflector(
+            label,
+            HttpListerWatcher(api, spec, self.factory),
+            self.cache,
+            page_size=page_size,
+            on_relist=lambda reason: relists.labels(label, reason).inc(),
+            on_upstream_rv=self._upstream_rv,
+        )
+        self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
+        self.frames = FrameEncoder(spec.kind, codec)
+        self.broadcaster = Broadcaster(
+            self.cache,
+            self.frames,
+            buffer=watch_buffer,
+            bookmark_interval=bookmark_interval,
+            counters=WatchCounters(metrics, label),
+        )
+        self._expire: asyncio.Task[None] | None = None
+        self._encode_ahead = encode_ahead and spec.kind.protobuf
+        self._warm: asyncio.Task[None] | None = None
+
+    def _upstream_rv(self, rv: int) -> None:
+        self._objects.set(len(self.cache))
+        self._lag.set(max(rv - self.cache.rv, 0))
+
+    def start(self) -> None:
+        self.broadcaster.start()
+        self.reflector.start()
+        self._expire = asyncio.create_task(self._expire_loop())
+        if self._encode_ahead:
+            self._warm = asyncio.create_task(self._warm_loop())
+
+    async def stop(self) -> None:
+        await self.broadcaster.stop()  # open watches end cleanly; their clients watch again
+        await self.reflector.stop()
+        for task in (self._expire, self._warm):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _warm_loop(self) -> None:
+        """Make every object's JSON ahead of the first JSON read (the codec's cost, ~0.1 ms an
+        object, is then paid while idle, a few objects at a time between other work)."""
+        seen = -1
+        while True:
+            await asyncio.sleep(0.5)
+            cache = self.cache
+            if not cache.ready or cache.generation == seen:
+                continue
+            seen = cache.generation
+            pending = [o for o in cache.store.values() if not o.has_json]
+            for i, obj in enumerate(pending):
+                try:
+                    obj.item_json  # noqa: B018 - made and kept
+                except Exception as err:  # a reader would meet the same error and answer it
+                    log.debug("%s: cannot encode %s ahead: %s", self.spec.label, obj.key, err)
+                if i % 32 == 31:
+                    await asyncio.sleep(0)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            self.cache.history.expire()
+            self._objects.set(len(self.cache))
+            self._lag.set(max(self.reflector.upstream_rv - self.cache.rv, 0))
+
+    async def fresh(self, rv: int, timeout: float) -> bool:
+        """Wait until the cache has reached ``rv``, asking the upstream to confirm its progress
+        when events alone do not get it there soon; False after ``timeout``."""
+        cache = self.cache
+        if cache.ready and cache.rv >= rv:
+            return True
+        if await cache.wait_until(rv, min(0.05, timeout)):
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            probe = asyncio.ensure_future(self.reflector.request_progress())
+            reached = asyncio.ensure_future(cache.wait_until(rv, remaining))
+            done, _ = await asyncio.wait({probe, reached}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if reached in done and reached.result():
+                probe.cancel()
+                return True
+            reached.cancel()
+            if probe in done and probe.exception() is not None:
+                if not self.reflector.live:
+                    return False  # relisting or reconnecting: the upstream answers sooner
+                return await cache.wait_until(rv, max(deadline - loop.time(), 0))
+            if cache.ready and cache.rv >= rv:
+                return True

@@ -1,0 +1,143 @@
+"""Which resources the cache holds: names from the config resolved through the apiserver's discovery.
+
+A config entry is ``RESOURCE`` (``pods``: the core group first, then the groups in discovery's
+priority order, each at its preferred version), ``RESOURCE.GROUP`` (``deployments.apps``),
+``GROUP/VERSION/RESOURCE`` (``apps/v1/deployments``), ``v1/RESOURCE`` (core), or ``*``: every
+resource that supports both list and watch, at its group's preferred version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kproxy.cacher import Kind
+
+Fetch = Callable[[str], Awaitable[Any]]  # GET a discovery document -> decoded JSON (None on 404)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    group: str
+    version: str
+    resource: str
+    namespaced: bool
+    kind: Kind
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_path(self) -> str:
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{prefix}/{self.resource}"
+
+    @property
+    def label(self) -> str:
+        """The name metrics and logs use: ``pods``, ``deployments.apps``."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.group, self.version, self.resource)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_name(name: str) -> tuple[str | None, str | None, str]:
+    """A config entry -> (group or None for "any", version or None for "preferred", resource)."""
+    parts = name.split("/")
+    if name == "*":
+        return None, None, "*"
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    if len(parts) == 2:
+        if parts[0] != "v1":
+            raise ConfigError(f"{name!r}: use GROUP/VERSION/RESOURCE or v1/RESOURCE")
+        return "", "v1", parts[1]
+    if len(parts) == 1 and "." in name:
+        resource, group = name.split(".", 1)
+        return group, None, resource
+    if len(parts) == 1 and name:
+        return None, None, name
+    raise ConfigError(f"{name!r} is not a resource name")
+
+
+@dataclass(slots=True)
+class _Served:
+    group: str
+    version: str
+    preferred: bool
+    entry: dict[str, Any]
+
+
+async def discover(fetch: Fetch, knows_protobuf: Callable[[str, str], bool]) -> list[_Served]:
+    """Every list+watch resource (no subresources) of every served group version, in priority order."""
+    out: list[_Served] = []
+
+    async def add(group: str, version: str, preferred: bool) -> None:
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        doc = await fetch(path)
+        for entry in (doc or {}).get("resources") or []:
+            name = entry.get("name", "")
+            verbs = entry.get("verbs") or []
+            if "/" in name or "list" not in verbs or "watch" not in verbs:
+                continue
+            out.append(_Served(group, version, preferred, entry))
+
+    core = await fetch("/api")
+    for version in (core or {}).get("versions") or ["v1"]:
+        await add("", version, True)
+    groups = await fetch("/apis")
+    for g in (groups or {}).get("groups") or []:
+        preferred = (g.get("preferredVersion") or {}).get("version")
+        for v in g.get("versions") or []:
+            await add(g["name"], v["version"], v["version"] == preferred)
+    return out
+
+
+def resolve(
+    names: Iterable[str], served: list[_Served], knows_protobuf: Callable[[str, str], bool]
+) -> tuple[list[ResourceSpec], list[str]]:
+    """The specs for the configured names, and the names discovery does not have (yet: a custom
+    resource whose definition is not installed)."""
+    specs: dict[tuple[str, str, str], ResourceSpec] = {}
+    missing: list[str] = []
+
+    def spec(s: _Served) -> ResourceSpec:
+        e = s.entry
+        api_version = f"{s.group}/{s.version}" if s.group else s.version
+        kind = e.get("kind", "")
+        return ResourceSpec(
+            s.group,
+            s.version,
+            e["name"],
+            bool(e.get("namespaced")),
+            Kind(api_version, kind, kind + "List", knows_protobuf(api_version, kind)),
+        )
+
+    for name in names:
+        group, version, resource = parse_name(name)
+        if resource == "*":
+            for s in served:
+                if s.preferred:
+                    sp = spec(s)
+                    specs.setdefault(sp.key, sp)
+            continue
+        found = [
+            s
+            for s in served
+            if s.entry["name"] == resource
+            and (group is None or s.group == group)
+            and (s.version == version if version is not None else s.preferred)
+        ]
+        if not found:
+            missing.append(name)
+            continue
+        sp = spec(found[0])
+        specs.setdefault(sp.key, sp)
+    return list(specs.values()), missing

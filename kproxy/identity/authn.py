@@ -1,0 +1,372 @@
+"""Who is calling: the caller's identity, as the apiserver itself would establish it.
+
+Policy filters (``dryrun``, ``validation``) select rules by user and group, and the
+``impersonate`` credentials mode acts on the caller's behalf; both need the identity the
+apiserver would give the request, never a guess of kproxy's own. So kproxy asks the apiserver:
+
+* ``credentials: forward`` -- the caller's bearer token goes to a ``TokenReview`` (made with
+  kproxy's own credentials, which need ``create`` on ``tokenreviews``). Results are cached by a
+  SHA-256 of the token (the token itself is never kept), with separate lifetimes for accepted
+  and rejected tokens and a bounded number of entries; concurrent requests with the same new
+  token share one review. A request without a token is the apiserver's anonymous user; an
+  invalid token gets the apiserver's own ``401`` (reason ``Unauthorized``, message
+  ``Unauthorized``), which is what the apiserver would have answered.
+* ``credentials: proxy`` -- every caller acts as kproxy's own credentials, whose identity is
+  learned once with a ``SelfSubjectReview``.
+
+Tokens are found exactly as the apiserver's token authenticators find them, and tried in its order
+(pkg/kubeapiserver/authenticator/config.go: ``bearertoken`` then the WebSocket protocol
+authenticator, in a union that takes the first success; anonymous only when none of them failed):
+
+* ``bearertoken.Authenticator`` (staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/
+  bearertoken.go): the first ``Authorization`` header, trimmed, split on single spaces, scheme
+  ``bearer`` in any case, the second part the token; an empty token counts as none;
+* ``websocket.ProtocolAuthenticator`` (.../request/websocket/protocol.go), for WebSocket requests
+  only (``Upgrade: websocket`` and ``Connection: upgrade``): a ``Sec-WebSocket-Protocol`` entry
+  ``base64url.bearer.authorization.k8s.io.<unpadded base64url token>`` next to at least one other
+  protocol. A second such entry, bad base64, a token that is not UTF-8 or no other protocol is a
+  failed authentication (``401``), not anonymity. On any other request the header means nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from multidict import CIMultiDict
+from prometheus_client import Counter
+
+from kproxy.core.chain import Exchange, Identity
+from kproxy.core.context import FilterContext
+from kproxy.core.status import StatusError, internal_error, unauthorized
+
+__all__ = [
+    "ANONYMOUS",
+    "SERVICE_KEY",
+    "Authenticator",
+    "TokenReviewError",
+    "authenticator",
+    "caller_tokens",
+    "identity_from_user_info",
+    "without_token_protocol",
+]
+
+#: The identity the apiserver gives a request that carries no credentials (anonymous auth on).
+ANONYMOUS = Identity(user="system:anonymous", groups=("system:unauthenticated",))
+
+_TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+_SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+_WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
+SERVICE_KEY = "kproxy.identity.authn.Authenticator"
+_METRICS_KEY = "kproxy.identity.authn.metrics"
+
+# Go's strings.TrimSpace trims Unicode white space; Python's str.strip() agrees for these.
+_GO_SPACE = "\t\n\v\f\r \x85\xa0"
+
+
+class TokenReviewError(Exception):
+    """The apiserver could not be asked (network error, non-2xx answer, unexpected body)."""
+
+
+def caller_tokens(headers: Mapping[str, str]) -> tuple[list[tuple[str, bool]], bool]:
+    """The tokens the apiserver's token authenticators would review for a request with these
+    headers, in its order, each with whether it is the WebSocket bearer protocol's; and whether
+    one of its authenticators fails before any review (a malformed WebSocket bearer protocol: the
+    request is then ``401`` unless a token succeeds)."""
+    tokens: list[tuple[str, bool]] = []
+    failed = False
+    token = _authorization_token(headers)
+    if token is not None:
+        tokens.append((token, False))
+    if _is_websocket(headers):
+        ws, failed = _websocket_token(_protocol_values(headers))
+        if ws is not None:
+            tokens.append((ws, True))
+    return tokens, failed
+
+
+def without_token_protocol(headers: CIMultiDict[str]) -> None:
+    """Drop the bearer-token entry from ``Sec-WebSocket-Protocol``, as ``ProtocolAuthenticator``
+    does once it has authenticated the request by it (the rest joined with ``,``)."""
+    kept = [
+        proto
+        for value in _protocol_values(headers)
+        for proto in (p.strip(_GO_SPACE) for p in value.split(","))
+        if not proto.startswith(_WS_TOKEN_PREFIX)
+    ]
+    headers["Sec-WebSocket-Protocol"] = ",".join(kept)
+
+
+def _authorization_token(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("Authorization", "").strip(_GO_SPACE)
+    if auth:
+        parts = auth.split(" ")
+        if len(parts) >= 2 and parts[0].lower() == "bearer" and parts[1]:
+            return parts[1]
+    return None
+
+
+# wsstream.IsWebSocketRequest: Upgrade is "websocket" (any case) and the first Connection value,
+# lower-cased, names "upgrade" between commas.
+_CONNECTION_UPGRADE = re.compile(r"(^|.*,\s*)upgrade($|\s*,)")
+
+
+def _is_websocket(headers: Mapping[str, str]) -> bool:
+    if headers.get("Upgrade", "").strip(_GO_SPACE).lower() != "websocket":
+        return False
+    return _CONNECTION_UPGRADE.search(headers.get("Connection", "").strip(_GO_SPACE).lower()) is not None
+
+
+def _protocol_values(headers: Mapping[str, str]) -> list[str]:
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return [str(v) for v in getall("Sec-WebSocket-Protocol", ())]
+    value = headers.get("Sec-WebSocket-Protocol")
+    return [value] if value is not None else []
+
+
+def _websocket_token(values: list[str]) -> tuple[str | None, bool]:
+    """(token, failed) as ``ProtocolAuthenticator`` reads ``Sec-WebSocket-Protocol``."""
+    token = ""
+    seen = False
+    others = 0
+    for value in values:
+        for proto in value.split(","):
+            proto = proto.strip(_GO_SPACE)
+            if not proto.startswith(_WS_TOKEN_PREFIX):
+                others += 1
+                continue
+            if seen:
+                return None, True  # "multiple base64.bearer.authorization tokens specified"
+            seen = True
+            # base64.RawURLEncoding: no padding, URL alphabet only; Go's decoder skips CR and LF.
+            encoded = proto[len(_WS_TOKEN_PREFIX) :].replace("\r", "").replace("\n", "")
+            if "=" in encoded or len(encoded) % 4 == 1:
+                return None, True
+            try:
+                raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
+                token = raw.decode("utf-8")
+            except (binascii.Error, ValueError):
+                return None, True  # bad encoding, or a token that is not UTF-8
+    if token and others == 0:
+        return None, True  # "missing additional subprotocol"
+    return (token or None), False
+
+
+def identity_from_user_info(info: Mapping[str, Any]) -> Identity:
+    """An ``Identity`` from a ``UserInfo`` object (TokenReview ``status.user``, SelfSubjectReview
+    ``status.userInfo``)."""
+    extra_raw = info.get("extra") or {}
+    extra = {str(k): tuple(str(v) for v in (vals or ())) for k, vals in extra_raw.items()}
+    return Identity(
+        user=str(info.get("username", "")),
+        groups=tuple(str(g) for g in info.get("groups") or ()),
+        uid=str(info.get("uid", "")),
+        extra=extra,
+    )
+
+
+class _TTLCache:
+    """A small LRU with an expiry per entry: what ``authenticate_token`` remembers."""
+
+    def __init__(self, max_entries: int) -> None:
+        self._max = max_entries
+        self._data: OrderedDict[bytes, tuple[float, Identity | None]] = OrderedDict()
+
+    def get(self, key: bytes, now: float) -> tuple[bool, Identity | None]:
+        hit = self._data.get(key)
+        if hit is None:
+            return False, None
+        expires, value = hit
+        if expires <= now:
+            del self._data[key]
+            return False, None
+        self._data.move_to_end(key)
+        return True, value
+
+    def put(self, key: bytes, value: Identity | None, expires: float) -> None:
+        self._data[key] = (expires, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self._max:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class Authenticator:
+    """The caller's identity for one kproxy (one per ``FilterContext``; see :func:`authenticator`).
+
+    ``success_ttl``/``failure_ttl`` bound how long a token review is trusted: a revoked token
+    keeps working through kproxy's policy decisions, and for reads the watch cache serves, for at
+    most ``success_ttl`` (the apiserver
+    itself still authenticates every forwarded request, so this only affects which rule applies).
+    """
+
+    def __init__(
+        self,
+        ctx: FilterContext,
+        *,
+        success_ttl: float = 10.0,
+        failure_ttl: float = 5.0,
+        max_entries: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self._clock = clock
+        self.success_ttl = success_ttl
+        self.failure_ttl = failure_ttl
+        self._cache = _TTLCache(max_entries)
+        self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
+        self._own: Identity | None = None
+        self._own_lock = asyncio.Lock()
+        self._reviews, self._cache_hits = _metrics(ctx)
+
+    # ------------------------------------------------------------------ forward mode
+
+    async def authenticate_token(self, token: str) -> Identity | None:
+        """The identity the apiserver gives ``token``, or ``None`` when it rejects the token.
+
+        Raises :class:`TokenReviewError` when the apiserver cannot be asked (nothing is cached then).
+        """
+        key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found, cached = self._cache.get(key, self._clock())
+        if found:
+            self._cache_hits.inc()
+            return cached
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Identity | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            result = await self._review(token)
+            self._reviews.labels("authenticated" if result is not None else "rejected").inc()
+        except BaseException as err:
+            self._reviews.labels("error").inc()
+            fut.set_exception(err if isinstance(err, Exception) else TokenReviewError("cancelled"))
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        else:
+            ttl = self.success_ttl if result is not None else self.failure_ttl
+            self._cache.put(key, result, self._clock() + ttl)
+            fut.set_result(result)
+            return result
+        finally:
+            del self._inflight[key]
+
+    async def _review(self, token: str) -> Identity | None:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        try:
+            status, answer = await self.ctx.api.json("POST", _TOKEN_REVIEWS, body)
+        except Exception as err:  # OSError, TimeoutError, aiohttp.ClientError: the apiserver was not reached
+            raise TokenReviewError(f"TokenReview failed: {err}") from err
+        if status not in (200, 201) or not isinstance(answer, dict):
+            raise TokenReviewError(f"TokenReview answered {status}: {_message(answer)}")
+        result = answer.get("status") or {}
+        if not result.get("authenticated"):
+            return None
+        return identity_from_user_info(result.get("user") or {})
+
+    async def authenticate_request(self, headers: Mapping[str, str]) -> tuple[Identity, bool]:
+        """The identity the apiserver's token authenticators give a request with these headers, and
+        whether it came from the WebSocket bearer protocol (the apiserver then removes that entry
+        from ``Sec-WebSocket-Protocol``: :func:`without_token_protocol`).
+
+        The tokens of :func:`caller_tokens` in order, the first accepted one wins; none: the
+        anonymous user, unless a token was rejected or a WebSocket bearer protocol was malformed,
+        which gets the apiserver's ``401`` (as does a caller without credentials when
+        ``upstream.anonymous_auth`` is false). Raises :class:`TokenReviewError` (not asked).
+        """
+        tokens, failed = caller_tokens(headers)
+        for token, by_protocol in tokens:
+            found = await self.authenticate_token(token)
+            if found is not None:
+                return found, by_protocol
+            failed = True
+        if failed or not self.ctx.anonymous_auth:
+            # A rejected token; or no credentials at an apiserver whose anonymous auth is off
+            # (``upstream.anonymous_auth: false``): its 401, the same Status either way.
+            raise unauthorized("Unauthorized")
+        return ANONYMOUS, False
+
+    # ------------------------------------------------------------------ proxy mode
+
+    async def own_identity(self) -> Identity:
+        """kproxy's own identity (what every caller is in ``credentials: proxy``), asked once."""
+        if self._own is not None:
+            return self._own
+        async with self._own_lock:
+            if self._own is None:
+                body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+                try:
+                    status, answer = await self.ctx.api.json("POST", _SELF_SUBJECT_REVIEWS, body)
+                except Exception as err:
+                    raise TokenReviewError(f"SelfSubjectReview failed: {err}") from err
+                if status not in (200, 201) or not isinstance(answer, dict):
+                    raise TokenReviewError(f"SelfSubjectReview answered {status}: {_message(answer)}")
+                self._own = identity_from_user_info((answer.get("status") or {}).get("userInfo") or {})
+            return self._own
+
+    # ------------------------------------------------------------------ per request
+
+    async def identify(self, ex: Exchange) -> Identity:
+        """Set and return ``ex.identity`` (kept if already set).
+
+        Raises ``StatusError``: the apiserver's 401 for a token it rejects; a 500 Status when the
+        apiserver cannot be asked (kproxy never guesses an identity).
+        """
+        if ex.identity is not None:
+            return ex.identity
+        try:
+            if self.ctx.credentials == "proxy":
+                identity = await self.own_identity()
+            else:
+                identity, _ = await self.authenticate_request(ex.headers)
+        except TokenReviewError as err:
+            raise _review_failed(err) from err
+        ex.identity = identity
+        return identity
+
+
+def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
+    """The authenticator metrics, registered once per registry (several Authenticators may share one)."""
+
+    def make() -> tuple[Counter, Counter]:
+        reviews = Counter(
+            "kproxy_token_reviews",
+            "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
+            ["result"],
+            registry=ctx.registry,
+        )
+        hits = Counter(
+            "kproxy_token_review_cache_hits",
+            "Caller identities answered from the TokenReview cache.",
+            registry=ctx.registry,
+        )
+        return reviews, hits
+
+    return ctx.shared(_METRICS_KEY, make)
+
+
+def _message(answer: Any) -> str:
+    if isinstance(answer, dict):
+        return str(answer.get("message", answer))
+    return str(answer)[:200]
+
+
+def _review_failed(err: TokenReviewError) -> StatusError:
+    return internal_error(f"kproxy could not establish the caller's identity: {err}")
+
+
+def authenticator(ctx: FilterContext) -> Authenticator:
+    """The one ``Authenticator`` of this kproxy (created on first use, kept in ``ctx.services``;
+    ``credentials: impersonate`` puts its own there first, with its configured lifetimes)."""
+    return ctx.shared(SERVICE_KEY, lambda: Authenticator(ctx))

@@ -1,0 +1,165 @@
+"""``credentials: impersonate``: kproxy authenticates each caller itself and calls the upstream
+with its own credentials plus ``Impersonate-*`` headers naming the caller.
+
+This is for a gateway whose callers' credentials cannot be forwarded (client certificates from
+another CA, tokens the gateway must not pass on). The apiserver then authorizes every request as
+the caller, so RBAC, audit and field managers see the caller, not kproxy.
+
+Authentication follows the apiserver's own order (x509 first, then bearer tokens, then
+anonymous; ``pkg/kubeapiserver/authenticator/config.go``):
+
+- a client certificate verified against ``tls.client_ca_file`` during the handshake: the user
+  is its Common Name, the groups its Organizations (the x509 authenticator's ``CommonNameUserConversion``);
+- else a bearer token (``Authorization``, or a WebSocket request's bearer protocol, as the apiserver
+  finds them: ``kproxy.identity.authn.caller_tokens``), through a TokenReview (cached briefly, see
+  ``impersonate.token_cache_ttl``); a token the apiserver rejects gets the apiserver's own ``401``;
+- else the anonymous user, impersonated as such (the apiserver gives it exactly the anonymous
+  user's rights). The apiserver would take an impersonation of ``system:anonymous`` from kproxy
+  even with its own anonymous auth off, so ``upstream.anonymous_auth: false`` (the operator says
+  it is off) makes such a caller the apiserver's ``401`` instead.
+
+Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
+only one; the caller is told in a ``Warning``).
+
+An identity is only worth impersonating if the apiserver reads back exactly the strings kproxy
+authenticated. The apiserver would take a certificate whose Common Name is
+``eve\r\nImpersonate-Group: system:masters`` as a user of that literal name; no header can carry
+it (Go's ``Transport`` refuses such a value, its server refuses to read one, and written raw it
+is a second header). Nor can a header carry a name with leading or trailing white space (Go's
+reader trims it: ``" alice"`` would arrive as ``alice``), or an empty user name (no
+``Impersonate-User`` means no impersonation at all). kproxy never sends such an identity: the
+caller gets ``401 Unauthorized`` (kproxy, the authenticator here, cannot authenticate the caller
+as anyone the apiserver would recognise; nothing reaches a filter or the apiserver), see
+``UnrepresentableIdentity``. Extra keys are escaped as client-go escapes them
+(``headerKeyEscape``); the apiserver lower-cases them, as it does for client-go's own
+impersonation and the aggregator's ``X-Remote-Extra-`` headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from multidict import CIMultiDict
+
+from kproxy.core.chain import Exchange, Identity
+from kproxy.core.context import FilterContext
+from kproxy.core.status import StatusError, internal_error, unauthorized
+from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
+from kproxy.identity.authn import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
+
+AUTHENTICATED = "system:authenticated"
+STRIPPED_WARNING = (
+    '299 - "kproxy (credentials: impersonate) removed the Impersonate-* headers of this request: '
+    'it acts as the caller it authenticated"'
+)
+
+# client-go's transport.headerKeyEscape (round_trippers.go): bytes of legalHeaderKeyBytes (net/http's
+# token table) pass, every other byte and '%' is percent-encoded; the apiserver undoes it with
+# url.PathUnescape.
+_KEY_BYTES = frozenset(ord(c) for c in TOKEN_CHARS) - {ord("%")}
+
+
+class UnrepresentableIdentity(ValueError):
+    """An identity no ``Impersonate-*`` header can name exactly (see the module docstring).
+
+    The text names the field, never its value (which the caller knows, and a log need not)."""
+
+    def status(self) -> StatusError:
+        """The caller's answer: ``401 Unauthorized``, saying why."""
+        return unauthorized(f"Unauthorized: kproxy cannot impersonate this caller: {self}")
+
+
+def escape_extra_key(key: str) -> str:
+    try:
+        raw = key.encode()
+    except UnicodeEncodeError:
+        raise UnrepresentableIdentity("an extra key is not UTF-8") from None
+    return "".join(chr(b) if b in _KEY_BYTES else f"%{b:02X}" for b in raw)
+
+
+def _representable(value: str, what: str) -> str:
+    """``value`` if a header carries it to the apiserver unchanged; else UnrepresentableIdentity."""
+    if not valid_header_field_value(value):
+        raise UnrepresentableIdentity(f"{what} has a control byte (CR, LF, NUL, ...) no HTTP header can carry")
+    if not survives_trimming(value):
+        raise UnrepresentableIdentity(f"{what} begins or ends with white space, which HTTP headers drop")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise UnrepresentableIdentity(f"{what} is not UTF-8") from None
+    return value
+
+
+def impersonation_headers(identity: Identity) -> list[tuple[str, str]]:
+    """The ``Impersonate-*`` headers that make the apiserver act as exactly ``identity``.
+
+    Raises :class:`UnrepresentableIdentity` for an identity they cannot name exactly."""
+    if not identity.user:
+        raise UnrepresentableIdentity("the user name is empty")
+    out = [("Impersonate-User", _representable(identity.user, "the user name"))]
+    if identity.uid:
+        out.append(("Impersonate-Uid", _representable(identity.uid, "the uid")))
+    out += [("Impersonate-Group", _representable(g, f"group {i + 1}")) for i, g in enumerate(identity.groups)]
+    for key, values in identity.extra.items():
+        name = "Impersonate-Extra-" + escape_extra_key(key)
+        out += [(name, _representable(v, f"a value of extra {name[len('Impersonate-Extra-') :]}")) for v in values]
+    return out
+
+
+def has_impersonation(headers: Mapping[str, str]) -> bool:
+    return any(k.lower().startswith("impersonate-") for k in headers)
+
+
+def strip_impersonation(headers: CIMultiDict[str]) -> None:
+    """Remove every ``Impersonate-*`` header."""
+    for name in {k for k in headers if k.lower().startswith("impersonate-")}:
+        headers.popall(name)
+
+
+def identity_from_peercert(peercert: Any) -> Identity | None:
+    """The apiserver's x509 user for a verified client certificate (``ssl`` ``getpeercert()``)."""
+    if not peercert:
+        return None
+    user = ""
+    groups: list[str] = []
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                user = value
+            elif key == "organizationName":
+                groups.append(value)
+    if not user:
+        return None  # the x509 authenticator refuses a certificate without a Common Name
+    if AUTHENTICATED not in groups:
+        groups.append(AUTHENTICATED)
+    return Identity(user=user, groups=tuple(groups))
+
+
+class CallerAuthenticator:
+    """Establishes ``ex.identity`` for every request in impersonate mode (before the chain runs)."""
+
+    def __init__(self, ctx: FilterContext, token_ttl: float, rejected_ttl: float) -> None:
+        # Shared with the policy filters, which then see the same identity without another review.
+        self.tokens = Authenticator(ctx, success_ttl=token_ttl, failure_ttl=rejected_ttl)
+        ctx.services[SERVICE_KEY] = self.tokens
+
+    async def identify(self, ex: Exchange, peercert: Any) -> Identity:
+        """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, a 401 for an identity
+        kproxy cannot name in headers (``UnrepresentableIdentity``), 500 if the apiserver cannot
+        be asked (kproxy never guesses an identity)."""
+        identity = identity_from_peercert(peercert)
+        if identity is None:
+            try:
+                identity, by_protocol = await self.tokens.authenticate_request(ex.headers)
+            except TokenReviewError as err:
+                raise internal_error(f"kproxy could not establish the caller's identity: {err}") from err
+            if by_protocol:
+                # As the apiserver does: the upstream's WebSocket handshake never sees the token.
+                without_token_protocol(ex.headers)
+        try:
+            impersonation_headers(identity)
+        except UnrepresentableIdentity as err:
+            raise err.status() from None
+        ex.identity = identity
+        return identity

@@ -1,0 +1,326 @@
+"""The listener's HTTP/1.1 edge: Go's answers to requests it cannot read.
+
+aiohttp's server answers a request it cannot parse with its own text (the parser's internals,
+``HTTP/1.0``, a ``Server: Python/… aiohttp/…`` header) and logs a traceback for it; it keeps
+per-line limits of its own instead of Go's limit on the whole head; and a chunked body that
+turns malformed after the head was parsed leaves the request waiting for a body that never
+ends. ``GoServer`` and ``GoRequestHandler`` answer as Go's net/http server in front of the
+apiserver does, and keep its deadlines on reading a head and on idle connections, with kproxy's
+bounds on what unfinished heads hold (``kproxy.server.connections``). They reach into aiohttp's
+``RequestHandler`` (its ``_parser``, ``_handle_request``, ``_process_keepalive``), so an aiohttp
+upgrade is checked by tests/e2e/test_proxy_http_malformed.py and tests/e2e/test_edge_limits.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessingError, LineTooLong
+from aiohttp.streams import EMPTY_PAYLOAD
+from aiohttp.web_protocol import RequestHandler
+
+from kproxy.server.connections import HEADER_LINE_COST, Connections
+
+log = logging.getLogger("kproxy")
+
+#: Go's limit on a request's head (request line and headers): the apiserver's MaxHeaderBytes
+#: (1 MiB, net/http's default) plus the 4096 bytes of read-buffer slack net/http allows on top.
+MAX_HEAD_BYTES = (1 << 20) + 4096
+#: Go counts no headers, only bytes; this bounds what a head of MAX_HEAD_BYTES costs in Python.
+MAX_HEADERS = 1 << 16
+
+_GO_ERROR_HEADERS = b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+
+class HeadTooLarge(BadHttpMessage):
+    """A request head over MAX_HEAD_BYTES (or MAX_HEADERS lines)."""
+
+    code = 431
+
+    def __init__(self) -> None:
+        super().__init__("request head too large")
+
+
+class MalformedBody(Exception):
+    """The client's chunked body broke off into something that is not HTTP; ``str`` is Go's text."""
+
+
+def go_parse_error(err: BaseException) -> bytes:
+    """What Go's net/http writes (then closes the connection) for a request it cannot read.
+
+    Its texts (net/http ``conn.serve``): ``431 Request Header Fields Too Large``; ``Unsupported
+    transfer encoding`` (501); a status error with its text (a protocol version other than 1.x,
+    a missing Host); ``400 Bad Request`` for anything else."""
+    msg = str(err)
+    if isinstance(err, (HeadTooLarge, LineTooLong)) or "Too many headers" in msg:
+        public = b"431 Request Header Fields Too Large"
+    elif isinstance(err, BadStatusLine) and "Invalid HTTP version" in msg:
+        public = b"505 HTTP Version Not Supported: unsupported protocol version"
+    elif "Missing 'Host' header" in msg:
+        public = b"400 Bad Request: missing required Host header"
+    elif "Transfer-Encoding" in msg and "Content-Length" not in msg:
+        return b"HTTP/1.1 501 Not Implemented" + _GO_ERROR_HEADERS + b"Unsupported transfer encoding"
+    else:
+        public = b"400 Bad Request"
+    return b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public
+
+
+def go_chunked_error(err: BaseException) -> str:
+    """Go's chunked reader's error (net/http/internal/chunked.go) for llhttp's complaint."""
+    msg = str(err)
+    if "Invalid character in chunk size" in msg:
+        return "invalid byte in chunk length"
+    if "overflow" in msg.lower():
+        return "http chunk length too large"
+    return "malformed chunked encoding"
+
+
+class _RawAnswer(web.StreamResponse):
+    """An answer written as given bytes, then the connection closes (Go's answers to unreadable
+    requests are written straight to the connection, outside its ResponseWriter)."""
+
+    def __init__(self, raw: bytes) -> None:
+        super().__init__(status=400)
+        self._raw = raw
+        self.force_close()
+
+    async def prepare(self, request: web.BaseRequest) -> None:
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(self._raw)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
+
+
+class _HeadLimit:
+    """The request parser, with Go's limit on the bytes of a head and its handling of a body
+    that turns malformed: the request already being served sees the error, no new one starts.
+    It tells the connection when a head is complete and what the heads it holds cost."""
+
+    def __init__(self, parser: Any, protocol: GoRequestHandler) -> None:
+        self._parser = parser
+        self._protocol = protocol
+        self._body: Any = None  # the body of the last request whose head was parsed
+        self._head = 0  # bytes received since that head
+        self._lines = 0  # and the header lines among them
+        self._queued: deque[int] = deque()  # the cost of each parsed head not yet served
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parser, name)
+
+    @property
+    def partial(self) -> int:
+        """Bytes of a head that has begun and is not complete."""
+        return self._head
+
+    def held(self) -> int:
+        """Estimated memory of the heads this connection holds (begun, or parsed and queued)."""
+        return self._head + HEADER_LINE_COST * self._lines + sum(self._queued)
+
+    def message_consumed(self) -> None:
+        if self._queued:
+            self._queued.popleft()
+        self._parser.message_consumed()
+        self._protocol.holding()
+
+    def feed_data(self, data: bytes) -> Any:
+        body = self._body
+        in_body = body is not None and not body.is_eof()
+        if not in_body:
+            self._head += len(data)
+            if self._head > MAX_HEAD_BYTES:
+                raise HeadTooLarge()
+            self._lines += data.count(b"\n")
+        try:
+            messages, upgraded, tail = self._parser.feed_data(data)
+        except HttpProcessingError as err:
+            if not in_body or body.is_eof():
+                raise  # the error is in what follows a whole request: aiohttp answers it after that one
+            # Go's server hands the chunked reader's error to the handler reading the body,
+            # and reads nothing after it; the apiserver answers it (500) and closes.
+            body.set_exception(MalformedBody(go_chunked_error(err)))
+            body.feed_eof()  # every read still raises; aiohttp does not linger over the rest
+            self._protocol.close()
+            return (), False, b""
+        if messages:
+            self._body = messages[-1][1]
+            self._queued.append(self._head + HEADER_LINE_COST * self._lines)
+            self._queued.extend([0] * (len(messages) - 1))
+            begun = _next_head(data) if self._body is EMPTY_PAYLOAD else b""
+            self._head, self._lines = len(begun), begun.count(b"\n")
+            self._protocol.head_done()
+        if not self._protocol.holding():
+            return (), False, b""  # a bound closed this connection
+        return messages, upgraded, tail
+
+
+def _next_head(data: bytes) -> bytes:
+    """What follows the last head in ``data`` when that head's request has no body: the part of
+    the next request's head that came with it (pipelined). The parser keeps it and does not say."""
+    crlf, lf = data.rfind(b"\n\r\n"), data.rfind(b"\n\n")
+    end = max(crlf + 3 if crlf >= 0 else 0, lf + 2 if lf >= 0 else 0)
+    return data[end:]
+
+
+# Where a connection is (kproxy.server.connections): reading a head (the read-header deadline runs),
+# being served (no deadline), idle between requests (the idle deadline runs), closed.
+_NEW, _HEAD, _BUSY, _IDLE, _CLOSED = range(5)
+
+
+class GoRequestHandler(RequestHandler):
+    """aiohttp's request handler with Go's answers at the HTTP/1.1 level and Go's deadlines on
+    heads and idle connections (see above and ``kproxy.server.connections``)."""
+
+    def __init__(self, manager: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(manager, *args, **kwargs)
+        parser = getattr(self, "_parser", None)
+        # aiohttp's internals moved: fail loudly, not open.
+        if not hasattr(parser, "feed_data") or not hasattr(RequestHandler, "_handle_request"):
+            raise RuntimeError("kproxy.server.listener needs aiohttp's RequestHandler internals (aiohttp 3.14)")
+        # aiohttp drops its parser when the connection is lost, which breaks the reference cycle
+        # through the wrapper's ``_protocol``: no other reference to the wrapper is kept.
+        self._parser = _HeadLimit(parser, self)  # type: ignore[assignment]
+        conns = getattr(manager, "conns", None)
+        self._conns: Connections = conns if isinstance(conns, Connections) else Connections()
+        self._phase = _NEW
+        self._deadline: asyncio.TimerHandle | None = None
+        self._held = 0
+
+    # -- where the connection is ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._conns.open += 1
+        self._start_head()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._release()
+        super().connection_lost(exc)
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's own keep-alive timer: the deadlines here replace it."""
+
+    def _start_head(self) -> None:
+        self._phase = _HEAD
+        self._arm(self._conns.limits.read_header_timeout, "read_header_timeout")
+        self._conns.start_head(self)  # may close this connection, or an older one
+
+    def head_done(self) -> None:
+        """A whole head arrived: the request is served with no deadline (Go sets none while a
+        handler runs: watches, exec sessions, slowly streamed bodies take their time)."""
+        if self._phase in (_HEAD, _IDLE):
+            self._conns.end_head(self)
+            self._disarm()
+            self._phase = _BUSY
+
+    def holding(self) -> bool:
+        """Account for the heads the parser holds now; False if a bound closed the connection.
+        An idle connection whose next request has sent four bytes is reading a head (Go's
+        ``bufr.Peek(4)`` before it sets the read-header deadline)."""
+        heads = self._heads()
+        if heads is None:
+            return False
+        held = heads.held()
+        delta, self._held = held - self._held, held
+        if delta:
+            self._conns.hold(self, delta)
+        if self._phase == _IDLE and heads.partial >= 4:
+            self._start_head()
+        return self._phase != _CLOSED
+
+    async def _handle_request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super()._handle_request(*args, **kwargs)
+        finally:
+            self._request_done()
+
+    def _request_done(self) -> None:
+        """The response is written: the next request, already parsed, is served at once;
+        otherwise the connection reads the next head (if it has begun) or waits for it."""
+        if self._phase != _BUSY or self._messages:
+            return
+        heads = self._heads()
+        if heads is not None and heads.partial >= 4:
+            self._start_head()
+        else:
+            self._phase = _IDLE
+            self._arm(self._conns.limits.idle_timeout, "idle_timeout")
+
+    def close_for(self, reason: str) -> None:
+        """Close the connection without a word, as Go's server does when a read deadline passes
+        (and as kproxy does when a bound on unfinished heads is reached)."""
+        if self._phase == _CLOSED:
+            return
+        self._release()
+        self._conns.on_close(reason)
+        log.debug("closing client connection", extra={"reason": reason, "peer": str(self.peername)})
+        self.force_close()
+
+    def _release(self) -> None:
+        if self._phase == _CLOSED:
+            return
+        if self._phase != _NEW:
+            self._conns.open -= 1
+        self._phase = _CLOSED
+        self._disarm()
+        self._conns.end_head(self)
+        self._conns.held -= self._held
+        self._held = 0
+
+    def _heads(self) -> _HeadLimit | None:
+        """The parser wrapper, while the connection is open."""
+        parser: Any = self._parser
+        return parser if self._phase != _CLOSED and isinstance(parser, _HeadLimit) else None
+
+    def _arm(self, seconds: float, reason: str) -> None:
+        self._disarm()
+        if seconds > 0:
+            self._deadline = self._loop.call_later(seconds, self.close_for, reason)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if not isinstance(exc, HttpProcessingError):
+            return super().handle_error(request, status, exc, message)
+        # A malformed request is the client's problem, not kproxy's: no traceback (Go logs nothing).
+        log.debug("unreadable request from %s: %s", request.remote, exc)
+        return _RawAnswer(go_parse_error(exc))
+
+
+class GoServer(web.Server):
+    """``web.Server`` whose connections use GoRequestHandler, with Go's head limits and the
+    deadlines and bounds of ``connections``."""
+
+    def __init__(self, handler: Any, connections: Connections | None = None, **kwargs: Any) -> None:
+        self.conns = connections or Connections()
+        kwargs.update(max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES, max_headers=MAX_HEADERS)
+        # A request body goes upstream as the client sent it: aiohttp would otherwise inflate a
+        # ``Content-Encoding: gzip`` body (the apiserver does not) and forward it under the
+        # client's Content-Length, desynchronizing the pooled upstream connection.
+        kwargs["auto_decompress"] = False
+        super().__init__(handler, **kwargs)
+
+    def __call__(self) -> RequestHandler:
+        return GoRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+def go_bad_request(why: str = "") -> web.StreamResponse:
+    """Go's server's answer to a request head it cannot use (an unparsable target; with ``why``, a
+    ``badRequestError`` such as ``malformed Host header``): ``400 Bad Request[: why]``, then the
+    connection closes (net/http ``conn.serve``)."""
+    public = b"400 Bad Request" + (b": " + why.encode() if why else b"")
+    return _RawAnswer(b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public)

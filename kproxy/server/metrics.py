@@ -1,0 +1,156 @@
+"""Prometheus metrics, in a registry of kproxy's own (the only process-wide state).
+
+Every label takes its values from a bounded set, never from what a caller sent as it is (a
+series per random resource name would grow the registry, and each scrape, without end). As the
+apiserver's own metrics (staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go): the
+verb is a known verb or ``other`` (its ``cleanVerb`` against ``validRequestMethods``); the
+resource (``resource.group``, ``""`` for non-resource paths) is one the apiserver serves, known
+from its discovery (``kproxy.server.servedresources``), or ``other`` (the apiserver counts requests only
+on the routes it installed); code is the HTTP status.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from kproxy.server.connections import CLOSE_REASONS, Connections
+from kproxy.server.servedresources import OTHER, ServedResources
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_GC_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_FILTER_BUCKETS = (0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 1)
+
+#: The ``verb`` label's values: RequestInfo's verbs, and the lower-cased methods of non-resource
+#: requests that the apiserver serves; any other method is ``other``.
+KNOWN_VERBS = frozenset(
+    (
+        "get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "proxy",
+        "connect", "post", "put", "head", "options",
+    )
+)  # fmt: skip
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "kproxy_requests",
+            "Requests served, by verb, resource and HTTP code.",
+            ["verb", "resource", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kproxy_request_duration_seconds",
+            "Time from request to the end of the response (watches excluded).",
+            ["verb", "resource"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bytes_in = Counter("kproxy_request_bytes", "Request body bytes received from clients.", registry=r)
+        self.bytes_out = Counter("kproxy_response_bytes", "Response body bytes sent to clients.", registry=r)
+        self.in_flight = Gauge("kproxy_requests_in_flight", "Requests being served (watches excluded).", registry=r)
+        self.open_watches = Gauge("kproxy_open_watches", "Watch and other long-running streams open.", registry=r)
+        self.upgrades = Gauge(
+            "kproxy_open_upgraded_connections", "Spliced exec/attach/portforward connections.", registry=r
+        )
+        self.upstream_errors = Counter(
+            "kproxy_upstream_errors", "Upstream requests that failed before a response.", ["reason"], registry=r
+        )
+        self.filter_time = Histogram(
+            "kproxy_filter_duration_seconds",
+            "Time spent in each filter itself (excluding the rest of the chain).",
+            ["filter"],
+            buckets=_FILTER_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
+        )
+        self.connections_closed = Counter(
+            "kproxy_connections_closed",
+            "Client connections kproxy closed itself, by reason: a deadline passed (read_header_timeout, "
+            "idle_timeout) or a bound on unfinished heads was reached "
+            "(max_unfinished_heads, max_unfinished_head_bytes).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
+        self.open_connections = Gauge("kproxy_open_connections", "Client connections open.", registry=r)
+        self.connections_reading_head = Gauge(
+            "kproxy_connections_reading_head",
+            "Client connections reading a request head (new ones, and kept-alive ones whose next request began).",
+            registry=r,
+        )
+        self.unfinished_head_bytes = Gauge(
+            "kproxy_unfinished_head_bytes",
+            "Estimated memory of request heads received and not yet served, all client connections together.",
+            registry=r,
+        )
+        #: The resources the apiserver serves (filled from its discovery once kproxy runs).
+        self.served = ServedResources()
+
+        self.config_reloads = Counter(
+            "kproxy_config_reloads", "Config reloads (file change or SIGHUP), by result.", ["result"], registry=r
+        )
+        self.config_loaded = Gauge(
+            "kproxy_config_last_load_timestamp_seconds", "When the running config was loaded.", registry=r
+        )
+        self.config_loaded.set_to_current_time()
+        # Filled by kproxy.gctuning.observe_pauses in a `kproxy run` process.
+        self.gc_pause = Histogram(
+            "kproxy_gc_pause_seconds",
+            "Garbage-collector runs (everything in the process waits), by generation.",
+            ["generation"],
+            buckets=_GC_BUCKETS,
+            registry=r,
+        )
+        for generation in ("0", "1", "2"):
+            self.gc_pause.labels(generation)
+        self.gc_frozen = Gauge(
+            "kproxy_gc_frozen_objects", "Objects frozen out of garbage collection after start-up.", registry=r
+        )
+        self.gc_frozen.set_function(gc.get_freeze_count)
+
+        # Label children cached per label set: prometheus-client's labels() validates and locks on
+        # every call, which showed in the per-request profile.
+        self._counts: dict[tuple[str, str, str], Any] = {}
+        self._latencies: dict[tuple[str, str], Any] = {}
+        self._filters: dict[str, Any] = {}
+
+    def watch_connections(self, conns: Connections) -> None:
+        """Export the main listener's connection bookkeeping (read when scraped)."""
+        self.open_connections.set_function(lambda: conns.open)
+        self.connections_reading_head.set_function(lambda: len(conns.reading))
+        self.unfinished_head_bytes.set_function(lambda: conns.held)
+        closed = {reason: self.connections_closed.labels(reason) for reason in CLOSE_REASONS}
+        conns.on_close = lambda reason: closed[reason].inc()
+
+    def labels_for(self, verb: str, resource: str) -> tuple[str, str]:
+        """The bounded ``verb`` and ``resource`` labels of a request (see the module docstring)."""
+        return verb if verb in KNOWN_VERBS else OTHER, self.served.label(resource)
+
+    def count(self, verb: str, resource: str, code: int) -> None:
+        verb, resource = self.labels_for(verb, resource)
+        key = (verb, resource, str(code))
+        child = self._counts.get(key)
+        if child is None:
+            child = self._counts[key] = self.requests.labels(*key)
+        child.inc()
+
+    def observe_latency(self, verb: str, resource: str, seconds: float) -> None:
+        key = self.labels_for(verb, resource)
+        child = self._latencies.get(key)
+        if child is None:
+            child = self._latencies[key] = self.latency.labels(*key)
+        child.observe(seconds)
+
+    def observe_filter(self, name: str, seconds: float) -> None:
+        child = self._filters.get(name)
+        if child is None:
+            child = self._filters[name] = self.filter_time.labels(name)
+        child.observe(seconds)

@@ -1,0 +1,617 @@
+"""The aiohttp listener, the admin listener, and the proxy's lifecycle.
+
+Each request becomes an ``Exchange`` (RequestInfo parsed once), runs through the chain, and the
+resulting ``Reply`` is written back: complete bodies in one write, streams chunk by chunk as
+they arrive (watches see each event as soon as the upstream sends it), upgrades spliced.
+
+The main listener uses aiohttp's low-level ``web.Server`` (no router, no middlewares): every
+path goes to one handler, which keeps the per-request cost of the proxy itself small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import ssl
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kproxy.config import Config
+from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
+from kproxy.core.context import ApiClient, FilterContext
+from kproxy.core.errorreply import negotiated_status
+from kproxy.core.eventstream import EventStreamBody, serve_events
+from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
+from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
+from kproxy.gocompat.httpguts import valid_host_header
+from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
+from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
+from kproxy.server.connections import Connections
+from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
+from kproxy.server.kubeconfig import UpstreamTarget
+from kproxy.server.listener import GoServer, MalformedBody, go_bad_request
+from kproxy.server.metrics import Metrics
+from kproxy.server.proxyguard import proxy_guard
+from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
+from kproxy.server.upgrade import splice
+from kproxy.server.upstream import Upstream
+
+log = logging.getLogger("kproxy")
+access = logging.getLogger("kproxy.access")
+
+_STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class _Transparent:
+    """aiohttp adds ``Server: Python/… aiohttp/…`` to every response; the apiserver sends no
+    Server header, so neither does kproxy unless the upstream sent one."""
+
+    async def _prepare_headers(self) -> None:
+        headers: CIMultiDict[str] = self.headers  # type: ignore[attr-defined]
+        had_server = "Server" in headers
+        await super()._prepare_headers()  # type: ignore[misc]
+        if not had_server:
+            headers.popall("Server", None)
+
+
+class _Response(_Transparent, web.Response):
+    pass
+
+
+class _StreamResponse(_Transparent, web.StreamResponse):
+    pass
+
+
+@dataclass(slots=True, eq=False)
+class _OpenStream:
+    """A response being streamed; shutdown ends it cleanly."""
+
+    body: StreamBody
+    watch: bool
+    ending: bool = False
+
+
+@dataclass(slots=True)
+class _ReadyCache:
+    ok: bool = False
+    reason: str = "not checked yet"
+    at: float = field(default=-1e9)
+
+
+_SLICE = 1 << 20
+
+
+async def _write_sliced(request: web.BaseRequest, reply: Reply, data: bytes) -> web.StreamResponse:
+    resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+    resp.content_length = len(data)
+    await resp.prepare(request)
+    view = memoryview(data)
+    try:
+        for i in range(0, len(view), _SLICE):
+            await resp.write(view[i : i + _SLICE])
+        await resp.write_eof()
+    except ConnectionError:
+        pass  # the client went away mid-body; nothing to tell it
+    return resp
+
+
+class ProxyServer:
+    """kproxy: listener + chain + upstream + admin listener."""
+
+    def __init__(self, cfg: Config, target: UpstreamTarget, filters: list[Filter] | None = None) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.upstream = Upstream(
+            target,
+            cfg.credentials,
+            connect_timeout=cfg.upstream.connect_timeout,
+            max_connections=cfg.upstream.max_connections,
+            on_error=lambda kind: self.metrics.upstream_errors.labels(kind).inc(),
+        )
+        self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)
+        self.access_log = cfg.log.access_log
+        self._limit = cfg.max_request_body_bytes
+        self.connections = Connections(cfg.connections)
+        self.guard = proxy_guard(cfg, self._guard_refused)
+        self.metrics.watch_connections(self.connections)
+        self._in_flight = 0
+        # Read when /metrics is scraped rather than updated (under a lock) twice per request.
+        self.metrics.in_flight.set_function(lambda: self._in_flight)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._streams: set[_OpenStream] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._draining: set[Chain] = set()  # replaced by a reload, requests still running on them
+        self.callers: CallerAuthenticator | None = None
+        self._stopping = False
+        self._ready = _ReadyCache()
+        self._runner: web.ServerRunner | None = None
+        self._admin_runner: web.AppRunner | None = None
+        self._sites: list[web.BaseSite] = []
+        self.bound: tuple[str, int] | None = None
+        self.admin_bound: tuple[str, int] | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self.upstream.start()
+        self.context = FilterContext(
+            ApiClient(self.upstream),
+            self.cfg.credentials,
+            self.metrics.registry,
+            anonymous_auth=self.cfg.upstream.anonymous_auth,
+        )
+        if self.cfg.credentials == "impersonate":
+            imp = self.cfg.impersonate
+            self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
+        await self.chain.start(self.context)
+        # GoServer: Go's limits on a request head and its answers to requests it cannot read.
+        self.metrics.served.start(self.context.api)
+        server = GoServer(self.handle, self.connections, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        ssl_ctx = None
+        if self.cfg.tls is not None:
+            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
+            if self.cfg.tls.client_ca_file:
+                # A certificate is optional, but one that does not verify fails the handshake. The
+                # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
+                # caller is a 401 without a token (or authenticated by its token); Python's ssl has
+                # no way to take a certificate it does not verify (README, impersonate).
+                ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
+                ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
+        site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
+        await site.start()
+        self._sites.append(site)
+        self.bound = _bound(site)
+
+        admin = web.Application()
+        admin.router.add_get("/metrics", self._metrics)
+        admin.router.add_get("/healthz", self._healthz)
+        admin.router.add_get("/livez", self._healthz)
+        admin.router.add_get("/readyz", self._readyz)
+        self._admin_runner = web.AppRunner(admin, handle_signals=False, access_log=None)
+        await self._admin_runner.setup()
+        asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
+        await asite.start()
+        self.admin_bound = _bound(asite)
+        scheme = "https" if ssl_ctx else "http"
+        log.info(
+            "kproxy listening",
+            extra={
+                "listen": f"{scheme}://{_fmt(self.bound)}",
+                "admin": f"http://{_fmt(self.admin_bound)}",
+                "upstream": str(self.upstream.base),
+                "upstream_from": self.upstream.target.source,
+                "credentials": self.cfg.credentials,
+                "filters": [f.name for f in self.chain.filters],
+            },
+        )
+
+    async def apply_config(self, cfg: Config) -> list[str]:
+        """Swap in the chain and the reloadable settings of ``cfg`` (see ``kproxy.server.reload``).
+
+        Returns the restart-only keys that changed and were left as they are. Raises
+        ConfigError, or whatever a new filter's ``start`` raised, with nothing changed."""
+        ignored = restart_changes(self.cfg, cfg)
+        chain, fresh = build_chain(self, cfg)
+        started: list[Filter] = []
+        try:
+            for flt in fresh:
+                start = getattr(flt, "start", None)
+                if start is not None:
+                    await start(self.context)
+                started.append(flt)
+        except BaseException:
+            await _stop_filters(started)
+            raise
+        keep = {k.split(".")[0]: getattr(self.cfg, k.split(".")[0]) for k in RESTART_KEYS if k in ignored}
+        if "log.format" in ignored:
+            keep["log"] = cfg.log.model_copy(update={"format": self.cfg.log.format})
+        old, self.chain = self.chain, chain
+        self.cfg = cfg.model_copy(update=keep)
+        self.access_log = cfg.log.access_log
+        self._limit = cfg.max_request_body_bytes
+        self.connections.limits = cfg.connections
+        self.guard = proxy_guard(self.cfg, self._guard_refused)
+        logging.getLogger().setLevel(cfg.log.level.upper())
+        old.retired = True
+        self._draining.add(old)
+        if old.active == 0:
+            await self._retire(old)
+        return ignored
+
+    async def _retire(self, old: Chain) -> None:
+        """Stop the filters of a drained chain that no chain still in use holds (the current
+        one, or another replaced chain whose requests have not all finished)."""
+        self._draining.discard(old)
+        in_use = {id(f) for chain in (self.chain, *self._draining) for f in chain.filters}
+        await _stop_filters([f for f in old.filters if id(f) not in in_use])
+
+    async def shutdown(self, deadline: float | None = None) -> None:
+        """Stop accepting, end open watches cleanly, let in-flight requests finish (bounded)."""
+        deadline = self.cfg.shutdown_timeout if deadline is None else deadline
+        self._stopping = True
+        for site in self._sites:
+            await site.stop()
+        log.info("draining", extra={"in_flight": self._in_flight, "streams": len(self._streams)})
+        for stream in list(self._streams):
+            if stream.watch:
+                stream.ending = True
+                stream.body.abort()
+        try:
+            await asyncio.wait_for(self._idle.wait(), deadline)
+        except TimeoutError:
+            log.warning("drain deadline passed", extra={"in_flight": self._in_flight})
+        for stream in list(self._streams):
+            stream.ending = True
+            stream.body.abort()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._admin_runner is not None:
+            await self._admin_runner.cleanup()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.chain.stop()
+        await self.metrics.served.stop()
+        await self.upstream.close()
+
+    # ----------------------------------------------------------------- main listener
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        started = time.perf_counter()
+        raw = request.raw_path
+        target = _read_target(request.method, raw)
+        if target is None:  # Go's server refuses this target before any handler runs
+            return go_bad_request()
+        if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
+            return go_bad_request("malformed Host header")
+        uri, info = target
+        upgrade = is_upgrade(request.headers)
+        # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade
+        # pair kept for upgrades), no Host (the upstream's own is set when sending).
+        headers = end_to_end(request.headers, UPGRADE_REQUEST_SKIP if upgrade else REQUEST_SKIP)
+        length = request.content_length
+        expect = request.headers.get("Expect", "")
+        client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
+        ex = Exchange(
+            request.method,
+            uri.escaped_path,
+            uri.raw_query,
+            headers,
+            client.body(length, self._limit),
+            info,
+            client=request.remote,
+            upgrade=upgrade,
+            host=uri.host or request.headers.get("Host", ""),
+        )
+        long_running = info.verb == "watch" or upgrade
+        chain = self.chain  # a reload swaps self.chain; this request stays on the one it started on
+        chain.active += 1
+        if not long_running:
+            self._in_flight += 1
+            self._idle.clear()
+        status = 500
+        sent = 0
+        audit_id = ""
+        close = False
+        try:
+            if expect and not _expects_continue(expect):
+                # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
+                reply, close = Reply(417, CIMultiDict(), BytesBody(b"")), True
+            elif self.guard is not None and (refused := self.guard.refuse(ex)) is not None:
+                reply = refused  # credentials: proxy: kubectl proxy's host, path and method filter
+            elif length is not None and length > self._limit:
+                reply = self._reject(request_entity_too_large(self._limit), ex)
+            elif self.callers is not None:
+                reply = await self._impersonating(request, chain, ex)
+            else:
+                reply = await self._run_chain(chain, ex)
+            status = reply.status
+            audit_id = reply.headers.get("Audit-Id", "")
+            resp, sent = await self._write(request, ex, reply)
+            if close or self._stopping or client.closes_connection():
+                resp.force_close()
+            return resp
+        finally:
+            chain.active -= 1
+            if chain.retired and chain.active == 0:
+                self._background(self._retire(chain))
+            if not long_running:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._idle.set()
+            elapsed = time.perf_counter() - started
+            resource = info.group_resource
+            m = self.metrics
+            m.count(info.verb, resource, status)
+            if not long_running:
+                m.observe_latency(info.verb, resource, elapsed)
+            if sent:
+                m.bytes_out.inc(sent)
+            if isinstance(ex.body, StreamBody) and ex.body.received:
+                m.bytes_in.inc(ex.body.received)
+            if self.access_log:
+                access.info(
+                    "%s %s %d",
+                    request.method,
+                    raw,
+                    status,
+                    extra={
+                        "audit_id": audit_id,
+                        "duration_ms": round(elapsed * 1000, 3),
+                        "bytes": sent,
+                        "verb": info.verb,
+                        "resource": resource,
+                        "user_agent": request.headers.get("User-Agent", ""),
+                    },
+                )
+
+    def _guard_refused(self, check: str) -> None:
+        self.metrics.rejected.labels(f"ProxyFilter{check.capitalize()}").inc()
+
+    def _reject(self, err: StatusError, ex: Exchange) -> Reply:
+        """A Status kproxy answers itself, in the media type the request negotiates."""
+        self.metrics.rejected.labels(err.reason or str(err.code)).inc()
+        return negotiated_status(err, ex.headers, ex.query)
+
+    async def _impersonating(self, request: web.BaseRequest, chain: Chain, ex: Exchange) -> Reply:
+        """Impersonate mode: authenticate the caller first; a caller the apiserver would refuse
+        gets the apiserver's answer, and no filter sees the request."""
+        assert self.callers is not None
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        try:
+            await self.callers.identify(ex, peercert)
+        except StatusError as err:
+            return self._reject(err, ex)
+        reply = await self._run_chain(chain, ex)
+        if has_impersonation(request.headers):
+            reply.headers.add("Warning", STRIPPED_WARNING)
+        return reply
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_chain(self, chain: Chain, ex: Exchange) -> Reply:
+        try:
+            reply = await chain.handle(ex)
+        except StatusError as err:
+            return self._reject(err, ex)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # a filter bug must still get a Status, never a traceback
+            log.exception("request failed", extra={"path": ex.raw_path})
+            return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"), ex)
+        return reply
+
+    async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
+        body = reply.body
+        if isinstance(body, BytesBody):
+            if request.method == "HEAD":
+                # A HEAD answer has no body but keeps the Content-Length of the GET it stands for.
+                return _Response(status=reply.status, reason=reply.reason, headers=reply.headers), 0
+            reply.headers.popall("Content-Length", None)
+            if len(body.data) > _SLICE:
+                # A big body (a cached list) written whole would be copied into the transport's
+                # buffer once per slow connection; in slices, each awaited, memory stays flat.
+                return await _write_sliced(request, reply, body.data), len(body.data)
+            resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
+            return resp, len(body.data)
+        if isinstance(body, EventStreamBody):
+            return await self._serve_events(request, reply, body)
+        if isinstance(body, UpgradeBody):
+            self.metrics.upgrades.inc()
+            try:
+                return await splice(request, reply), 0
+            finally:
+                self.metrics.upgrades.dec()
+        return await self._stream(request, ex, reply, body)
+
+    async def _stream(
+        self, request: web.BaseRequest, ex: Exchange, reply: Reply, body: StreamBody
+    ) -> tuple[web.StreamResponse, int]:
+        """Write a streamed body as it arrives. A watch that the upstream or shutdown ends gets a
+        clean end of stream (as the apiserver ends watches); any other body cut short aborts the
+        connection, so the client cannot mistake a truncated body for a whole one."""
+        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        if body.length is not None:
+            resp.content_length = body.length
+        watch = ex.info.verb == "watch"
+        stream = _OpenStream(body, watch)
+        self._streams.add(stream)
+        if watch:
+            self.metrics.open_watches.inc()
+        sent = 0
+        try:
+            await resp.prepare(request)
+            try:
+                async for chunk in body.chunks():
+                    await resp.write(chunk)
+                    sent += len(chunk)
+            except _STREAM_ERRORS as err:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    return resp, sent  # the client went away; the upstream side is closed below
+                if not (watch or stream.ending):
+                    log.warning("upstream stream broke", extra={"path": ex.raw_path, "error": str(err)})
+                    transport.abort()
+                    return resp, sent
+            await resp.write_eof()
+            return resp, sent
+        finally:
+            self._streams.discard(stream)
+            body.abort()
+            if watch:
+                self.metrics.open_watches.dec()
+
+    async def _serve_events(
+        self, request: web.BaseRequest, reply: Reply, body: EventStreamBody
+    ) -> tuple[web.StreamResponse, int]:
+        """A watch kproxy serves itself: headers out at once (as the apiserver flushes them
+        before the first event), then its frames go straight to the transport until the watch
+        ends (timeout, slow client, shutdown) or the client goes away."""
+        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        stream = _OpenStream(body, True)
+        self._streams.add(stream)
+        self.metrics.open_watches.inc()
+        try:
+            await serve_events(request, resp, body)
+            return resp, 0
+        finally:
+            self._streams.discard(stream)
+            body.abort()
+            self.metrics.open_watches.dec()
+
+    # ----------------------------------------------------------------- admin listener
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        data = generate_latest(self.metrics.registry)
+        return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        problems = []
+        if self._stopping:
+            problems.append("shutting down")
+        ok, reason = await self.upstream_ready()
+        if not ok:
+            problems.append(f"upstream: {reason}")
+        problems += [f"filter {name} not ready" for name in self.chain.not_ready()]
+        if problems:
+            return web.Response(status=503, text="\n".join(problems) + "\n")
+        return web.Response(text="ok")
+
+    async def upstream_ready(self) -> tuple[bool, str]:
+        """Ask the upstream's /readyz (readable without credentials by default), at most once a second."""
+        now = time.monotonic()
+        cache = self._ready
+        if now - cache.at < 1.0:
+            return cache.ok, cache.reason
+        session = self.upstream.session
+        assert session is not None
+        headers: dict[str, Any] = {}
+        auth = await self.upstream.own_auth_header()
+        if auth:
+            headers["Authorization"] = auth
+        try:
+            async with session.get(
+                self.upstream.base.with_path("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                await resp.read()
+                cache.ok, cache.reason = resp.status == 200, f"/readyz answered {resp.status}"
+        except _STREAM_ERRORS as err:
+            cache.ok, cache.reason = False, str(err) or type(err).__name__
+        cache.at = now
+        return cache.ok, cache.reason
+
+
+_CONTINUE = re.compile(r"(?:^|[ ,\t])100-continue(?:$|[ ,\t])", re.IGNORECASE)
+
+
+def _expects_continue(expect: str) -> bool:
+    """Go's ``expectsContinue``: the (first) Expect header holds the token ``100-continue``.
+    Any other non-empty Expect fails with 417; an empty one is no expectation."""
+    return bool(expect) and _CONTINUE.search(expect) is not None
+
+
+class _ClientBody:
+    """The client's request body as the chain sees it, read as Go's server reads it.
+
+    ``100 Continue`` goes out when the body is first read (Go's expectContinueReader), so an
+    answer given without reading it (a 413, a policy refusal) is not preceded by one; the
+    connection then closes after the answer, as Go closes it. A chunked body that turns
+    malformed gets the apiserver's 500 Status with Go's chunked-reader error, and the
+    connection closes (nothing after it can be read)."""
+
+    __slots__ = ("_continue", "_request")
+
+    def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
+        self._request = request
+        self._continue = expect_continue and request.body_exists
+
+    def body(self, length: int | None, limit: int) -> BytesBody | StreamBody:
+        request = self._request
+        if not request.body_exists:
+            return BytesBody(b"", request.headers.get("Content-Type", ""))
+        return StreamBody(self._chunks(), length, request.headers.get("Content-Type", ""), limit)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        request = self._request
+        if self._continue:
+            self._continue = False
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+        try:
+            async for chunk in request.content.iter_any():
+                yield chunk
+        except MalformedBody as err:
+            raise generic(500, "", str(err)) from None
+
+    def closes_connection(self) -> bool:
+        """Whether the answer must close the connection: the body was expected to wait for a
+        100 Continue that never went out, was malformed, or was answered before it all came
+        (the upstream refused it early): Go's server then closes rather than read on."""
+        content = self._request.content
+        return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
+
+
+async def _stop_filters(filters: list[Filter]) -> None:
+    for flt in reversed(filters):
+        stop = getattr(flt, "stop", None)
+        if stop is None:
+            continue
+        try:
+            await stop()
+        except Exception:
+            log.exception("filter failed to stop", extra={"filter": flt.name})
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_target(method: str, raw: str) -> tuple[RequestURI, RequestInfo] | None:
+    """The request target as Go's server reads it (``url.ParseRequestURI``) and its RequestInfo;
+    None where Go's server answers 400 itself. An absolute-form target (``http://any/api/...``) is
+    classified and sent upstream by its path, as Go routes it: the filters see what the apiserver
+    will serve. A scheme with an opaque rest (``http:x``, an empty path to Go) has no origin form to
+    send; kproxy refuses it too.
+
+    Cached by request line (both are immutable): controllers and kubelets send the same GETs,
+    LISTs and watches over and over, and parsing was 4% of a small GET's CPU in kproxy."""
+    try:
+        uri = parse_request_uri(raw)
+    except InvalidRequestURIError:
+        return None
+    if uri.opaque or (uri.path == "*" and uri.absolute):
+        return None
+    try:
+        return uri, request_info_for(method, uri)
+    except RequestInfoError as err:
+        return uri, err.info
+
+
+def _bound(site: web.BaseSite) -> tuple[str, int]:
+    server: Any = site._server  # aiohttp keeps the asyncio server here
+    sock = server.sockets[0]
+    host, port = sock.getsockname()[:2]
+    return host, port
+
+
+def _fmt(addr: tuple[str, int] | None) -> str:
+    if addr is None:
+        return ""
+    host, port = addr
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,234 @@
+"""The upstream kube-apiserver: the chain's terminal handler, and kproxy's own aiohttp session.
+
+Callers' requests are sent as the client sent them (path and query byte for byte, body
+streamed), with hop-by-hop headers removed and the credentials the mode asks for, on kproxy's
+connection pool (``kproxy.server.pool``) or, for upgrades, a raw connection (``kproxy.server.upgrade``); both
+write the head with ``kproxy.server.httputil.request_head``, which refuses what Go's ``Transport``
+would not send (a caller gets a 400 Status; nothing is written). Nothing is decoded or added:
+no default Accept, Accept-Encoding or User-Agent (the apiserver attributes field ownership to
+the User-Agent), and header bytes go out as they came in.
+
+The aiohttp session carries kproxy's own requests (``FilterContext.api``): it never decodes
+bodies (``auto_decompress=False``) and never adds headers of its own either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import Literal, Protocol
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from kproxy.core.chain import Body, BytesBody, Exchange, Reply, StreamBody
+from kproxy.core.status import StatusError, internal_error, service_unavailable
+from kproxy.gocompat.httpguts import valid_header_field_value
+from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
+from kproxy.server.httputil import InvalidRequestHead
+from kproxy.server.kubeconfig import UpstreamTarget
+from kproxy.server.pool import Pool
+from kproxy.server.upgrade import dial_upgrade
+
+log = logging.getLogger("kproxy.upstream")
+
+# Responses up to this size with a Content-Length are read whole: cheaper than streaming them
+# chunk by chunk, and filters that need the body get it without another read.
+READ_WHOLE_LIMIT = 256 * 1024
+
+_SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+_UPSTREAM_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
+
+Mode = Literal["proxy", "forward", "impersonate"]
+
+
+class Upstream:
+    """Sends exchanges to the kube-apiserver; the terminal handler of every chain."""
+
+    def __init__(
+        self,
+        target: UpstreamTarget,
+        mode: Mode = "proxy",
+        connect_timeout: float = 10.0,
+        max_connections: int = 0,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.mode = mode
+        self.base = URL(target.server)
+        self.connect_timeout = connect_timeout
+        self._max_connections = max_connections
+        self._on_error = on_error
+        # The proxy's own credentials (proxy mode, and filters' background work in any mode).
+        self.ssl_own = target.ssl_context(with_client_cert=True)
+        # Forwarded callers: trust the upstream's CA, carry no certificate of the proxy's.
+        self.ssl_forward = target.ssl_context(with_client_cert=False)
+        # Where callers' requests go, computed once for the pool and the upgrade path alike.
+        self.ssl_callers = self.ssl_forward if mode == "forward" else self.ssl_own
+        self.host = self.base.host or "127.0.0.1"
+        self.port = self.base.port or (443 if self.ssl_callers else 80)
+        self.server_hostname = (target.tls_server_name or self.host) if self.ssl_callers else None
+        # A server URL with a path (an apiserver behind a path-routing gateway) prefixes every path.
+        self.prefix = self.base.raw_path.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+        self._pool: Pool | None = None
+
+    def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            ssl=ssl_ctx if ssl_ctx is not None else False,
+            limit=self._max_connections,
+            limit_per_host=0,
+            enable_cleanup_closed=True,
+        )
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=None)
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=timeout,
+            auto_decompress=False,
+            skip_auto_headers=_SKIP_AUTO,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            read_bufsize=256 * 1024,
+        )
+
+    async def start(self) -> None:
+        self.session = self._session(self.ssl_own)
+        self._pool = Pool(
+            self.host,
+            self.port,
+            self.ssl_callers,
+            self.server_hostname,
+            self.connect_timeout,
+            max_connections=self._max_connections,
+        )
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        if self.session is not None:
+            await self.session.close()
+
+    async def own_auth_header(self) -> str | None:
+        """``Bearer <token>`` for the proxy's own credentials, if it authenticates by token."""
+        if self.target.token is None:
+            return None
+        token = await self.target.token.token()
+        if not token:
+            return None
+        if not valid_header_field_value(token):
+            # client-go's transport refuses to send such a token too ("invalid header field value").
+            raise internal_error("kproxy's own bearer token has a byte no HTTP header can carry")
+        return f"Bearer {token}"
+
+    async def request_headers(self, ex: Exchange) -> CIMultiDict[str]:
+        """The headers sent upstream: the exchange's own (already end-to-end, see the server),
+        completed in place with the credentials of the mode and X-Forwarded-For."""
+        headers = ex.headers
+        if self.mode != "forward":
+            headers.popall("Authorization", None)
+            auth = await self.own_auth_header()
+            if auth:
+                headers["Authorization"] = auth
+        if self.mode == "impersonate":
+            # The server authenticated the caller before the chain ran (kproxy.identity.impersonate).
+            if ex.identity is None:
+                raise internal_error("kproxy: impersonate mode reached the upstream without a caller identity")
+            strip_impersonation(headers)
+            try:
+                headers.extend(impersonation_headers(ex.identity))
+            except UnrepresentableIdentity as err:
+                # CallerAuthenticator refused such a caller already; an identity set elsewhere
+                # gets the same answer, never a header it cannot carry.
+                raise err.status() from None
+        if ex.client:
+            prior = headers.get("X-Forwarded-For")
+            headers["X-Forwarded-For"] = f"{prior}, {ex.client}" if prior else str(ex.client)
+        return headers
+
+    def target_of(self, ex: Exchange) -> str:
+        """The request target sent upstream: the server URL's path prefix, then path and query."""
+        return self.prefix + ex.target
+
+    def url(self, ex: Exchange) -> URL:
+        return self.url_for(ex.target)
+
+    def url_for(self, target: str) -> URL:
+        """The URL of a path-and-query (already percent-encoded) on the upstream."""
+        return URL(str(self.base.origin()) + self.prefix + target, encoded=True)
+
+    async def __call__(self, ex: Exchange) -> Reply:
+        """Terminal handler: send the exchange upstream and wrap the response as a Reply.
+
+        Requests go through the lean pool; upgrades on a raw connection.
+        """
+        if ex.upgrade:
+            return await dial_upgrade(self, ex)
+        assert self._pool is not None, "Upstream.start() was not awaited"
+        headers = await self.request_headers(ex)
+        data, length = _request_data(ex.body)
+        resp: UpstreamResponse
+        try:
+            headers.popall("Content-Length", None)  # the pool frames the body itself
+            resp = await self._pool.request(ex.method, self.target_of(ex), headers.items(), data, length)
+        except InvalidRequestHead as err:
+            raise err.status() from None
+        except StatusError:
+            raise
+        except _UPSTREAM_ERRORS as err:
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, StatusError):
+                raise cause from None
+            raise self.unreachable(err) from None
+        return await self._reply(resp)
+
+    async def _reply(self, resp: UpstreamResponse) -> Reply:
+        headers = resp.headers  # end-to-end already
+        media_type = resp.headers.get("Content-Type", "")
+        length = resp.content_length
+        if length is not None and length <= READ_WHOLE_LIMIT:
+            try:
+                data = await resp.read()
+            except _UPSTREAM_ERRORS as err:
+                resp.close()
+                raise self.unreachable(err) from None
+            return Reply(resp.status, headers, BytesBody(data, media_type), resp.reason)
+        body = StreamBody(resp.chunks(), length, media_type, on_abort=resp.close)
+        return Reply(resp.status, headers, body, resp.reason)
+
+    def unreachable(self, err: BaseException) -> StatusError:
+        """The 503 a caller gets when the upstream cannot be reached or breaks off; counted here,
+        where it is known to be the upstream's failure (not any 503 a filter might give)."""
+        log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
+        if self._on_error is not None:
+            self._on_error(type(err).__name__)
+        detail = str(err) or type(err).__name__
+        return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
+
+
+def _request_data(body: Body) -> tuple[bytes | AsyncIterator[bytes] | None, int | None]:
+    """What to send upstream: known bytes, or the client's stream (with its length, if declared)."""
+    if isinstance(body, BytesBody):
+        return body.data or None, None
+    if isinstance(body, StreamBody) and (body.length is None or body.length > 0):
+        return body.chunks(), body.length
+    return None, None
+
+
+class UpstreamResponse(Protocol):
+    """What the terminal handler needs of a response: kproxy's pool and aiohttp's client both fit."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The response's end-to-end headers (hop-by-hop ones removed)."""
+
+    @property
+    def content_length(self) -> int | None: ...
+    async def read(self) -> bytes: ...
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def close(self) -> None: ...
