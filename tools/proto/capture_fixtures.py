@@ -3,7 +3,7 @@
 Usage: .venv/bin/python tools/proto/capture_fixtures.py /tmp/cp-<name>   (a running
 `kproxy envtest up --dir` control plane). Creates fixture-objects.yaml's objects, then saves,
 for each path below, the protobuf body (<name>.pb) and the JSON body (<name>.json) the same
-apiserver gave, plus protobuf and JSON watch streams. tests/unit/test_codec_fixtures.py checks
+apiserver gave, plus protobuf and JSON watch streams. tests/unit/codec/test_codec_fixtures.py checks
 that the codec turns each .pb into its .json.
 """
 
@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OUT = HERE.parent.parent / "tests" / "unit" / "codec_fixtures"
+OUT = HERE.parent.parent / "tests" / "unit" / "codec" / "codec_fixtures"
 
 PATHS = {
     "podlist": "/api/v1/namespaces/demo/pods",
