@@ -36,7 +36,7 @@ from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_reques
 from kproxy.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.kubeconfig import UpstreamTarget
-from kproxy.listener import GoServer, MalformedBody, go_bad_request
+from kproxy.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
 from kproxy.metrics import Metrics
 from kproxy.proxyguard import proxy_guard
 from kproxy.requestinfo import RequestInfo, RequestInfoError, request_info_for
@@ -277,6 +277,9 @@ class ProxyServer:
             return go_bad_request()
         if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
             return go_bad_request("malformed Host header")
+        refused_te = go_transfer_encoding_refused(request.version, request.headers.getall("Transfer-Encoding", []))
+        if refused_te is not None:
+            return refused_te
         uri, info = target
         upgrade = is_upgrade(request.headers)
         # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade
