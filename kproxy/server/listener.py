@@ -34,6 +34,7 @@ MAX_HEAD_BYTES = (1 << 20) + 4096
 MAX_HEADERS = 1 << 16
 
 _GO_ERROR_HEADERS = b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+_UNSUPPORTED_TE = b"HTTP/1.1 501 Not Implemented" + _GO_ERROR_HEADERS + b"Unsupported transfer encoding"
 
 
 class HeadTooLarge(BadHttpMessage):
@@ -63,7 +64,7 @@ def go_parse_error(err: BaseException) -> bytes:
     elif "Missing 'Host' header" in msg:
         public = b"400 Bad Request: missing required Host header"
     elif "Transfer-Encoding" in msg and "Content-Length" not in msg:
-        return b"HTTP/1.1 501 Not Implemented" + _GO_ERROR_HEADERS + b"Unsupported transfer encoding"
+        return _UNSUPPORTED_TE
     else:
         public = b"400 Bad Request"
     return b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public
@@ -324,3 +325,15 @@ def go_bad_request(why: str = "") -> web.StreamResponse:
     connection closes (net/http ``conn.serve``)."""
     public = b"400 Bad Request" + (b": " + why.encode() if why else b"")
     return _RawAnswer(b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public)
+
+
+def go_transfer_encoding_refused(version: tuple[int, int], values: list[str]) -> web.StreamResponse | None:
+    """Go's 501 for a Transfer-Encoding it does not take (net/http transfer.go
+    ``parseTransferEncoding``): on HTTP/1.1, anything but exactly one ``chunked``. aiohttp's parser
+    refuses these too, except on an upgrade request, which it hands on with the header: Go would
+    never serve it, so neither may kproxy forward it."""
+    if not values or version < (1, 1):
+        return None
+    if len(values) == 1 and values[0].isascii() and values[0].lower() == "chunked":  # ascii.EqualFold
+        return None
+    return _RawAnswer(_UNSUPPORTED_TE)

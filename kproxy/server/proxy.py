@@ -38,7 +38,7 @@ from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, h
 from kproxy.server.connections import Connections
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
-from kproxy.server.listener import GoServer, MalformedBody, go_bad_request
+from kproxy.server.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
 from kproxy.server.metrics import Metrics
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
@@ -276,6 +276,9 @@ class ProxyServer:
             return go_bad_request()
         if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
             return go_bad_request("malformed Host header")
+        refused_te = go_transfer_encoding_refused(request.version, request.headers.getall("Transfer-Encoding", []))
+        if refused_te is not None:
+            return refused_te
         uri, info = target
         upgrade = is_upgrade(request.headers)
         # The exchange carries the headers as they will go upstream: end-to-end only (the upgrade

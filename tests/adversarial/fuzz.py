@@ -371,22 +371,15 @@ KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
         "kproxy serves a request line with two spaces before the version; Go answers 400 (malformed HTTP version)",
         lambda raw, via, direct: _request_line(raw).count(b" ") > 2 and _text_400(direct) and not _text_400(via),
     ),
-    "cache-serves-double-slash": (
-        "the watch cache serves `//api/...` as the resource; the apiserver answers 404 page not found",
-        lambda raw, via, direct: re.sub(rb"^(?i:[a-z][a-z0-9+.-]*://[^/]*)", b"", _target(raw)).startswith(b"//")
-        and direct.body == b"404 page not found\n"
-        and via.status == 200,
-    ),
     "unknown-coding-order": (
-        "kproxy checks Transfer-Encoding before the target (its 501 where Go answers 400), and not at all on an"
-        " upgrade request (forwarded where Go answers 501)",
+        "kproxy's HTTP parser checks Transfer-Encoding before the target (its 501 where Go answers 400)",
         lambda raw, via, direct: b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0]
         and 501 in (via.status, direct.status),
     ),
 }
 #: The chains each KNOWN class must show in, in a full CI run (the others lack the filter it needs,
 #: or the class is too rare for 1,000 requests).
-KNOWN_IN = {"cache-serves-double-slash": ("transparent",), "unknown-coding-order": ()}
+KNOWN_IN = {"unknown-coding-order": ()}
 
 def _guarded(raw: bytes, via: Answer) -> bool:
     """`credentials: proxy` refuses a Host that is not a loopback name, as kubectl proxy does (its

@@ -111,8 +111,9 @@ class _Metrics:
             "kproxy_validation_requests",
             "Writes seen by the validation filter, by effective level and outcome "
             "(passed: forwarded untouched; raised: level raised for the upstream; rejected: "
-            "kproxy answered Strict itself; warned: kproxy added warnings; deferred: local "
-            "errors found but the apiserver answers).",
+            "kproxy answered Strict itself; warned: kproxy added warnings; deferred: the "
+            "apiserver answers, because local errors were found but kproxy cannot prove its answer "
+            "would be the apiserver's, or the caller was not shown to be allowed the write).",
             ["level", "outcome"],
             registry=registry,
         )
@@ -269,13 +270,16 @@ class Validation(FilterBase):
         try:
             # Authorization comes before decoding at the apiserver: a caller it refuses gets its
             # refusal (forwarded), and kproxy decodes nothing for it.
-            outcome = (
-                await self._check(ex)
-                if check and _options_valid(ex.query) and await self._authorized(ex)
-                else None
-            )
+            wanted = check and _options_valid(ex.query)
+            authorized = wanted and await self._authorized(ex)
+            outcome = await self._check(ex) if authorized else None
         except StatusError as err:  # the body is over the size limit: the apiserver's own 413
             return Reply.from_status(err)
+        if wanted and not authorized:
+            # Not shown to be allowed the write (refused, or kproxy may not ask): the apiserver
+            # checks it, and its refusal, if any, comes first.
+            self.metrics.requests.labels(level.wire, "deferred").inc()
+            return await call_next(ex)
         if outcome is None or outcome.fatal or not outcome.errors:
             self.metrics.requests.labels(level.wire, "raised" if level != requested else "passed").inc()
             return await call_next(ex)

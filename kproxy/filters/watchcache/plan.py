@@ -125,6 +125,10 @@ def request_scope(ex: Exchange, namespaced: bool) -> str | Pass:
     """The namespace the read is in, or Pass for a path the apiserver has no route for (a
     cluster-scoped resource under a namespace, a namespaced object by name without one)."""
     info = ex.info
+    if "//" in info.path or any(seg in (".", "..") for seg in info.path.split("/")):
+        # The apiserver's RequestInfo reads such a path as the resource, but its router has no
+        # route for it (404 page not found): only the apiserver can give that answer.
+        return Pass("scope")
     ns = info.namespace
     if namespaced:
         if info.verb == "get" and not ns:

@@ -123,3 +123,22 @@ def test_methods_and_scopes() -> None:
     assert isinstance(node, Read) and (node.namespace, node.name) == ("", "n1")
     ns = _plan("/api/v1/namespaces/kube-system?resourceVersion=0", namespaced=False)
     assert isinstance(ns, Read) and (ns.namespace, ns.name) == ("", "kube-system")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "//api/v1/namespaces/ns/pods",
+        "/api//v1/namespaces/ns/pods",
+        "/api/v1/namespaces/ns//pods",
+        "/api/v1/namespaces/ns/pods%2F%2F",
+        "/api/v1/namespaces/ns/./pods",
+        "/api/v1/namespaces/x/../ns/pods",
+        "http://h//api/v1/namespaces/ns/pods",
+    ],
+)
+def test_paths_the_apiserver_does_not_route_are_its_own_to_answer(target: str) -> None:
+    """RequestInfo trims and splits such paths into a resource; the apiserver's router has no
+    route for them (404 page not found), so the cache must not answer them."""
+    assert _plan(target) == Pass("scope")
+    assert isinstance(_plan("/api/v1/namespaces/ns/pods/"), Read)  # a trailing slash is routed
