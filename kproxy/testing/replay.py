@@ -33,7 +33,7 @@ from multidict import CIMultiDict
 
 from kproxy.gocompat.url import query_values
 
-__all__ = ["DEFAULT_RECORDINGS", "Received", "Recorded", "ReplayUpstream", "load_recordings"]
+__all__ = ["DEFAULT_RECORDINGS", "Received", "Recorded", "ReplayUpstream", "load_recordings", "recording"]
 
 DEFAULT_RECORDINGS = Path(__file__).resolve().parents[2] / "tests" / "recorded" / "apiserver.jsonl.gz"
 
@@ -132,6 +132,16 @@ def _load(path: Path) -> tuple[Recorded, ...]:
                 )
             )
     return tuple(out)
+
+
+def recording(target: str, accept: str = "application/json", method: str = "GET", *, watch: bool = False) -> Recorded:
+    """The default recording of ``method target`` with ``accept`` (``watch``: the first recorded
+    watch with ``accept``, whatever its target)."""
+    for r in load_recordings():
+        same = r.method == method and r.request_headers.get("Accept") == accept
+        if same and ((watch and r.is_watch) or (not watch and r.target == target)):
+            return r
+    raise LookupError(f"no recording of {method} {target} ({accept})")
 
 
 def _is_watch(raw_query: str) -> bool:
