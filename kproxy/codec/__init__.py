@@ -7,7 +7,7 @@ built by `make proto` and shipped in kproxy/codec/data/.
 May import: ``kproxy.gocompat`` only (no aiohttp, no filter, no server).
 """
 
-from .codec import ProtobufCodec
+from .codec import ProtobufCodec, shared_codec
 from .codecerrors import CodecError
 from .envelope import MAGIC, Envelope, decode_envelope, encode_envelope
 from .quantity import canonical_quantity
@@ -28,5 +28,6 @@ __all__ = [
     "encode_envelope",
     "from_yaml",
     "load_schema",
+    "shared_codec",
     "to_yaml",
 ]

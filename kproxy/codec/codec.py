@@ -313,3 +313,10 @@ class ProtobufCodec:
         full = self._message_name(api_version, kind)
         raw = self._builder.build(full, obj, top_level=True).SerializeToString(deterministic=True)
         return encode_envelope(api_version, kind, raw)
+
+
+@functools.cache
+def shared_codec() -> ProtobufCodec:
+    """The process's one codec: the Status writer (``kproxy.core.errorreply``) and the filters
+    (the ``PROTOBUF_CODEC`` service of their FilterContext) share it."""
+    return ProtobufCodec()

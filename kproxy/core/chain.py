@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from multidict import CIMultiDict, MultiDict
 
+from kproxy.core.errorreply import negotiated_status
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.gocompat.url import encode_query, parse_query
 
@@ -228,9 +229,19 @@ class Reply:
     reason: str | None = None
 
     @classmethod
-    def from_status(cls, err: StatusError) -> Reply:
-        """A Reply carrying a Kubernetes Status error, shaped as the apiserver shapes it."""
-        return cls(err.http_status, CIMultiDict(err.headers()), BytesBody(err.body(), "application/json"))
+    def from_status(cls, err: StatusError, ex: Exchange | None = None) -> Reply:
+        """A Reply carrying a Kubernetes Status error, written as the apiserver writes it.
+
+        With the request's ``ex``, in the media type it negotiates, as the apiserver's
+        ``responsewriters.ErrorNegotiated`` does: JSON, YAML or protobuf per ``Accept`` (no
+        ``as=`` conversions), pretty JSON for ``?pretty`` or a human User-Agent, indented JSON
+        when nothing is acceptable (see :mod:`kproxy.core.errorreply`). Without ``ex`` (kept for
+        callers written before it), compact JSON whatever the client asked for.
+        """
+        if ex is None:
+            return cls(err.http_status, CIMultiDict(err.headers()), BytesBody(err.body(), "application/json"))
+        status, headers, data, media = negotiated_status(err, ex.headers, ex.query)
+        return cls(status, headers, BytesBody(data, media))
 
 
 Handler = Callable[[Exchange], Awaitable[Reply]]

@@ -28,7 +28,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kproxy.config import Config
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
-from kproxy.core.errorreply import negotiated_status
 from kproxy.core.eventstream import EventStreamBody, serve_events
 from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
@@ -366,7 +365,7 @@ class ProxyServer:
     def _reject(self, err: StatusError, ex: Exchange) -> Reply:
         """A Status kproxy answers itself, in the media type the request negotiates."""
         self.metrics.rejected.labels(err.reason or str(err.code)).inc()
-        return negotiated_status(err, ex.headers, ex.query)
+        return Reply.from_status(err, ex)
 
     async def _impersonating(self, request: web.BaseRequest, chain: Chain, ex: Exchange) -> Reply:
         """Impersonate mode: authenticate the caller first; a caller the apiserver would refuse

@@ -46,4 +46,4 @@ class ReadOnly(FilterBase):
         err = forbidden(
             info.api_group, resource, info.name, f"kproxy readonly filter: writes are allowed only in {where}"
         )
-        return Reply.from_status(err)
+        return Reply.from_status(err, ex)  # in the media type the client negotiated

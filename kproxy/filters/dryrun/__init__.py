@@ -376,7 +376,7 @@ class DryRun(FilterBase):
             seen, prefix = await self._created_namespace(ex, info)
             found = await first_match_lazy(self.rules, seen, self._identify(ex), namespace_prefix=prefix)
         except StatusError as err:
-            return Reply.from_status(err)
+            return Reply.from_status(err, ex)
         if found is None or found[1].action == "allow":
             return await call_next(ex)
         index, rule = found
@@ -406,7 +406,7 @@ class DryRun(FilterBase):
                 return await call_next(ex)
             await self._make_dry_run(ex, info)
         except StatusError as err:
-            return Reply.from_status(await self._apiserver_refusal(ex, info) or err)
+            return Reply.from_status(await self._apiserver_refusal(ex, info) or err, ex)
         if self._enforced:
             self._enforced[index].inc()
         reply = await call_next(ex)
@@ -417,10 +417,10 @@ class DryRun(FilterBase):
         """kproxy's 403 for the rule, unless the apiserver would refuse the caller first."""
         refusal = await self._apiserver_refusal(ex, info)
         if refusal is not None:
-            return Reply.from_status(refusal)
+            return Reply.from_status(refusal, ex)
         if self._rejected:
             self._rejected[index].inc()
-        return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message))
+        return Reply.from_status(forbidden(info.api_group, info.resource, info.name, message), ex)
 
     async def _apiserver_refusal(self, ex: Exchange, info: RequestInfo) -> StatusError | None:
         """The apiserver's own 401 or 403 for a caller it refuses before it reads the body

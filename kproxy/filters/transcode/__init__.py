@@ -63,6 +63,7 @@ from kproxy.codec.codecerrors import CodecError
 from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import PROTOBUF_CODEC
+from kproxy.core.errorreply import encoded_status
 from kproxy.core.negotiation import (
     JSON,
     PROTOBUF,
@@ -192,11 +193,11 @@ class Transcode(FilterBase):
         if self.mode == "json":
             return
         # lazy: the codec (protobuf) is loaded only when the mode needs it
-        from kproxy.codec import ProtobufCodec, load_schema
+        from kproxy.codec import load_schema, shared_codec
 
         # Building the schema takes a few hundred ms: once, at start, not on the first request
         # (and once per process: a reloaded instance keeps the codec and its memo).
-        self.codec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
+        self.codec = ctx.shared(PROTOBUF_CODEC, shared_codec)
         schema = load_schema()
         self._known = frozenset((g, v) for (g, v, _k) in schema.kinds if g != "meta.k8s.io")
 
@@ -352,13 +353,9 @@ class Transcode(FilterBase):
         return self.status_reply(plan, internal_error(f"kproxy transcode: {err}"))
 
     def status_reply(self, plan: _Plan, err: StatusError) -> Reply:
-        """A Status in the client's negotiated media type."""
-        # lazy: kproxy.codec loads protobuf; only the answers that need it pay for it
-        from kproxy.codec import to_yaml
-
-        data = to_yaml(err.to_dict()) if plan.target == YAML else err.body(pretty=plan.pretty)
-        headers = CIMultiDict(err.headers())
-        headers["Content-Type"] = plan.target
+        """A Status written with the encoder negotiated for the object (the apiserver's answer to
+        an encoder failure), not renegotiated as ``Reply.from_status`` would."""
+        headers, data = encoded_status(err, plan.target, plan.pretty)
         return Reply(err.http_status, headers, BytesBody(data, plan.target))
 
     async def _list(self, plan: _Plan, reply: Reply, body: StreamBody, retry: Retry | None) -> Reply:

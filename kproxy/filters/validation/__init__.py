@@ -47,9 +47,10 @@ from multidict import MultiDict
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
-from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import PROTOBUF_CODEC, FilterContext
-from kproxy.core.negotiation import JSON, PROTOBUF, YAML, is_pretty, media_type_of, negotiate, router_accepts
+from kproxy.core.errorreply import negotiated_media
+from kproxy.core.negotiation import JSON, PROTOBUF, YAML, media_type_of, negotiate, router_accepts
 from kproxy.core.offload import run_body_work
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import StatusError, bad_request
@@ -254,7 +255,7 @@ class Validation(FilterBase):
                     self.rules, seen, lambda: authenticator(ctx).identify(ex), namespace_prefix=prefix
                 )
             except StatusError as err:
-                return Reply.from_status(err)
+                return Reply.from_status(err, ex)
             if found is not None and found[1].minimum > level:
                 level = found[1].minimum
         provide = not self.upstream_validates
@@ -274,7 +275,7 @@ class Validation(FilterBase):
             authorized = wanted and await self._authorized(ex)
             outcome = await self._check(ex) if authorized else None
         except StatusError as err:  # the body is over the size limit: the apiserver's own 413
-            return Reply.from_status(err)
+            return Reply.from_status(err, ex)
         if wanted and not authorized:
             # Not shown to be allowed the write (refused, or kproxy may not ask): the apiserver
             # checks it, and its refusal, if any, comes first.
@@ -393,11 +394,12 @@ class Validation(FilterBase):
     async def _local_answer(self, ex: Exchange, outcome: Outcome) -> Reply | None:
         """The apiserver's Strict 400, when kproxy can prove it is what the apiserver would say.
 
-        The Status is written as the apiserver writes it: JSON (pretty when asked), YAML or
-        protobuf as negotiated. A request with no acceptable media type is the apiserver's (its
-        406 comes before decoding, in both modes: the body is never stored). A conversion
-        (``as=``) is left to the apiserver in front of an upstream that validates; when kproxy
-        provides the validation, it answers that in JSON.
+        The Status is written by ``Reply.from_status(err, ex)``, as the apiserver writes errors
+        (JSON, pretty when asked, YAML or protobuf as negotiated; protobuf for client-go's
+        protobuf clients and for the ``transcode`` filter when it sits in front of this one). A
+        request with no acceptable media type is the apiserver's (its 406 comes before decoding,
+        in both modes: the body is never stored). A conversion (``as=``) is left to the
+        apiserver in front of an upstream that validates.
         """
         if not _options_valid(ex.query):
             return None
@@ -410,19 +412,9 @@ class Validation(FilterBase):
             return None
         endpoint = ex.state["validation.endpoint"]
         err = create_update_error(endpoint.kind, ex.state["validation.version"], outcome)
-        reply = Reply.from_status(err)
-        if media in _LOCAL_MEDIA and media != JSON:
-            from kproxy.codec import to_yaml  # as transcode: the codec is loaded when first needed
-
-            # The apiserver writes the Status in the negotiated type: protobuf for client-go's
-            # protobuf clients and for the ``transcode`` filter when it sits in front of this one
-            # (it asks for ``protobuf, <client's Accept>`` and turns the answer back into JSON).
-            data = (await self._protobuf()).from_json(err.to_dict()) if media == PROTOBUF else to_yaml(err.to_dict())
-            reply.headers["Content-Type"] = media
-            reply.body = BytesBody(data, media)
-        elif negotiated.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent")):
-            reply.body = BytesBody(err.body(pretty=True), "application/json")
-        return reply
+        if negotiated_media(ex.headers, ex.query)[0] == PROTOBUF:
+            await self._protobuf()  # its schema is loaded on a worker thread, not on the event loop
+        return Reply.from_status(err, ex)
 
     async def _protobuf(self) -> ProtobufCodec:
         """The process's protobuf codec (shared with ``transcode``). Without transcode it is made
@@ -432,9 +424,9 @@ class Validation(FilterBase):
         assert ctx is not None
         if PROTOBUF_CODEC not in ctx.services:
             await asyncio.to_thread(_load_codec_schema)
-        from kproxy.codec import ProtobufCodec  # lazy: loaded (on a thread) just above, not at import
+        from kproxy.codec import shared_codec  # lazy: loaded (on a thread) just above, not at import
 
-        codec: ProtobufCodec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
+        codec: ProtobufCodec = ctx.shared(PROTOBUF_CODEC, shared_codec)
         return codec
 
     async def _created_namespace(self, ex: Exchange, info: RequestInfo) -> tuple[RequestInfo, str | None]:

@@ -26,11 +26,11 @@ from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kproxy.cacher import object_key, select
-from kproxy.codec import ProtobufCodec, to_yaml
+from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import PROTOBUF_CODEC, FilterContext
-from kproxy.core.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate
+from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
@@ -131,7 +131,7 @@ class WatchCacheFilter(FilterBase):
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         self._metrics = cache_metrics(ctx)
-        self._codec = ctx.shared(PROTOBUF_CODEC, ProtobufCodec)
+        self._codec = ctx.shared(PROTOBUF_CODEC, shared_codec)
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
@@ -297,7 +297,7 @@ class WatchCacheFilter(FilterBase):
         except StatusError as err:
             if reads is not None:
                 reads.labels(label, info.verb, "cache", f"status {err.code}").inc()
-            return self._status_reply(err, decided.media_type, decided.pretty, ex)
+            return Reply.from_status(err, ex)
         if reply is None:
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", "stale").inc()
@@ -327,7 +327,7 @@ class WatchCacheFilter(FilterBase):
             return await call_next(ex)
         except StatusError as err:
             reads.labels(label, "watch", "cache", f"status {err.code}").inc()
-            return self._status_reply(err, decided.media_type, False, ex)
+            return Reply.from_status(err, ex)
         s = self.settings
         reply = await open_watch(rc, decided, wait=s.wait_timeout, min_timeout=s.min_request_timeout)
         if reply is None:
@@ -335,21 +335,6 @@ class WatchCacheFilter(FilterBase):
             return await call_next(ex)
         reads.labels(label, "watch", "cache", decided.mode).inc()
         return reply
-
-    def _status_reply(self, err: StatusError, media_type: str, pretty: bool, ex: Exchange) -> Reply:
-        """A Status in the media type the client negotiated, as the apiserver writes errors: a
-        Status has a protobuf form even where the resource has none (custom resources)."""
-        chosen = negotiate(ex.headers.get("Accept"), SERVED)
-        media = chosen.media_type if chosen is not None and chosen.convert is None else media_type
-        if media == PROTOBUF and self._codec is not None:
-            data = self._codec.from_json(err.to_dict())
-        elif media == YAML:
-            data = to_yaml(err.to_dict())
-        else:
-            data = err.body(pretty=pretty)
-        headers = CIMultiDict(err.headers())
-        headers["Content-Type"] = CONTENT_TYPES[media]
-        return Reply(err.http_status, headers, BytesBody(data, media))
 
     async def _serve(self, rc: ResourceCache, read: Read) -> Reply | None:
         """The cache's answer, or None: it cannot answer in time, let the upstream."""
