@@ -35,6 +35,8 @@ JSON = "application/json"
 YAML = "application/yaml"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 PROTOBUF_WATCH = "application/vnd.kubernetes.protobuf;stream=watch"
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 
 #: Request headers that select a recording (besides method and target).
@@ -81,8 +83,9 @@ def _setup(cp: _Conn) -> str:
     return rv
 
 
-def plan(rv: str, openapi_urls: Mapping[str, str]) -> Iterator[Request]:
-    """The recorded requests (``rv``: the resource version watches start from)."""
+def plan(rv: str, openapi_urls: Mapping[str, str], user: Mapping[str, Any] | None = None) -> Iterator[Request]:
+    """The recorded requests (``rv``: the resource version watches start from; ``user``: the
+    admin's userInfo, for the access review filters send about a caller)."""
     ns = f"/api/v1/namespaces/{NAMESPACE}"
     for accept in (JSON, YAML, PROTOBUF):
         yield Request("GET", f"{ns}/configmaps/cm-a", {"Accept": accept}, note="get")
@@ -109,8 +112,21 @@ def plan(rv: str, openapi_urls: Mapping[str, str]) -> Iterator[Request]:
         if gv in openapi_urls:
             yield Request("GET", openapi_urls[gv], {"Accept": JSON}, note="openapi")
     yield Request("GET", f"{ns}/configmaps", {"Accept": JSON, "Impersonate-User": "kproxy-user"}, note="403")
+    # Who the proxy is, and whether a caller may write (the validation and dryrun filters ask).
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    yield Request("POST", SELF_SUBJECT_REVIEWS, {"Accept": JSON, "Content-Type": JSON}, json.dumps(review).encode())
+    if user is not None:
+        attrs = {"namespace": NAMESPACE, "verb": "create", "version": "v1", "resource": "configmaps"}
+        spec = {"user": user.get("username", ""), "groups": user.get("groups", []), "resourceAttributes": attrs}
+        sar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        headers = {"Accept": JSON, "Content-Type": JSON}
+        yield Request("POST", SUBJECT_ACCESS_REVIEWS, headers, json.dumps(sar).encode(), note="allowed")
     create = {"Accept": JSON, "Content-Type": JSON}
     yield Request("POST", f"{ns}/configmaps", create, _cm("Bad_Name", {"k": "v"}), note="422")
+    unknown = _cm("cm-strict", {"k": "v"}, {"bogus": 1, "spec": {"x": 1}})
+    for accept in (JSON, YAML):
+        target = f"{ns}/configmaps?fieldValidation=Strict"
+        yield Request("POST", target, {**create, "Accept": accept}, unknown, note="400 strict")
     yield Request("POST", f"{ns}/configmaps?dryRun=All", create, _cm("cm-new", {"k": "v"}), note="create dry run")
     yield Request("POST", f"{ns}/configmaps", create, _cm("cm-new", {"k": "v"}), note="create")
 
@@ -156,8 +172,10 @@ def record(cp: ControlPlaneInfo, out: Path) -> int:
     rv = _setup(conn)
     _, index, _ = conn.send("GET", "/openapi/v3")
     urls = {k: v["serverRelativeURL"] for k, v in json.loads(index)["paths"].items()}
+    review = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
+    _, me, _ = conn.send("POST", SELF_SUBJECT_REVIEWS, review)
     entries = []
-    for req in plan(rv, urls):
+    for req in plan(rv, urls, json.loads(me)["status"]["userInfo"]):
         status, _, resp = conn.send(req.method, req.target, req.body, headers=req.headers)
         entries.append(_entry(req, status, resp))
     out.parent.mkdir(parents=True, exist_ok=True)
