@@ -18,7 +18,7 @@ import json
 import ssl
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,9 +83,15 @@ def _setup(cp: _Conn) -> str:
     return rv
 
 
-def plan(rv: str, openapi_urls: Mapping[str, str], user: Mapping[str, Any] | None = None) -> Iterator[Request]:
+def plan(
+    rv: str,
+    openapi_urls: Mapping[str, str],
+    user: Mapping[str, Any] | None = None,
+    group_versions: Iterable[str] = (),
+) -> Iterator[Request]:
     """The recorded requests (``rv``: the resource version watches start from; ``user``: the
-    admin's userInfo, for the access review filters send about a caller)."""
+    admin's userInfo, for the access review filters send about a caller; ``group_versions``:
+    every ``group/version`` of ``/apis``, whose discovery documents are recorded)."""
     ns = f"/api/v1/namespaces/{NAMESPACE}"
     for accept in (JSON, YAML, PROTOBUF):
         yield Request("GET", f"{ns}/configmaps/cm-a", {"Accept": accept}, note="get")
@@ -99,7 +105,16 @@ def plan(rv: str, openapi_urls: Mapping[str, str], user: Mapping[str, Any] | Non
     for accept in (JSON, PROTOBUF):
         target = f"{ns}/configmaps?resourceVersion={rv}&timeoutSeconds=1&watch=true"
         yield Request("GET", target, {"Accept": accept}, note="watch")
-    # What the watchcache filter's reflector asks for: a LIST, then a watch from its version.
+    # What the watchcache filter's reflector asks for: a streaming list (a watch sending the
+    # initial events, then a bookmark), or a LIST and a watch from its version.
+    for accept in (PROTOBUF, JSON):
+        query = (
+            "watch=1&allowWatchBookmarks=true&timeoutSeconds=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        )
+        yield Request("GET", f"/api/v1/configmaps?{query}", {"Accept": accept}, note="streaming list")
+        # The watch cache's consistent-read probe: the current resource version, no items.
+        probe = "/api/v1/configmaps?limit=1&fieldSelector=metadata.name%3D.kproxy-matches-nothing"
+        yield Request("GET", probe, {"Accept": accept}, note="list")
     yield Request("GET", f"{ns}/configmaps?limit=500&resourceVersion=0", {"Accept": JSON}, note="list")
     yield Request("GET", "/api/v1/configmaps?limit=500&resourceVersion=0", {"Accept": JSON}, note="list")
     yield Request("GET", "/api/v1/configmaps", {"Accept": JSON}, note="list")
@@ -107,6 +122,9 @@ def plan(rv: str, openapi_urls: Mapping[str, str], user: Mapping[str, Any] | Non
         yield Request("GET", path, {"Accept": JSON}, note="discovery")
     for path in ("/api", "/apis"):
         yield Request("GET", path, {"Accept": DISCOVERY_V2}, note="discovery")
+    for gv in group_versions:
+        if gv != "apps/v1":
+            yield Request("GET", f"/apis/{gv}", {"Accept": JSON}, note="discovery")
     yield Request("GET", "/openapi/v3", {"Accept": JSON}, note="openapi")
     for gv in ("api/v1", "apis/apps/v1"):
         if gv in openapi_urls:
@@ -175,7 +193,9 @@ def record(cp: ControlPlaneInfo, out: Path) -> int:
     review = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
     _, me, _ = conn.send("POST", SELF_SUBJECT_REVIEWS, review)
     entries = []
-    for req in plan(rv, urls, json.loads(me)["status"]["userInfo"]):
+    _, apis, _ = conn.send("GET", "/apis")
+    gvs = [v["groupVersion"] for g in json.loads(apis)["groups"] for v in g["versions"]]
+    for req in plan(rv, urls, json.loads(me)["status"]["userInfo"], gvs):
         status, _, resp = conn.send(req.method, req.target, req.body, headers=req.headers)
         entries.append(_entry(req, status, resp))
     out.parent.mkdir(parents=True, exist_ok=True)
