@@ -9,13 +9,12 @@ from multidict import CIMultiDict
 
 from kproxy.config import ConfigError, parse_config
 from kproxy.core.chain import BytesBody, Chain, Exchange, Reply
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters import build_filters
+from kproxy.testing.exchange import make_exchange
 
 
 def exchange(method: str, target: str) -> Exchange:
-    path, _, query = target.partition("?")
-    return Exchange(method, path, query, CIMultiDict(), BytesBody(b""), request_info_from_target(method, target))
+    return make_exchange(method, target)
 
 
 async def upstream(ex: Exchange) -> Reply:

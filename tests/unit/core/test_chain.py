@@ -10,14 +10,13 @@ import pytest
 from multidict import CIMultiDict
 
 from kproxy.core.chain import BytesBody, Chain, Exchange, FilterBase, Handler, Reply, StreamBody
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.core.status import StatusError
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
+from kproxy.testing.exchange import make_exchange
 
 
 def ex(target: str = "/api/v1/namespaces/ns/pods?labelSelector=a%3Db&watch=1", method: str = "GET") -> Exchange:
-    path, _, query = target.partition("?")
-    return Exchange(method, path, query, CIMultiDict(), BytesBody(b""), request_info_from_target(method, target))
+    return make_exchange(method, target)
 
 
 class Tag(FilterBase):

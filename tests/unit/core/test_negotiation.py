@@ -4,10 +4,9 @@ filter uses it to decide which requests it rewrites."""
 from __future__ import annotations
 
 import pytest
-from multidict import CIMultiDict
 
 from kproxy.codec import ProtobufCodec
-from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.chain import Exchange
 from kproxy.core.negotiation import (
     JSON,
     PROTOBUF,
@@ -18,8 +17,8 @@ from kproxy.core.negotiation import (
     parse_accept,
     router_accepts,
 )
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters.transcode import Transcode, TranscodeSettings, envelope_type
+from kproxy.testing.exchange import make_exchange
 
 
 def test_parse_accept_sorts_by_q_then_specificity() -> None:
@@ -147,9 +146,7 @@ def test_media_type_of() -> None:
 
 
 def _exchange(method: str, target: str, headers: dict[str, str]) -> Exchange:
-    path, _, query = target.partition("?")
-    info = request_info_from_target(method, target)
-    return Exchange(method, path, query, CIMultiDict(headers), BytesBody(b""), info)
+    return make_exchange(method, target, headers)
 
 
 @pytest.fixture(scope="module")

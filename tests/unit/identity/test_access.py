@@ -12,10 +12,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
-from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.core.chain import BytesBody, Exchange, Identity
+from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.requestinfo import RequestInfo, parse_request_info
 from kproxy.core.status import StatusError
@@ -29,6 +28,7 @@ from kproxy.identity.access import (
     authorize,
     review_body,
 )
+from kproxy.testing.exchange import make_exchange
 
 ALICE = Identity(user="alice", groups=("dev", "system:authenticated"), uid="u1", extra={"scopes": ("a", "b")})
 BOB = Identity(user="bob", groups=("system:authenticated",))
@@ -343,10 +343,8 @@ def make_ctx(api: FakeApi, credentials: str = "forward") -> FilterContext:
 
 
 def exchange(path: str, query: str = "", token: str | None = "good") -> Exchange:
-    headers: CIMultiDict[str] = CIMultiDict()
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    return Exchange("GET", path, query, headers, BytesBody(b"", ""), parse_request_info("GET", path, query))
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return make_exchange("GET", f"{path}?{query}" if query else path, headers)
 
 
 def metric(ctx: FilterContext, name: str, **labels: str) -> float:

@@ -8,9 +8,8 @@ import pytest
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.core.chain import BytesBody, Exchange, Identity
+from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
-from kproxy.core.requestinfo import parse_request_info
 from kproxy.core.status import StatusError
 from kproxy.gocompat.httpguts import valid_header_field_name
 from kproxy.identity.impersonate import (
@@ -22,6 +21,7 @@ from kproxy.identity.impersonate import (
     impersonation_headers,
     strip_impersonation,
 )
+from kproxy.testing.exchange import make_exchange
 
 
 def test_extra_keys_are_escaped_as_client_go_does() -> None:
@@ -118,8 +118,7 @@ def caller(user: dict[str, Any]) -> CallerAuthenticator:
 
 
 def request(headers: dict[str, str]) -> Exchange:
-    info = parse_request_info("GET", "/api/v1/pods")
-    return Exchange("GET", "/api/v1/pods", "", CIMultiDict(headers), BytesBody(b""), info)
+    return make_exchange("GET", "/api/v1/pods", headers)
 
 
 @pytest.mark.parametrize(

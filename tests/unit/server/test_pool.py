@@ -9,6 +9,7 @@ import pytest
 
 from kproxy.core.status import StatusError, request_entity_too_large
 from kproxy.server.pool import Pool, UpstreamClosed
+from kproxy.testing.exchange import make_exchange
 
 Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -291,10 +292,8 @@ async def test_upstream_server_url_path_prefix_and_error_count() -> None:
     """A kubeconfig server URL with a path (an apiserver behind a path-routing gateway) prefixes
     every request, on the pool (HEAD too) and the upgrade path alike; an unreachable
     upstream is counted once, as the upstream's failure."""
-    from multidict import CIMultiDict
 
-    from kproxy.core.chain import BytesBody, Exchange
-    from kproxy.core.requestinfo import request_info_from_target
+    from kproxy.core.chain import Exchange
     from kproxy.server.kubeconfig import UpstreamTarget
     from kproxy.server.upstream import Upstream
 
@@ -307,11 +306,8 @@ async def test_upstream_server_url_path_prefix_and_error_count() -> None:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     def ex(method: str, target: str, upgrade: bool = False) -> Exchange:
-        path, _, query = target.partition("?")
-        headers: CIMultiDict[str] = CIMultiDict([("Connection", "Upgrade"), ("Upgrade", "x")] if upgrade else [])
-        return Exchange(
-            method, path, query, headers, BytesBody(b""), request_info_from_target(method, target), upgrade=upgrade
-        )
+        headers = [("Connection", "Upgrade"), ("Upgrade", "x")] if upgrade else []
+        return make_exchange(method, target, headers, upgrade=upgrade)
 
     async with Server(answer) as srv:
         up = Upstream(UpstreamTarget(server=f"http://127.0.0.1:{srv.port}/gw/c1/"))
@@ -365,10 +361,8 @@ async def test_head_responses_end_with_their_head_and_the_connection_is_reused()
 async def test_a_refused_head_reaches_no_upstream() -> None:
     """A header Go's Transport would not send gets the caller a 400 Status from the pool and the
     upgrade path alike, before any connection is opened (nothing written upstream)."""
-    from multidict import CIMultiDict
 
-    from kproxy.core.chain import BytesBody, Exchange
-    from kproxy.core.requestinfo import request_info_from_target
+    from kproxy.core.chain import Exchange
     from kproxy.server.kubeconfig import UpstreamTarget
     from kproxy.server.upstream import Upstream
 
@@ -377,10 +371,8 @@ async def test_a_refused_head_reaches_no_upstream() -> None:
 
     def ex(method: str, value: str, upgrade: bool) -> Exchange:
         pairs = [("Connection", "Upgrade"), ("Upgrade", "websocket")] if upgrade else []
-        headers: CIMultiDict[str] = CIMultiDict([*pairs, ("X-Caller", value)])
         target = "/api/v1/namespaces/n/pods/p/exec"
-        info = request_info_from_target(method, target)
-        return Exchange(method, target, "", headers, BytesBody(b""), info, upgrade=upgrade)
+        return make_exchange(method, target, [*pairs, ("X-Caller", value)], upgrade=upgrade)
 
     async with Server(answer) as srv:
         up = Upstream(UpstreamTarget(server=f"http://127.0.0.1:{srv.port}"))

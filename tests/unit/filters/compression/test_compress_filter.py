@@ -13,18 +13,14 @@ from multidict import CIMultiDict
 
 from kproxy.config import ConfigError, parse_config
 from kproxy.core.chain import BytesBody, Chain, Exchange, Reply, StreamBody
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters import build_filters
+from kproxy.testing.exchange import make_exchange
 
 BIG = b"".join(b'{"name":"cm-%05d","data":"value"}\n' % i for i in range(2000))
 
 
 def exchange(target: str, accept_encoding: str | None = "gzip", method: str = "GET") -> Exchange:
-    path, _, query = target.partition("?")
-    headers: CIMultiDict[str] = CIMultiDict()
-    if accept_encoding is not None:
-        headers["Accept-Encoding"] = accept_encoding
-    return Exchange(method, path, query, headers, BytesBody(b""), request_info_from_target(method, target))
+    return make_exchange(method, target, {} if accept_encoding is None else {"Accept-Encoding": accept_encoding})
 
 
 async def parts(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:

@@ -11,14 +11,13 @@ import base64
 from typing import Any
 
 import pytest
-from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from kproxy.core.chain import BytesBody, Exchange
+from kproxy.core.chain import Exchange
 from kproxy.core.context import FilterContext
-from kproxy.core.requestinfo import parse_request_info
 from kproxy.core.status import StatusError
 from kproxy.identity.authn import ANONYMOUS, Authenticator, authenticator, caller_tokens
+from kproxy.testing.exchange import make_exchange
 
 USERS = {"good": {"username": "alice", "uid": "u1", "groups": ["dev", "system:authenticated"], "extra": {"k": ["v"]}}}
 
@@ -55,8 +54,7 @@ def make(mode: str = "forward", **kw: Any) -> tuple[Authenticator, FakeApi, list
 
 
 def exchange(headers: dict[str, str]) -> Exchange:
-    info = parse_request_info("GET", "/api/v1/pods")
-    return Exchange("GET", "/api/v1/pods", "", CIMultiDict(headers), BytesBody(b""), info)
+    return make_exchange("GET", "/api/v1/pods", headers)
 
 
 def bearer_token(headers: dict[str, str]) -> str | None:

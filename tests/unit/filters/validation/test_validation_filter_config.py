@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from multidict import CIMultiDict, MultiDict
+from multidict import MultiDict
 
 from kproxy.config import ConfigError, parse_config
-from kproxy.core.chain import BytesBody, Exchange
-from kproxy.core.requestinfo import parse_request_info
+from kproxy.core.chain import Exchange
 from kproxy.filters import build_filters
 from kproxy.filters.validation import Validation, _options_valid, _set_field_validation
 from kproxy.filters.validation.levels import Level
+from kproxy.testing.exchange import make_exchange
 
 
 def build(settings: dict[str, object]) -> Validation:
@@ -32,9 +32,7 @@ def test_settings_are_validated_and_name_the_key() -> None:
 
 
 def exchange(query: str) -> Exchange:
-    path = "/api/v1/namespaces/a/configmaps"
-    info = parse_request_info("POST", path, query)
-    return Exchange("POST", path, query, CIMultiDict(), BytesBody(b"{}"), info)
+    return make_exchange("POST", f"/api/v1/namespaces/a/configmaps?{query}", body=b"{}")
 
 
 def test_the_level_is_replaced_and_other_parameters_kept() -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from multidict import CIMultiDict
 
 from kproxy.cacher import encode_continue
 from kproxy.cacher.fields import builtin_fields
-from kproxy.core.chain import BytesBody, Exchange
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters.watchcache.plan import Pass, Read, plan
+from kproxy.testing.exchange import make_exchange
 
 PODS = builtin_fields("", "pods")
 TOKEN = encode_continue(42, "/p1")
@@ -17,9 +15,7 @@ APISERVER_TOKEN = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MjE2LCJzdGFydCI6Ii9jbTJcd
 
 
 def _plan(target: str, accept: str | None = None, method: str = "GET", namespaced: bool = True) -> Read | Pass:
-    path, _, query = target.partition("?")
-    headers = CIMultiDict({"Accept": accept} if accept else {})
-    ex = Exchange(method, path, query, headers, BytesBody(b""), request_info_from_target(method, target))
+    ex = make_exchange(method, target, {"Accept": accept} if accept else {})
     return plan(ex, protobuf=True, selectable=PODS, namespaced=namespaced)
 
 
@@ -105,14 +101,7 @@ def test_reads_that_go_to_the_apiserver(target: str, reason: str, accept: str | 
 def test_impersonation_goes_to_the_apiserver() -> None:
     for header in ("Impersonate-User", "impersonate-group", "Impersonate-Extra-Scopes"):
         path = "/api/v1/pods?resourceVersion=0"
-        ex = Exchange(
-            "GET",
-            "/api/v1/pods",
-            "resourceVersion=0",
-            CIMultiDict({header: "bob"}),
-            BytesBody(b""),
-            request_info_from_target("GET", path),
-        )
+        ex = make_exchange("GET", path, {header: "bob"})
         assert plan(ex, protobuf=True, selectable=PODS) == Pass("impersonation")
 
 

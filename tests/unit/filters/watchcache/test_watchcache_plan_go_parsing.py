@@ -5,19 +5,16 @@ must be path segments; whatever Go refuses goes to the apiserver for its own 400
 from __future__ import annotations
 
 import pytest
-from multidict import CIMultiDict
 
 from kproxy.cacher.fields import builtin_fields
-from kproxy.core.chain import BytesBody, Exchange
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters.watchcache.plan import Pass, Read, deadline_ok, go_int64, plan, valid_path_segment_name
+from kproxy.testing.exchange import make_exchange
 
 PODS = builtin_fields("", "pods")
 
 
 def _plan(target: str) -> Read | Pass:
-    path, _, query = target.partition("?")
-    ex = Exchange("GET", path, query, CIMultiDict(), BytesBody(b""), request_info_from_target("GET", target))
+    ex = make_exchange("GET", target)
     return plan(ex, protobuf=True, selectable=PODS, namespaced=True)
 
 

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import pytest
-from multidict import CIMultiDict
 
 from kproxy.cacher.fields import builtin_fields
-from kproxy.core.chain import BytesBody, Exchange
 from kproxy.core.negotiation import JSON, PROTOBUF
-from kproxy.core.requestinfo import request_info_from_target
 from kproxy.filters.watchcache.plan import Pass
 from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
+from kproxy.testing.exchange import make_exchange
 
 PODS = builtin_fields("", "pods")
 
 
 def _plan(target: str, accept: str | None = None, *, protobuf: bool = True, **headers: str) -> WatchRead | Pass:
-    path, _, query = target.partition("?")
-    h = CIMultiDict({"Accept": accept} if accept else {})
-    h.update(headers)
-    ex = Exchange("GET", path, query, h, BytesBody(b""), request_info_from_target("GET", target))
+    ex = make_exchange("GET", target, {**({"Accept": accept} if accept else {}), **headers})
     return plan_watch(ex, protobuf=protobuf, selectable=PODS, namespaced=True)
 
 
@@ -150,15 +145,7 @@ def test_timeout_seconds_go_would_refuse_or_end_at_once(seconds: str, reason: st
 
 
 def test_websocket_watches_pass_through() -> None:
-    ex = Exchange(
-        "GET",
-        "/api/v1/pods",
-        "watch=1",
-        CIMultiDict({"Upgrade": "websocket", "Connection": "Upgrade"}),
-        BytesBody(b""),
-        request_info_from_target("GET", "/api/v1/pods?watch=1"),
-        upgrade=True,
-    )
+    ex = make_exchange("GET", "/api/v1/pods?watch=1", {"Upgrade": "websocket", "Connection": "Upgrade"}, upgrade=True)
     assert plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True) == Pass("websocket")
 
 
