@@ -9,6 +9,10 @@ Modules:
   and :mod:`~kproxy.testing.errors`, built on :mod:`~kproxy.testing.state` and :mod:`~kproxy.testing.processes`.
 * :mod:`kproxy.testing.proxyproc` - run ``kproxy run`` as a real process.
 * :mod:`kproxy.testing.pytest_plugin` - ``control_plane``, ``kubectl`` and ``namespace`` fixtures.
+* :mod:`kproxy.testing.replay` - a test upstream replaying apiserver answers recorded by
+  :mod:`kproxy.testing.record` (``python -m kproxy.testing.record`` re-records them);
+  :mod:`kproxy.testing.inprocess` runs the real ``ProxyServer`` in front of it in the test process.
+* :mod:`kproxy.testing.exchange` - ``make_exchange``: an ``Exchange`` built as the server builds one.
 
 Nothing here is imported by kproxy itself, so production code never pulls in
 test-only dependencies.
