@@ -15,7 +15,7 @@ import orjson
 from kproxy.cacher import CachedObject, Kind, object_key
 from kproxy.cacher.fields import SelectableFields
 from kproxy.codec import Envelope, ProtobufCodec
-from kproxy.codec.envelope import read_varint, skip_field
+from kproxy.codec.envelope import iter_fields
 
 _MAX_SHARED = 1 << 16
 
@@ -123,16 +123,10 @@ def split_list(raw: bytes) -> tuple[bytes, list[bytes]]:
 
 
 def _fields(raw: bytes) -> Iterator[tuple[int, int, int]]:
-    pos, end = 0, len(raw)
-    while pos < end:
-        tag, pos = read_varint(raw, pos, end)
-        num, wire = tag >> 3, tag & 7
+    """Each length-delimited field: (number, payload start, payload end)."""
+    for num, wire, _, start, end in iter_fields(raw):
         if wire == 2:
-            n, pos = read_varint(raw, pos, end)
-            yield num, pos, pos + n
-            pos += n
-        else:
-            pos = skip_field(raw, wire, pos, end)
+            yield num, start, end
 
 
 def list_meta_rv(meta: bytes) -> tuple[int, str]:

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import orjson
 
-from kproxy.codec.envelope import encode_varint, read_varint, skip_field
+from kproxy.codec.envelope import ld, read_varint, skip_field
 from kproxy.gocompat.jsonescape import go_json_dumps
 
 _METADATA = 1
 _RESOURCE_VERSION = 6
-
-
-def _ld(num: int, payload: bytes) -> bytes:
-    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _replace_field(msg: bytes, num: int, payload: bytes, *, first: bool) -> tuple[bytes, bytes | None]:
@@ -35,23 +31,23 @@ def _replace_field(msg: bytes, num: int, payload: bytes, *, first: bool) -> tupl
         tag, pos = read_varint(msg, pos, end)
         field, wire = tag >> 3, tag & 7
         if not placed and field > num:
-            out.append(_ld(num, payload))
+            out.append(ld(num, payload))
             placed = True
         if field == num and wire == 2:
             n, vpos = read_varint(msg, pos, end)
             old = msg[vpos : vpos + n]
             pos = vpos + n
             if not placed:
-                out.append(_ld(num, payload))
+                out.append(ld(num, payload))
                 placed = True
             continue
         pos = skip_field(msg, wire, pos, end)
         out.append(msg[start:pos])
     if not placed:
         if first:
-            out.insert(0, _ld(num, payload))
+            out.insert(0, ld(num, payload))
         else:
-            out.append(_ld(num, payload))
+            out.append(ld(num, payload))
     return b"".join(out), old
 
 

@@ -12,8 +12,7 @@ from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import bytes_default
 
 from .codecerrors import NOT_UTF8, CodecError, not_utf8
-from .envelope import Envelope, decode_envelope, encode_envelope, encode_varint, parse_watch_event, short_ld
-from .envelope import _ld as encode_ld
+from .envelope import Envelope, decode_envelope, encode_envelope, ld, parse_watch_event, short_ld
 from .fromjson import MessageBuilder
 from .gotypes import SPECIAL
 from .schema import Schema, load_schema
@@ -278,7 +277,7 @@ class ProtobufCodec:
         key = (env.api_version, env.kind)
         if env.kind and key not in self._event_learned and len(self._event_learned) < 1024:
             self._event_learned.add(key)
-            tm = encode_ld(1, env.api_version.encode()) + encode_ld(2, env.kind.encode())
+            tm = ld(1, env.api_version.encode()) + ld(2, env.kind.encode())
             self._event_kinds[tm] = (*self._kind(self._frag, *key), *key)
 
     def watch_transcoder(self) -> WatchTranscoder:
@@ -288,9 +287,7 @@ class ProtobufCodec:
     def encode_watch_event(self, type_: str, obj_json: dict[str, Any]) -> bytes:
         """A JSON watch event -> one length-prefixed protobuf frame, as the apiserver writes it."""
         envelope = self.from_json(obj_json)
-        raw_ext = b"\x0a" + encode_varint(len(envelope)) + envelope
-        t = type_.encode()
-        event = b"\x0a" + encode_varint(len(t)) + t + b"\x12" + encode_varint(len(raw_ext)) + raw_ext
+        event = ld(1, type_.encode()) + ld(2, ld(1, envelope))  # type, RawExtension{raw}
         return len(event).to_bytes(4, "big") + event
 
     # -- JSON -> protobuf -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ envelope costs nothing next to the object, and so that streams can be parsed inc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .codecerrors import CodecError
@@ -50,6 +51,35 @@ def encode_varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+def ld(num: int, payload: bytes) -> bytes:
+    """The one writer of a length-delimited protobuf field: its key (``num``, wire type 2), the
+    payload's length as a varint, the payload."""
+    key = num << 3 | 2
+    return (bytes((key,)) if key < 0x80 else encode_varint(key)) + encode_varint(len(payload)) + payload
+
+
+def iter_fields(data: bytes, pos: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int, int, int]]:
+    """The one reader of a protobuf message's fields, in wire order: ``(number, wire type, start,
+    value start, end)``. ``data[start:end]`` is the whole field; for a length-delimited field
+    ``data[value start:end]`` is its payload. CodecError for a truncated field or an unknown
+    wire type (the field number is the caller's to check: Go refuses 0)."""
+    end = len(data) if end is None else end
+    while pos < end:
+        start = pos
+        key, pos = read_varint(data, pos, end)
+        wire = key & 7
+        if wire == 2:
+            n, pos = read_varint(data, pos, end)
+            value = pos
+            pos += n
+            if pos > end:
+                raise CodecError("truncated protobuf data: field runs past the end")
+        else:
+            value = pos
+            pos = skip_field(data, wire, pos, end)
+        yield key >> 3, wire, start, value, pos
 
 
 def skip_field(data: bytes | bytearray | memoryview, wire: int, pos: int, end: int) -> int:
@@ -237,11 +267,7 @@ def parse_watch_event(frame: bytes) -> tuple[str, bytes]:
     return type_, raw
 
 
-def _ld(num: int, payload: bytes) -> bytes:
-    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
-
-
 def encode_envelope(api_version: str, kind: str, raw: bytes) -> bytes:
     """The envelope as the apiserver writes it (typeMeta, raw, then the two empty strings)."""
-    type_meta = _ld(1, api_version.encode()) + _ld(2, kind.encode())
-    return MAGIC + _ld(1, type_meta) + _ld(2, raw) + b"\x1a\x00\x22\x00"
+    type_meta = ld(1, api_version.encode()) + ld(2, kind.encode())
+    return MAGIC + ld(1, type_meta) + ld(2, raw) + b"\x1a\x00\x22\x00"

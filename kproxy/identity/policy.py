@@ -255,21 +255,15 @@ def _last_bytes(buf: bytes, number: int) -> bytes:
     """The last length-delimited field ``number`` of a protobuf message (ValueError if malformed)."""
     # lazy: importing kproxy.codec loads protobuf; only rules on a protobuf body need these readers
     from kproxy.codec.codecerrors import CodecError
-    from kproxy.codec.envelope import read_varint, skip_field
+    from kproxy.codec.envelope import iter_fields
 
     found = b""
-    pos, end = 0, len(buf)
     try:
-        while pos < end:
-            key, pos = read_varint(buf, pos, end)
-            if key >> 3 == 0:
+        for num, wire, _, value, end in iter_fields(buf):
+            if num == 0:
                 raise ValueError("field number 0")
-            if key >> 3 == number and key & 7 == 2:
-                length, at = read_varint(buf, pos, end)
-                if at + length > end:
-                    raise ValueError("truncated field")
-                found = buf[at : at + length]
-            pos = skip_field(buf, key & 7, pos, end)
+            if num == number and wire == 2:
+                found = buf[value:end]
     except CodecError as err:
         raise ValueError(str(err)) from None
     return found

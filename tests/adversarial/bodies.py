@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kproxy.codec import encode_envelope
-from kproxy.codec.envelope import encode_varint
+from kproxy.codec.envelope import ld as _ld
 
 JSON = "application/json"
 YAML = "application/yaml"
@@ -34,10 +34,6 @@ def cm_json(name: str, namespace: str | None = None, **extra: Any) -> bytes:
 def cm_yaml(name: str, namespace: str | None = None) -> bytes:
     ns = f"\n  namespace: {namespace}" if namespace else ""
     return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}{ns}\ndata:\n  k: v\n".encode()
-
-
-def _ld(num: int, payload: bytes) -> bytes:
-    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def cm_protobuf(name: str, namespace: str | None = None, data: dict[bytes, bytes] | None = None) -> bytes:
@@ -127,7 +123,9 @@ def huge_number_json(name: str) -> bytes:
     return (
         b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"'
         + name.encode()
-        + b'","generation":1' + b"0" * 400 + b'},"data":{"k":"v"}}'
+        + b'","generation":1'
+        + b"0" * 400
+        + b'},"data":{"k":"v"}}'
     )
 
 

@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from webhook import REFUSAL, running_webhook
 
+from kproxy.codec.envelope import ld
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy, wait_for
 
@@ -368,9 +369,6 @@ def test_invalid_values_get_the_apiservers_422(api: Api, namespace: str, query: 
 
 def _protobuf_delete_options(grace: int | None = 0, dry_run: list[str] | None = None) -> bytes:
     """A protobuf DeleteOptions in the k8s envelope, as client-go sends it with protobuf content."""
-
-    def ld(field: int, payload: bytes) -> bytes:
-        return bytes([field << 3 | 2, len(payload)]) + payload
 
     raw = b""
     if grace is not None:

@@ -25,7 +25,8 @@ import pytest
 from corpus.compare import JSON, PROTOBUF, YAML, Sides
 from watchcache_diff import reads_total
 
-from kproxy.codec.envelope import encode_envelope, encode_varint
+from kproxy.codec.envelope import encode_envelope
+from kproxy.codec.envelope import ld as _ld
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
@@ -43,10 +44,6 @@ CACHED = ("watchcache", "watchcache+transcode")
 # U+FFFD (written as it is) and an HTML character (escaped) beside them.
 BAD_VALUE = b"\xff\xfe|\xe2\x82|\xed\xa0\x80|\xc0\x80|\xf0\x9f\x98|" + "\ufffd<".encode()
 BAD_NOTE = b"note \x80"
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    return bytes([field << 3 | 2]) + encode_varint(len(payload)) + payload
 
 
 def configmap_protobuf(

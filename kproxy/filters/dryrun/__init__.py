@@ -62,7 +62,7 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict
 
 from kproxy.codec.codecerrors import CodecError
-from kproxy.codec.envelope import encode_varint, read_varint, skip_field
+from kproxy.codec.envelope import iter_fields, ld
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Reply, UpgradeBody
 from kproxy.core.context import FilterContext
 from kproxy.core.offload import run_body_work
@@ -260,27 +260,14 @@ def enforce_delete_body(data: bytes, content_type: str) -> tuple[bytes, str, lis
 def _fields(buf: bytes) -> list[tuple[int, int, bytes, bytes]]:
     """Protobuf wire fields as (number, wire type, whole field bytes, payload)."""
     out = []
-    pos, end = 0, len(buf)
     try:
-        while pos < end:
-            start = pos
-            key, pos = read_varint(buf, pos, end)
-            number, wire = key >> 3, key & 7
+        for number, wire, start, value, end in iter_fields(buf):
             if number == 0:
                 raise BodyError("malformed protobuf message: field number 0")
-            payload = b""
-            if wire == 2:
-                length, at = read_varint(buf, pos, end)
-                payload = buf[at : at + length]
-            pos = skip_field(buf, wire, pos, end)
-            out.append((number, wire, buf[start:pos], payload))
+            out.append((number, wire, buf[start:end], buf[value:end] if wire == 2 else b""))
     except CodecError as err:
         raise BodyError(str(err)) from None
     return out
-
-
-def _ld(number: int, payload: bytes) -> bytes:
-    return encode_varint(number << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _protobuf_dry_run(data: bytes, enforce: bool = False) -> tuple[bytes, list[str]]:
@@ -310,9 +297,9 @@ def _protobuf_dry_run(data: bytes, enforce: bool = False) -> tuple[bytes, list[s
         kept.append(whole)
     if not enforce:
         return data, values
-    new_raw = b"".join(kept) + _ld(5, DRY_RUN_ALL.encode())
+    new_raw = b"".join(kept) + ld(5, DRY_RUN_ALL.encode())
     others = [whole for number, _, whole, _ in unknown if number != 2]
-    return _PROTOBUF_PREFIX + b"".join(others) + _ld(2, new_raw), values
+    return _PROTOBUF_PREFIX + b"".join(others) + ld(2, new_raw), values
 
 
 # --------------------------------------------------------------------------- the filter

@@ -16,16 +16,12 @@ import orjson
 from kproxy import gctuning
 from kproxy.cacher import CachedObject, Kind
 from kproxy.codec import MAGIC, encode_envelope, to_yaml
-from kproxy.codec.envelope import encode_varint
+from kproxy.codec.envelope import encode_varint, ld
 from kproxy.codec.yamlcodec import go_yaml_error
 from kproxy.core.negotiation import JSON, PROTOBUF, YAML
 from kproxy.core.status import generic
 from kproxy.gocompat.jsonescape import go_json_dumps
 from kproxy.gocompat.jsonindent import indent as go_indent
-
-
-def _ld(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + encode_varint(len(payload)) + payload
 
 
 def list_meta_json(rv: int, cont: str, remaining: int | None) -> bytes:
@@ -38,7 +34,7 @@ def list_meta_json(rv: int, cont: str, remaining: int | None) -> bytes:
 
 
 def list_meta_proto(rv: int, cont: str, remaining: int | None) -> bytes:
-    out = b"\x0a\x00" + _ld(0x12, str(rv).encode()) + _ld(0x1A, cont.encode())
+    out = b"\x0a\x00" + ld(2, str(rv).encode()) + ld(3, cont.encode())
     if remaining is not None:
         out += b"\x20" + encode_varint(remaining & 0xFFFFFFFFFFFFFFFF)
     return out
@@ -68,14 +64,14 @@ def assemble(
 ) -> bytes:
     """A whole list body around an :func:`items_part` (one copy of the items)."""
     if media_type == PROTOBUF:
-        meta = _ld(0x0A, list_meta_proto(rv, cont, remaining))
+        meta = ld(1, list_meta_proto(rv, cont, remaining))
         raw_len = len(meta) + len(items)
-        type_meta = _ld(0x0A, kind.api_version.encode()) + _ld(0x12, kind.list_kind.encode())
+        type_meta = ld(1, kind.api_version.encode()) + ld(2, kind.list_kind.encode())
         # encode_envelope's layout, without first joining the list message on its own.
         return b"".join(
             (
                 MAGIC,
-                _ld(0x0A, type_meta),
+                ld(1, type_meta),
                 b"\x12",
                 encode_varint(raw_len),
                 meta,

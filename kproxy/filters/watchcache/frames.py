@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from kproxy.cacher import CachedObject, Kind
 from kproxy.codec import MAGIC, ProtobufCodec
-from kproxy.codec.envelope import encode_varint
+from kproxy.codec.envelope import encode_varint, ld
 from kproxy.core.negotiation import JSON, PROTOBUF, PROTOBUF_WATCH
 from kproxy.gocompat.jsonescape import go_json_dumps
 
@@ -63,10 +63,6 @@ _CONVERTED_ZERO: Final[dict[tuple[str, str], dict[str, Any]]] = {
 _ENVELOPE_TAIL: Final = b"\x1a\x00\x22\x00"
 
 
-def _ld(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + encode_varint(len(payload)) + payload
-
-
 class FrameEncoder:
     """Watch frames for one kind, byte for byte as kube-apiserver writes them."""
 
@@ -84,8 +80,8 @@ class FrameEncoder:
         self.kind = kind
         self._codec = codec
         # The envelope up to the raw object's length: magic, typeMeta {apiVersion, kind}, raw's tag.
-        type_meta = _ld(0x0A, kind.api_version.encode()) + _ld(0x12, kind.kind.encode())
-        self._env_head = MAGIC + _ld(0x0A, type_meta) + b"\x12"
+        type_meta = ld(1, kind.api_version.encode()) + ld(2, kind.kind.encode())
+        self._env_head = MAGIC + ld(1, type_meta) + b"\x12"
         # Per event type: the JSON line's head and the WatchEvent message's type field + object tag.
         self._json_heads: dict[str, bytes] = {}
         self._proto_heads: dict[str, bytes] = {}
@@ -135,7 +131,7 @@ class FrameEncoder:
     def _proto_head(self, type_: str) -> bytes:
         head = self._proto_heads.get(type_)
         if head is None:
-            head = self._proto_heads[type_] = _ld(0x0A, type_.encode()) + b"\x12"
+            head = self._proto_heads[type_] = ld(1, type_.encode()) + b"\x12"
         return head
 
     def _proto_parts(self, type_: str, raw: bytes) -> tuple[bytes, ...]:

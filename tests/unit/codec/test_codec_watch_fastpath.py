@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from kproxy.codec import CodecError, ProtobufCodec
 from kproxy.codec.codecerrors import NOT_UTF8
-from kproxy.codec.envelope import MAGIC, encode_varint
+from kproxy.codec.envelope import MAGIC
+from kproxy.codec.envelope import ld as _ld
 
 POD = {
     "apiVersion": "v1",
@@ -18,10 +19,6 @@ POD = {
     "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "<b>&"}},
     "spec": {"containers": [{"name": "c", "image": "busybox"}]},
 }
-
-
-def _ld(num: int, payload: bytes) -> bytes:
-    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _frame(event: bytes) -> bytes:

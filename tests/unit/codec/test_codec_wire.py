@@ -21,6 +21,7 @@ from test_codec_roundtrip import objects
 
 from kproxy.codec import CodecError, ProtobufCodec, decode_envelope, load_schema
 from kproxy.codec.envelope import encode_envelope, encode_varint
+from kproxy.codec.envelope import ld as _ld
 
 FIXTURES = Path(__file__).parent / "codec_fixtures"
 BODIES = sorted(p.stem for p in FIXTURES.glob("*.pb") if not p.stem.startswith("watch-"))
@@ -52,10 +53,6 @@ def _same(body: bytes) -> bytes | str:
     assert _out(WIRE, body) == expected
     assert _listed(WIRE, body, 97) == _listed(UPB, body, 97)
     return expected
-
-
-def _ld(num: int, payload: bytes) -> bytes:
-    return encode_varint(num << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def _varint_field(num: int, value: int) -> bytes:

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from kproxy.codec import ProtobufCodec, to_yaml
-from kproxy.codec.envelope import encode_envelope
+from kproxy.codec.envelope import encode_envelope, ld
 from kproxy.codec.yamlcodec import go_yaml_error
 from kproxy.gocompat.jsonescape import go_escape
 from kproxy.gocompat.utf8 import dumps_go, go_string, json_string, replaced
@@ -77,9 +77,6 @@ def test_dumps_go_writes_keys_and_values_as_go() -> None:
 
 
 def _configmap(data: dict[bytes, bytes], annotations: dict[bytes, bytes] | None = None) -> bytes:
-    def ld(n: int, b: bytes) -> bytes:
-        return bytes([n << 3 | 2]) + bytes([len(b)]) + b
-
     meta = ld(1, b"cm") + b"".join(ld(12, ld(1, k) + ld(2, v)) for k, v in (annotations or {}).items())
     return encode_envelope(
         "v1", "ConfigMap", ld(1, meta) + b"".join(ld(2, ld(1, k) + ld(2, v)) for k, v in data.items())

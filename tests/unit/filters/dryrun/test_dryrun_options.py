@@ -11,6 +11,7 @@ import json
 import orjson
 import pytest
 
+from kproxy.codec.envelope import ld as _ld
 from kproxy.filters.dryrun import (
     BodyError,
     UnsupportedBodyType,
@@ -137,10 +138,6 @@ def test_enforce_json_and_yaml_bodies() -> None:
     assert orjson.loads(out) == {"propagationPolicy": "Foreground", "dryRun": ["All"]}
     out, _, _ = enforce_delete_body(b"null", "application/json")
     assert orjson.loads(out) == {"dryRun": ["All"]}
-
-
-def _ld(field: int, payload: bytes) -> bytes:
-    return bytes([field << 3 | 2, len(payload)]) + payload
 
 
 def _envelope(raw: bytes, *more: bytes) -> bytes:
