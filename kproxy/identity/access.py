@@ -37,7 +37,6 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +48,7 @@ from kproxy.core.context import FilterContext
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import StatusError, forbidden_for_request, internal_error
 from kproxy.identity.authn import authenticator
+from kproxy.identity.ttlcache import TTLCache
 
 __all__ = [
     "SUBJECT_ACCESS_REVIEWS",
@@ -136,14 +136,16 @@ class AccessReviewer:
         self._review = review
         self.allow_ttl = allow_ttl
         self.deny_ttl = deny_ttl
-        self.max_entries = max_entries
         self._clock = clock
         self._on_decision = on_decision
-        # key -> (allowed, reason, expires at)
-        self._cache: OrderedDict[Key, tuple[bool, str, float]] = OrderedDict()
+        self._cache: TTLCache[Key, tuple[bool, str]] = TTLCache(max_entries)
         self._inflight: dict[Key, asyncio.Task[tuple[bool, str]]] = {}
         #: Reviews sent (for tests and debugging).
         self.reviews = 0
+
+    @property
+    def max_entries(self) -> int:
+        return self._cache.max_entries
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -164,13 +166,11 @@ class AccessReviewer:
         v = verb if verb is not None else info.verb
         key = _key(identity, info, v, label_selector, field_selector)
         now = self._clock()
-        hit = self._cache.get(key)
-        if hit is not None:
-            if hit[2] > now:
-                self._cache.move_to_end(key)
-                self._record(hit[0], True)
-                return Decision(hit[0], hit[1], True)
-            del self._cache[key]
+        found, hit = self._cache.get(key, now)
+        if found:
+            assert hit is not None
+            self._record(hit[0], True)
+            return Decision(hit[0], hit[1], True)
         task = self._inflight.get(key)
         shared = task is not None
         if task is None:
@@ -207,10 +207,7 @@ class AccessReviewer:
             raise AccessReviewError(f"SubjectAccessReview failed: {str(err) or type(err).__name__}") from err
         allowed, reason = decision_from_answer(status, answer)
         ttl = self.allow_ttl if allowed else self.deny_ttl
-        self._cache[key] = (allowed, reason, sent + ttl)
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
+        self._cache.put(key, (allowed, reason), sent + ttl)
         return allowed, reason
 
 

@@ -36,7 +36,6 @@ import binascii
 import hashlib
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,6 +45,7 @@ from prometheus_client import Counter
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, internal_error, unauthorized
+from kproxy.identity.ttlcache import TTLCache
 
 __all__ = [
     "ANONYMOUS",
@@ -173,34 +173,6 @@ def identity_from_user_info(info: Mapping[str, Any]) -> Identity:
     )
 
 
-class _TTLCache:
-    """A small LRU with an expiry per entry: what ``authenticate_token`` remembers."""
-
-    def __init__(self, max_entries: int) -> None:
-        self._max = max_entries
-        self._data: OrderedDict[bytes, tuple[float, Identity | None]] = OrderedDict()
-
-    def get(self, key: bytes, now: float) -> tuple[bool, Identity | None]:
-        hit = self._data.get(key)
-        if hit is None:
-            return False, None
-        expires, value = hit
-        if expires <= now:
-            del self._data[key]
-            return False, None
-        self._data.move_to_end(key)
-        return True, value
-
-    def put(self, key: bytes, value: Identity | None, expires: float) -> None:
-        self._data[key] = (expires, value)
-        self._data.move_to_end(key)
-        while len(self._data) > self._max:
-            self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
 class Authenticator:
     """The caller's identity for one kproxy (one per ``FilterContext``; see :func:`authenticator`).
 
@@ -223,7 +195,7 @@ class Authenticator:
         self._clock = clock
         self.success_ttl = success_ttl
         self.failure_ttl = failure_ttl
-        self._cache = _TTLCache(max_entries)
+        self._cache: TTLCache[bytes, Identity | None] = TTLCache(max_entries)
         self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
