@@ -558,7 +558,8 @@ class WireJsonGenerator(TypeIds):
         t = fd.type
         if t == FieldDescriptor.TYPE_STRING:
             if skip_empty:
-                return [*_LD, "if n:", f"    {target} = b[p:q].decode()", "p = q"]
+                # An empty value is not decoded, but still replaces an earlier one (last wins).
+                return [*_LD, "if n:", f"    {target} = b[p:q].decode()", "else:", f"    {target} = ''", "p = q"]
             return [*_LD, f"{target} = b[p:q].decode()", "p = q"]
         if t == FieldDescriptor.TYPE_INT32:
             return [*_VARINT, "if v > 0x7FFFFFFF:", "    v = _i32(v)", f"{target} = v"]

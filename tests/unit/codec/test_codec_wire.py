@@ -96,6 +96,16 @@ def test_damaged_bodies_give_the_same_json_or_error(name: str, data: st.DataObje
     _same(bytes(body))
 
 
+def test_a_string_field_set_twice_keeps_the_last_value_even_when_empty() -> None:
+    """Proto3's last-wins for a repeated scalar: an APIResource whose name tag was damaged into
+    a second storageVersionHash ("componentstatuses", then the entry's own empty one) has an
+    empty hash, as upb reads it; the wire reader kept the first (found by the test above)."""
+    body = bytearray((FIXTURES / "apiresourcelist.pb").read_bytes())
+    body[82] = 82
+    out = _same(bytes(body))
+    assert isinstance(out, bytes) and b'"storageVersionHash":"componentstatuses"' not in out
+
+
 def _pod(*fields: bytes) -> bytes:
     return encode_envelope("v1", "Pod", b"".join(fields))
 
