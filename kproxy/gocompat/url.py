@@ -32,7 +32,6 @@ __all__ = [
     "parse_request_uri",
     "query_values",
     "unescape_path",
-    "unescape_query_component",
     "with_param",
 ]
 
@@ -109,11 +108,6 @@ def _unescape(s: str, mode: str) -> str:
 def unescape_path(raw_path: str) -> str:
     """``url.unescape(p, encodePath)``: ``req.URL.Path`` from the path as sent (``+`` stays ``+``)."""
     return _unescape(raw_path, _PATH)
-
-
-def unescape_query_component(s: str) -> str:
-    """``url.QueryUnescape``: ``%XX`` decoded, ``+`` is a space."""
-    return _unescape(s, _QUERY)
 
 
 # --- the request target ------------------------------------------------------------------------------
