@@ -24,15 +24,23 @@ $(VENV)/.installed: pyproject.toml examples/readonly-filter/pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' -e examples/readonly-filter
 	touch $@
 
-# etcd, kube-apiserver, kubectl and standin-kubelet built from their Go modules; rebuilt only when the
-# pin changes. A cache built before standin-kubelet existed gets just that binary (seconds, not minutes).
+# The local cluster's binaries (etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler,
+# standin-kubelet, kwok) built from their Go modules; rebuilt only when the pin changes. A cache built before
+# some of them existed gets just those.
+KWOK_VERSION := $(shell sed -n 's|^\s*sigs.k8s.io/kwok \(v[0-9][0-9.]*\).*|\1|p' tools/kwok/go.mod | head -1)
+CLUSTER_BINS := etcd kube-apiserver kubectl kube-controller-manager kube-scheduler standin-kubelet kwok
 envtest-bin:
 	@if [ "$$(cat $(ENVTEST_BIN)/VERSION 2>/dev/null)" != "$(K8S_VERSION)" ]; then \
-	  echo "building etcd, kube-apiserver, kubectl, standin-kubelet $(K8S_VERSION) from Go modules into $(ENVTEST_BIN)"; \
+	  echo "building $(CLUSTER_BINS) $(K8S_VERSION) from Go modules into $(ENVTEST_BIN) (cold: about 20 minutes on 2 cores)"; \
 	  time bash tools/envtest/build.sh $(ENVTEST_BIN); \
-	elif [ ! -x $(ENVTEST_BIN)/standin-kubelet ]; then \
-	  echo "building standin-kubelet $(K8S_VERSION) into $(ENVTEST_BIN)"; \
-	  time bash tools/envtest/build.sh --only standin-kubelet $(ENVTEST_BIN); \
+	else \
+	  missing=$$(for b in $(CLUSTER_BINS); do [ -x $(ENVTEST_BIN)/$$b ] || echo $$b; done; \
+	    [ "$$(cat $(ENVTEST_BIN)/KWOK_VERSION 2>/dev/null)" = "$(KWOK_VERSION)" ] || echo kwok); \
+	  if [ -n "$$missing" ]; then \
+	    missing=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
+	    echo "building $$missing into $(ENVTEST_BIN)"; \
+	    time bash tools/envtest/build.sh --only "$$missing" $(ENVTEST_BIN); \
+	  fi; \
 	fi
 
 # helm built from its Go module (tools/helm) for the chart tests; rebuilt only when the pin changes.

@@ -1,8 +1,9 @@
 """The control-plane binaries (etcd, kube-apiserver, kubectl): which release, where, and building them.
 
-Next to them, ``standin-kubelet`` (tools/envtest/standin-kubelet) serves the kubelet's exec, attach
-and port-forward endpoints for the end-to-end tests; it is not part of the control plane, so a cache
-built before it existed stays usable and gets just that binary (:func:`ensure_standin_kubelet`).
+Next to them (:data:`EXTRA_BINARIES`, not needed by the control plane itself): kube-controller-manager,
+kube-scheduler and KWOK for the living cluster, and ``standin-kubelet`` (tools/envtest/standin-kubelet),
+which serves the kubelet's exec, attach and port-forward endpoints for the end-to-end tests. A cache built
+before one of them existed stays usable and gets just what it lacks (:func:`ensure_extra`).
 
 Binaries are built from source by ``tools/envtest/build.sh`` at the Kubernetes
 release pinned in ``tools/envtest/go.mod`` and cached under
@@ -26,10 +27,13 @@ from kproxy.testing.errors import EnvtestError
 __all__ = [
     "BINARIES",
     "BIN_DIR_ENV",
+    "EXTRA_BINARIES",
+    "KWOK_STAGES",
     "STANDIN_KUBELET",
     "BinPaths",
     "default_cache_dir",
     "ensure_binaries",
+    "ensure_extra",
     "ensure_standin_kubelet",
     "k8s_version",
 ]
@@ -45,6 +49,11 @@ BIN_DIR_ENV = "KPROXY_ENVTEST_BIN_DIR"
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
 #: The stand-in kubelet's file name in the same directory (not required by the control plane).
 STANDIN_KUBELET = "standin-kubelet"
+#: Built next to the control plane but not needed by it: the controllers and KWOK of the living cluster
+#: (:mod:`kproxy.testing.cluster`) and the stand-in kubelet.  A cache lacking some gets just those.
+EXTRA_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok", STANDIN_KUBELET)
+#: KWOK's stage definitions (nodes Ready with leases; the pod lifecycle), written by build.sh next to ``kwok``.
+KWOK_STAGES = "kwok-stages.yaml"
 
 
 # --------------------------------------------------------------------------- version pin
@@ -143,8 +152,8 @@ def default_cache_dir(version: str | None = None) -> Path:
 
 def _build(out_dir: Path, out: IO[str], *, only: str | None = None) -> None:
     script = ENVTEST_TOOL_DIR / "build.sh"
-    what = only or "etcd, kube-apiserver, kubectl, standin-kubelet"
-    took = "about 20 s" if only else "15-30 minutes"
+    what = only or "etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, standin-kubelet, kwok"
+    took = "a few minutes" if only else "15-30 minutes"
     print(f"kproxy envtest: building {what} into {out_dir} (a cold Go cache takes {took})...", file=out, flush=True)
     started = time.monotonic()
     try:
@@ -210,27 +219,38 @@ def ensure_binaries(*, build: bool = True, out: IO[str] | None = None) -> BinPat
     raise EnvtestError(f"build.sh succeeded but {directory} does not hold {version} binaries")
 
 
-def ensure_standin_kubelet(*, build: bool = True, out: IO[str] | None = None) -> Path:
-    """The ``standin-kubelet`` binary for the pinned release, building only it if it is missing.
+def ensure_extra(name: str, *, build: bool = True, out: IO[str] | None = None) -> Path:
+    """One of :data:`EXTRA_BINARIES` for the pinned release, building just the missing ones if needed.
 
-    It is looked for in ``$KPROXY_ENVTEST_BIN_DIR`` if set (never built there unless that is the
-    default cache directory, as ``make`` sets it), else in the default cache directory; the
-    build takes the same lock as :func:`ensure_binaries`.
+    Looked for in ``$KPROXY_ENVTEST_BIN_DIR`` if set (never built there unless that is the default cache
+    directory, as ``make`` sets it), else in the default cache directory; the build takes the same lock as
+    :func:`ensure_binaries`, so a cache made before a binary existed gets only what it lacks.
     """
+    if name not in EXTRA_BINARIES:
+        raise ValueError(f"{name} is not one of {EXTRA_BINARIES}")
     override = os.environ.get(BIN_DIR_ENV)
     directory = Path(override).absolute() if override else default_cache_dir()
-    binary = directory / STANDIN_KUBELET
+    binary = directory / name
+
+    def missing() -> list[str]:
+        return [b for b in EXTRA_BINARIES if not os.access(directory / b, os.X_OK)]
+
     if os.access(binary, os.X_OK):
         return binary
     if not build or (override and directory != default_cache_dir().absolute()):
         raise EnvtestError(
-            f"{binary} is missing: build it with `bash tools/envtest/build.sh --only {STANDIN_KUBELET} {directory}`"
+            f"{binary} is missing: build it with `bash tools/envtest/build.sh --only {name} {directory}`"
         )
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{directory}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.access(binary, os.X_OK):
-            _build(directory, out or sys.stderr, only=STANDIN_KUBELET)
+        if todo := missing():
+            _build(directory, out or sys.stderr, only=" ".join(todo))
     if not os.access(binary, os.X_OK):
         raise EnvtestError(f"build.sh succeeded but {binary} is not there")
     return binary
+
+
+def ensure_standin_kubelet(*, build: bool = True, out: IO[str] | None = None) -> Path:
+    """The ``standin-kubelet`` binary (see :func:`ensure_extra`)."""
+    return ensure_extra(STANDIN_KUBELET, build=build, out=out)

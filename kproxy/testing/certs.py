@@ -107,6 +107,9 @@ class PKIFiles:
     admin_key: Path
     sa_key: Path
     sa_pub: Path
+    #: A serving certificate for a kproxy in front of this control plane (same CA, same loopback names).
+    proxy_cert: Path
+    proxy_key: Path
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -270,6 +273,7 @@ def write_pki(directory: Path) -> PKIFiles:
     serving = generate_serving_cert(ca)
     admin = generate_client_cert(ca, ADMIN_COMMON_NAME, ADMIN_ORGANIZATIONS)
     sa = generate_service_account_key()
+    proxy = generate_serving_cert(ca, common_name="kproxy")
     return PKIFiles(
         ca_cert=write_pem(directory / "ca.crt", ca.cert_pem, private=False),
         ca_key=write_pem(directory / "ca.key", ca.key_pem, private=True),
@@ -279,4 +283,6 @@ def write_pki(directory: Path) -> PKIFiles:
         admin_key=write_pem(directory / "admin.key", admin.key_pem, private=True),
         sa_key=write_pem(directory / "sa.key", sa.private_pem, private=True),
         sa_pub=write_pem(directory / "sa.pub", sa.public_pem, private=False),
+        proxy_cert=write_pem(directory / "kproxy.crt", proxy.cert_pem, private=False),
+        proxy_key=write_pem(directory / "kproxy.key", proxy.key_pem, private=True),
     )

@@ -28,8 +28,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 from kproxy.testing.binaries import BIN_DIR_ENV, BinPaths, default_cache_dir, ensure_binaries, k8s_version
 from kproxy.testing.binaries import BINARIES as BINARIES
+from kproxy.testing.cluster import MODES, start_components
 from kproxy.testing.controlplane import USER_NAME, ControlPlaneInfo, load
 from kproxy.testing.errors import ControlPlaneError, EnvtestError
 from kproxy.testing.kubeconfigs import write_kubeconfig
@@ -93,6 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if name == "up":
             p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
+            p.add_argument(
+                "--components",
+                choices=("none", *MODES),
+                default="none",
+                help="also run kube-controller-manager, kube-scheduler and kwok nodes: 'proxied' through a kproxy "
+                "started from --config (every informer, lease, status update and bind crosses its chain), "
+                "'direct' against the apiserver (default: none)",
+            )
+            p.add_argument("--config", type=Path, help="kproxy config for --components proxied (filters, listen)")
+            p.add_argument("--nodes", type=int, default=3, help="simulated nodes with --components (default: 3)")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as e:
@@ -106,12 +119,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "up":
             started = time.monotonic()
             info = up(directory, timeout=args.timeout)
+            server = None
+            if args.components != "none":
+                try:
+                    proxy_cfg = yaml.safe_load(args.config.read_text()) if args.config else {}
+                    server = start_components(
+                        info, mode=args.components, proxy=proxy_cfg or {}, nodes=args.nodes, timeout=args.timeout
+                    )
+                except BaseException:
+                    down(directory)
+                    raise
             print(f"envtest {info.version} is up ({time.monotonic() - started:.1f}s)")
             print(f"  server:           {info.server}")
             print(f"  admin kubeconfig: {info.admin_kubeconfig}")
             print(f"  user kubeconfig:  {info.user_kubeconfig}  ({info.user_name}, no RBAC bindings)")
             print(f"  kubectl:          {info.kubectl}")
             print(f"  logs:             {info.etcd_log} {info.apiserver_log}")
+            if server is not None:
+                print(f"  components:       controller-manager, scheduler, kwok ({args.nodes} nodes) -> {server}")
+                if args.components == "proxied":
+                    print(f"  kproxy:           {server}  config {directory / 'kproxy.yaml'}")
+                    print(f"  kproxy log:       {directory / 'kproxy.log'}")
             print(f"export KUBECONFIG={info.admin_kubeconfig}")
             print(f"export {DIR_ENV}={directory}")
             print(f"stop with: kproxy envtest down --dir {directory}")

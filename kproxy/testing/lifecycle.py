@@ -9,6 +9,7 @@ Layout of a control-plane directory (``up(DIR)``)::
     DIR/user.kubeconfig     bearer-token user "kproxy-user" without any RBAC binding
     DIR/etcd/               etcd data (wiped on every up: each up is a fresh cluster)
     DIR/etcd.log, DIR/apiserver.log
+    DIR/kproxy.yaml, DIR/<component>.kubeconfig, DIR/<component>.log   the living cluster (kproxy.testing.cluster)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from kproxy.testing import certs
 from kproxy.testing.binaries import BinPaths, ensure_binaries
+from kproxy.testing.cluster import COMPONENTS, component_tokens, token_lines
 from kproxy.testing.controlplane import USER_NAME, ControlPlaneInfo, _failure, _info, _wait_apiserver
 from kproxy.testing.errors import ControlPlaneError
 from kproxy.testing.kubeconfigs import write_kubeconfig
@@ -154,11 +156,12 @@ def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0)
         bins = bins or ensure_binaries()
         pki = certs.write_pki(directory)
         user_token, admin_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        tokens = component_tokens()
         certs.write_pem(
             directory / "tokens.csv",
             (
                 f"{user_token},{USER_NAME},{USER_UID}\n"
-                f'{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER}-uid,"system:masters"\n'
+                f'{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER}-uid,"system:masters"\n' + token_lines(tokens)
             ).encode(),
             private=True,
         )
@@ -176,6 +179,7 @@ def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0)
                 etcd_peer_port=etcd_peer,
                 user_token=user_token,
                 admin_token=admin_token,
+                tokens=tokens,
             )
             server = f"https://127.0.0.1:{api_port}"
             write_kubeconfig(
@@ -213,7 +217,11 @@ def _down_locked(directory: Path, grace: float = 10.0) -> bool:
         return False
     if state is None:
         return False
-    # apiserver first: it shuts down cleanly only while etcd is still there.
+    # The living cluster's components first (they are the apiserver's clients), then the apiserver:
+    # it shuts down cleanly only while etcd is still there.
+    for name in reversed(COMPONENTS):
+        if (extra := state.extras.get(name)) is not None:
+            _terminate(extra.pid, extra.start_time, grace=grace)
     for proc in (state.apiserver, state.etcd):
         if proc is not None:
             _terminate(proc.pid, proc.start_time, grace=grace)

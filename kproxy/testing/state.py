@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,13 @@ class _State:
     admin_token: str
     etcd: _ProcState | None = None
     apiserver: _ProcState | None = None
+    #: Bearer tokens of the living cluster's components (kube-controller-manager, kube-scheduler, kwok).
+    tokens: dict[str, str] = field(default_factory=dict)
+    #: The living cluster's processes by name (kproxy, kube-controller-manager, kube-scheduler, kwok),
+    #: started by :mod:`kproxy.testing.cluster` and stopped before the apiserver.
+    extras: dict[str, _ProcState] = field(default_factory=dict)
+    #: How the components reach the apiserver ("proxied" through ``extras["kproxy"]``, "direct"), if running.
+    components: str | None = None
 
     @property
     def ports(self) -> dict[str, int]:
@@ -77,6 +84,9 @@ class _State:
             "admin_token": self.admin_token,
             "etcd": self.etcd.to_json() if self.etcd else None,
             "apiserver": self.apiserver.to_json() if self.apiserver else None,
+            "tokens": self.tokens,
+            "extras": {name: proc.to_json() for name, proc in self.extras.items()},
+            "components": self.components,
         }
 
     @classmethod
@@ -94,6 +104,9 @@ class _State:
             admin_token=d["admin_token"],
             etcd=_ProcState.from_json(d["etcd"]) if d.get("etcd") else None,
             apiserver=_ProcState.from_json(d["apiserver"]) if d.get("apiserver") else None,
+            tokens={str(k): str(v) for k, v in (d.get("tokens") or {}).items()},
+            extras={str(k): _ProcState.from_json(v) for k, v in (d.get("extras") or {}).items()},
+            components=d.get("components"),
         )
 
 

@@ -1,36 +1,65 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kubectl and standin-kubelet from their Go modules into OUT_DIR.
-# Usage: build.sh OUT_DIR                       everything (VERSION is written last)
-#        build.sh --only standin-kubelet OUT_DIR  just the stand-in kubelet (a cache built before it existed)
-# standin-kubelet (./standin-kubelet) serves the kubelet's exec/attach/port-forward endpoints with the
-# kubelet's own streaming code, so exec and port-forward run end to end without a kubelet.
-# The Kubernetes release is the one pinned in go.mod (k8s.io/kubernetes); the
-# version is stamped into the binaries so /version and kubectl report it.
+# Build the local cluster's binaries from their Go modules into OUT_DIR.
+# Usage: build.sh OUT_DIR                  everything (VERSION is written last)
+#        build.sh --only "NAME..." OUT_DIR  just those binaries (a cache built before they existed)
+#
+# From tools/envtest (the Kubernetes release pinned there as k8s.io/kubernetes, stamped into each binary so
+# /version and kubectl report it): etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, and
+# standin-kubelet (./standin-kubelet: the kubelet's exec/attach/port-forward endpoints with the kubelet's own
+# streaming code). From tools/kwok: kwok (sigs.k8s.io/kwok), which simulates nodes and pod lifecycles without a
+# container runtime, with its stage definitions gathered into kwok-stages.yaml.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+all="etcd kube-apiserver kubectl kube-controller-manager kube-scheduler standin-kubelet kwok"
 only=
-if [ "${1:-}" = --only ]; then only=${2:?usage: build.sh --only standin-kubelet OUT_DIR}; shift 2; fi
-out=${1:?usage: build.sh [--only standin-kubelet] OUT_DIR}
-case "$only" in "" | standin-kubelet) ;; *) echo "build.sh: --only takes standin-kubelet, not $only" >&2; exit 2 ;; esac
+if [ "${1:-}" = --only ]; then only=${2:?usage: build.sh --only "NAME..." OUT_DIR}; shift 2; fi
+out=${1:?usage: build.sh [--only "NAME..."] OUT_DIR}
+for b in $only; do
+  case " $all " in *" $b "*) ;; *) echo "build.sh: --only takes names from: $all (not $b)" >&2; exit 2 ;; esac
+done
+want=${only:-$all}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d "$out/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
 cd "$here"
 k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=$(echo "$k8s" | cut -d. -f2)
-pkg=k8s.io/component-base/version
-cgo=k8s.io/client-go/pkg/version
 now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 ld="-s -w"
-for p in $pkg $cgo; do
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$now"
 done
-tmp=$(mktemp -d "$out/.build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-if [ -n "$only" ]; then
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$tmp/" ./standin-kubelet
-  mv -f "$tmp/standin-kubelet" "$out/standin-kubelet"
-  exit 0
+pkgs=()
+for b in $want; do
+  case $b in
+    etcd | standin-kubelet) pkgs+=("./$b") ;;
+    kwok) ;;
+    *) pkgs+=("k8s.io/kubernetes/cmd/$b") ;;
+  esac
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+  echo "build.sh: go build ${pkgs[*]} ($k8s)"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}"
 fi
-CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$tmp/" \
-  ./etcd ./standin-kubelet k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-for b in etcd standin-kubelet kube-apiserver kubectl; do mv -f "$tmp/$b" "$out/$b"; done
-echo "$k8s" > "$out/VERSION"
+
+case " $want " in
+  *" kwok "*)
+    cd "$here/../kwok"
+    kwok=$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
+    kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+    echo "build.sh: go build sigs.k8s.io/kwok/cmd/kwok ($kwok)"
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok
+    # Nodes: initialised Ready, heartbeats through Leases. Pods: the general lifecycle (created, init containers,
+    # Ready, Job pods Completed, deletions finished).
+    stages=("$kwokdir"/kustomize/stage/node/fast/node-initialize.yaml
+      "$kwokdir"/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+      "$kwokdir"/kustomize/stage/pod/general/pod-*.yaml)
+    for f in "${stages[@]}"; do printf -- '---\n'; sed '/^---$/d' "$f"; done > "$tmp/kwok-stages.yaml"
+    echo "$kwok" > "$tmp/KWOK_VERSION"
+    ;;
+esac
+
+for f in "$tmp"/*; do mv -f "$f" "$out/"; done
+[ -n "$only" ] || echo "$k8s" > "$out/VERSION"
