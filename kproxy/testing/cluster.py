@@ -17,13 +17,14 @@ processes are recorded in ``state.json`` beside etcd's and the apiserver's, so `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,9 @@ __all__ = [
     "NODE_ANNOTATION",
     "component_tokens",
     "nodes_ready",
+    "proxy_kubeconfig",
+    "restart_component",
+    "running_components",
     "start_components",
     "stop_components",
 ]
@@ -254,7 +258,34 @@ def _start_proxy(info: ControlPlaneInfo, state: _State, config: Mapping[str, Any
     state.extras["kproxy"] = _ProcState(pid, start, argv)
     _write_state(info.dir, state)
     _wait(info.dir, "kproxy", state.extras["kproxy"], f"http://127.0.0.1:{admin_port}/readyz", deadline)
-    return _listen_url(cfg)
+    url = _listen_url(cfg)
+    # The admin's kubeconfig through kproxy, for people (kubectl) beside the components.
+    write_kubeconfig(
+        proxy_kubeconfig(info.dir), server=url, ca_file=info.ca_file, user="admin", token=state.admin_token
+    )
+    return url
+
+
+def proxy_kubeconfig(directory: Path) -> Path:
+    """``DIR/kproxy.kubeconfig``: the control plane's admin (a bearer token in system:masters) through kproxy."""
+    return directory / "kproxy.kubeconfig"
+
+
+@contextlib.contextmanager
+def running_components(
+    info: ControlPlaneInfo,
+    *,
+    mode: str,
+    proxy: Mapping[str, Any] | None = None,
+    nodes: int = 3,
+    leader_elect: bool = False,
+) -> Iterator[str]:
+    """:func:`start_components` for a ``with`` block (leader election off: a restart need not wait for a lease)."""
+    server = start_components(info, mode=mode, proxy=proxy, nodes=nodes, leader_elect=leader_elect)
+    try:
+        yield server
+    finally:
+        stop_components(info.dir)
 
 
 def _stop_locked(directory: Path, state: _State, names: Sequence[str] = COMPONENTS, grace: float = 10.0) -> None:
