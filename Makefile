@@ -14,7 +14,7 @@ export KPROXY_HELM_BIN := $(HELM_BIN)/helm
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
-.PHONY: run test unit e2e lint envtest-bin helm-bin docs docs-check bench proto clean venv
+.PHONY: run stop test unit e2e lint envtest-bin helm-bin docs docs-check bench proto clean venv
 
 venv: $(VENV)/.installed
 
@@ -57,16 +57,22 @@ docs: venv
 docs-check: venv
 	$(BIN)/python tools/gen_filter_docs.py --check
 
-# Run kproxy. With no KUBECONFIG, start the local control plane and proxy it.
+# Run kproxy with the recommended chain (CONFIG= another file). With no KUBECONFIG: on the living local
+# cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK nodes, the controllers
+# reaching the apiserver through kproxy), printing a walk-through; Ctrl-C stops it all. With KUBECONFIG:
+# in front of that cluster.
+CONFIG ?= config.recommended.yaml
 run: venv
-	@if [ -z "$$KUBECONFIG" ]; then \
-	  $(MAKE) --no-print-directory envtest-bin && \
-	  ( $(BIN)/kproxy envtest status --dir $(RUN_DIR) >/dev/null 2>&1 || $(BIN)/kproxy envtest up --dir $(RUN_DIR) ) && \
-	  export KUBECONFIG=$(CURDIR)/$(RUN_DIR)/admin.kubeconfig; \
+	@if [ -n "$$KUBECONFIG" ]; then \
+	  echo "kproxy: proxying the cluster of KUBECONFIG=$$KUBECONFIG with $(CONFIG)"; \
+	  exec $(BIN)/kproxy run --config $(CONFIG); \
 	fi; \
-	$(BIN)/kproxy kubeconfig --config config.example.yaml --output $(RUN_DIR)/kproxy.kubeconfig && \
-	echo "kproxy: use   KUBECONFIG=$(CURDIR)/$(RUN_DIR)/kproxy.kubeconfig $(ENVTEST_BIN)/kubectl get ns" && \
-	exec $(BIN)/kproxy run --config config.example.yaml
+	$(MAKE) --no-print-directory envtest-bin && \
+	exec $(BIN)/kproxy envtest run --dir $(RUN_DIR) --config $(CONFIG)
+
+# Stop what `make run` started (if its terminal is gone).
+stop: venv
+	@$(BIN)/kproxy envtest down --dir $(RUN_DIR)
 
 # The whole suite: lint, type check, unit and end-to-end tests against the real kube-apiserver.
 test: venv envtest-bin helm-bin lint

@@ -110,7 +110,7 @@ def _wait(directory: Path, name: str, proc: _ProcState, ready: str, deadline: fl
         time.sleep(_POLL_INTERVAL)
 
 
-def proxy_config(config: Mapping[str, Any], info: ControlPlaneInfo, admin_port: int) -> dict[str, Any]:
+def proxy_config(config: Mapping[str, Any], info: ControlPlaneInfo, admin_listen: str) -> dict[str, Any]:
     """The living cluster's kproxy config: the user's (filters, logging, listen) with what the cluster fixes.
 
     The cluster fixes how kproxy reaches the apiserver (the admin kubeconfig), serves (HTTPS with a
@@ -119,7 +119,7 @@ def proxy_config(config: Mapping[str, Any], info: ControlPlaneInfo, admin_port: 
     """
     cfg = dict(config)
     cfg.setdefault("listen", DEFAULT_PROXY_LISTEN)
-    cfg["admin_listen"] = f"127.0.0.1:{admin_port}"
+    cfg["admin_listen"] = admin_listen
     cfg["credentials"] = "forward"
     cfg.pop("proxy", None)  # kubectl proxy's filter applies to credentials: proxy only
     cfg["upstream"] = {**(cfg.get("upstream") or {}), "kubeconfig": str(info.admin_kubeconfig)}
@@ -188,13 +188,15 @@ def start_components(
     proxy: Mapping[str, Any] | None = None,
     nodes: int = 3,
     leader_elect: bool = True,
+    admin_listen: str | None = None,
     bins: BinPaths | None = None,
     timeout: float = 120.0,
 ) -> str:
     """Start the living cluster's components beside the control plane in ``info.dir``; return their server URL.
 
     ``mode`` is ``proxied`` (a kproxy from ``proxy``, the parsed config, in front; the components use it)
-    or ``direct``. ``nodes`` simulated nodes are created (or kept) and waited for until Ready.
+    or ``direct``. ``nodes`` simulated nodes are created (or kept) and waited for until Ready. kproxy's
+    admin listener is ``admin_listen`` if given, else a free loopback port (the config's is replaced).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -212,7 +214,7 @@ def start_components(
         server = info.server
         try:
             if mode == "proxied":
-                server = _start_proxy(info, state, proxy or {}, deadline)
+                server = _start_proxy(info, state, proxy or {}, admin_listen, deadline)
             ports = free_ports(3)
             kcm, sched, kwok = (_kubeconfig(info, state, n, server) for n in COMPONENTS[1:])
             argvs = {
@@ -248,16 +250,19 @@ def _kubeconfig(info: ControlPlaneInfo, state: _State, name: str, server: str) -
     )
 
 
-def _start_proxy(info: ControlPlaneInfo, state: _State, config: Mapping[str, Any], deadline: float) -> str:
-    (admin_port,) = free_ports(1)
-    cfg = proxy_config(config, info, admin_port)
+def _start_proxy(
+    info: ControlPlaneInfo, state: _State, config: Mapping[str, Any], admin_listen: str | None, deadline: float
+) -> str:
+    if admin_listen is None:
+        admin_listen = f"127.0.0.1:{free_ports(1)[0]}"
+    cfg = proxy_config(config, info, admin_listen)
     path = info.dir / "kproxy.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     argv = [sys.executable, "-m", "kproxy.cli", "run", "--config", str(path)]
     pid, start = _spawn(argv, _log(info.dir, "kproxy"), info.dir)
     state.extras["kproxy"] = _ProcState(pid, start, argv)
     _write_state(info.dir, state)
-    _wait(info.dir, "kproxy", state.extras["kproxy"], f"http://127.0.0.1:{admin_port}/readyz", deadline)
+    _wait(info.dir, "kproxy", state.extras["kproxy"], f"http://{admin_listen}/readyz", deadline)
     url = _listen_url(cfg)
     # The admin's kubeconfig through kproxy, for people (kubectl) beside the components.
     write_kubeconfig(

@@ -38,6 +38,7 @@ from kproxy.testing.errors import ControlPlaneError, EnvtestError
 from kproxy.testing.kubeconfigs import write_kubeconfig
 from kproxy.testing.kubectl import Kubectl, KubectlError
 from kproxy.testing.lifecycle import ControlPlaneStatus, down, status, up
+from kproxy.testing.localrun import run_foreground
 from kproxy.testing.processes import _CHILDREN as _CHILDREN
 from kproxy.testing.processes import _spawn as _spawn
 from kproxy.testing.state import _ProcState as _ProcState
@@ -73,7 +74,7 @@ DIR_ENV = "KPROXY_ENVTEST_DIR"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``kproxy envtest {build,up,down,status} [--dir DIR]``; returns the exit code."""
+    """``kproxy envtest {build,up,down,status,run} [--dir DIR]``; returns the exit code."""
     env_dir = os.environ.get(DIR_ENV)
     parser = argparse.ArgumentParser(
         prog="kproxy envtest",
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("up", "start a fresh control plane in DIR"),
         ("down", "stop the control plane in DIR"),
         ("status", "exit 0 if the control plane in DIR is up, 1 if not"),
+        ("run", "run the living cluster through a kproxy in the foreground until Ctrl-C (what `make run` does)"),
     ):
         p = sub.add_parser(name, help=help_)
         p.add_argument(
@@ -94,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             required=not env_dir,
             help=f"control-plane directory (default: ${DIR_ENV})",
         )
+        if name == "run":
+            p.add_argument("--config", type=Path, required=True, help="kproxy config (filters, listen, admin_listen)")
+            p.add_argument("--nodes", type=int, default=3, help="simulated nodes (default: 3)")
         if name == "up":
             p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for readiness")
             p.add_argument(
@@ -116,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(ensure_binaries().dir)
             return 0
         directory: Path = args.dir.absolute()
+        if args.command == "run":
+            return run_foreground(directory, args.config, nodes=args.nodes)
         if args.command == "up":
             started = time.monotonic()
             info = up(directory, timeout=args.timeout)
