@@ -189,6 +189,7 @@ def start_components(
     nodes: int = 3,
     leader_elect: bool = True,
     admin_listen: str | None = None,
+    extra_args: Mapping[str, Sequence[str]] | None = None,
     bins: BinPaths | None = None,
     timeout: float = 120.0,
 ) -> str:
@@ -197,9 +198,12 @@ def start_components(
     ``mode`` is ``proxied`` (a kproxy from ``proxy``, the parsed config, in front; the components use it)
     or ``direct``. ``nodes`` simulated nodes are created (or kept) and waited for until Ready. kproxy's
     admin listener is ``admin_listen`` if given, else a free loopback port (the config's is replaced).
+    ``extra_args`` adds flags to a component's command line by name (say a log verbosity).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if extra_args and not set(extra_args) <= set(COMPONENTS[1:]):
+        raise ValueError(f"extra_args names components among {COMPONENTS[1:]}, not {sorted(extra_args)}")
     deadline = time.monotonic() + timeout
     directory = info.dir
     binaries = {name: ensure_extra(name) for name in ("kube-controller-manager", "kube-scheduler", "kwok")}
@@ -222,6 +226,8 @@ def start_components(
                 "kube-scheduler": _scheduler_argv(bins, sched, ports[1], leader_elect),
                 "kwok": _kwok_argv(bins, kwok, ports[2]),
             }
+            for name, extra in (extra_args or {}).items():
+                argvs[name] += extra
             ready = {
                 "kube-controller-manager": f"https://127.0.0.1:{ports[0]}/healthz",
                 "kube-scheduler": f"https://127.0.0.1:{ports[1]}/healthz",
@@ -284,9 +290,12 @@ def running_components(
     proxy: Mapping[str, Any] | None = None,
     nodes: int = 3,
     leader_elect: bool = False,
+    extra_args: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[str]:
     """:func:`start_components` for a ``with`` block (leader election off: a restart need not wait for a lease)."""
-    server = start_components(info, mode=mode, proxy=proxy, nodes=nodes, leader_elect=leader_elect)
+    server = start_components(
+        info, mode=mode, proxy=proxy, nodes=nodes, leader_elect=leader_elect, extra_args=extra_args
+    )
     try:
         yield server
     finally:
