@@ -4,10 +4,17 @@
   for bodies compressed whole, and the server frames those itself).
 - ``Vary: Accept-Encoding`` is added beside any existing ``Vary`` (the apiserver's discovery
   sends ``Vary: Accept``), never replacing it, and not repeated.
-- A strong ``ETag`` becomes weak: the compressed bytes are not the bytes the strong validator
-  names (RFC 9110 8.8.1). The apiserver compares ``If-None-Match`` as an exact string, so a
-  request's weak validators are made strong again on the way up (``strong_if_none_match``) and
-  discovery clients keep getting their 304s.
+- ``ETag`` stays as the upstream sent it, as the apiserver leaves it when it gzips
+  (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/writers.go ``deferredResponseWriter``;
+  NYTimes gziphandler around kube-openapi's /openapi/v2). RFC 9110 8.8.3.3 asks for a distinct
+  strong tag (or a weak one) per content coding, but the apiserver recognises only its own
+  spelling: aggregated discovery compares ``If-None-Match`` with ``"<hash>"`` as an exact string
+  (pkg/endpoints/discovery/aggregated/etag.go), and clients rebuild the tag from the hash (the
+  e2e suite's OpenAPI poller). Any other tag loses the 304 whenever a revalidation is not mapped
+  back on its way up (another ``Accept-Encoding``, a rebuilt tag). ``Vary: Accept-Encoding``
+  keeps the codings apart in caches (RFC 9111 4.1), the apiserver's own argument for one tag
+  across ``Accept`` types (aggregated/handler.go ``cachedGroupList``; kube-openapi handler.go),
+  and a 206 is never compressed.
 """
 
 from __future__ import annotations
@@ -35,26 +42,8 @@ def add_vary(headers: CIMultiDict[str]) -> None:
         headers.add("Vary", "Accept-Encoding")
 
 
-def weaken_etag(headers: CIMultiDict[str]) -> None:
-    etag = headers.get("ETag")
-    if etag is not None and etag.startswith('"'):
-        headers["ETag"] = "W/" + etag
-
-
 def mark_encoded(headers: CIMultiDict[str], coding: str) -> None:
     """Headers of a response whose body is now ``coding``-encoded."""
     headers["Content-Encoding"] = coding
     headers.popall("Content-Length", None)
     add_vary(headers)
-    weaken_etag(headers)
-
-
-def strong_if_none_match(headers: CIMultiDict[str]) -> None:
-    """``If-None-Match: W/"x"`` -> ``"x"`` (a validator kproxy weakened, see the module doc)."""
-    values = headers.getall("If-None-Match", ())
-    if not any("W/" in v for v in values):
-        return
-    fixed = [", ".join(t.strip().removeprefix("W/") for t in v.split(",")) for v in values]
-    headers.popall("If-None-Match")
-    for v in fixed:
-        headers.add("If-None-Match", v)

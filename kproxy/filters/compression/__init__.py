@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kproxy.compress import stream
 from kproxy.compress.backends import Codec, codec, gzip_library
-from kproxy.compress.headers import mark_encoded, no_transform, strong_if_none_match, weaken_etag
+from kproxy.compress.headers import mark_encoded, no_transform
 from kproxy.compress.negotiate import Negotiated, negotiate
 from kproxy.compress.shared import WatchCoding
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
@@ -228,7 +228,8 @@ class Compression(FilterBase):
             ex.headers["Accept-Encoding"] = "gzip"
         else:
             ex.headers.popall("Accept-Encoding", None)
-        strong_if_none_match(ex.headers)
+        # If-None-Match goes up as sent: the ETags this filter hands out are the apiserver's
+        # own (kproxy.compress.headers), the only spelling its handlers match.
         reply = await call_next(ex)
         return await self._respond(reply, coding, neg.identity_ok, streaming, ex.info.verb == "watch")
 
@@ -249,8 +250,6 @@ class Compression(FilterBase):
     ) -> Reply:
         reason = self._response_skip_reason(reply)
         if reason is not None:
-            if reply.status == 304:
-                weaken_etag(reply.headers)  # as the 200 it stands for would carry it
             self._skip(reason)
             return reply
         upstream_coding = reply.headers.get("Content-Encoding", "").strip().lower()
