@@ -29,6 +29,7 @@ from kproxy.config import Config
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
+from kproxy.core.outage import NoAnswer
 from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
 from kproxy.gocompat.httpguts import valid_host_header
@@ -325,6 +326,13 @@ class ProxyServer:
             if close or self._stopping or client.closes_connection():
                 resp.force_close()
             return resp
+        except NoAnswer:
+            # The upstream failed a write: the client sees what a client of an unreachable
+            # apiserver sees, a closed connection (kproxy.core.outage). Metrics say code 0.
+            status = 0
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()  # never written: aiohttp finds the transport closing
         finally:
             chain.active -= 1
             if chain.retired and chain.active == 0:
@@ -392,7 +400,7 @@ class ProxyServer:
             reply = await chain.handle(ex)
         except StatusError as err:
             return self._reject(err, ex)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, NoAnswer):
             raise
         except Exception as err:  # a filter bug must still get a Status, never a traceback
             log.exception("request failed", extra={"path": ex.raw_path})

@@ -25,7 +25,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kproxy.core.chain import Body, BytesBody, Exchange, Reply, StreamBody
-from kproxy.core.status import StatusError, internal_error, service_unavailable
+from kproxy.core.outage import NoAnswer, upstream_failed
+from kproxy.core.status import StatusError, internal_error
 from kproxy.gocompat.httpguts import valid_header_field_value
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
 from kproxy.server.httputil import InvalidRequestHead
@@ -180,10 +181,10 @@ class Upstream:
             cause = err.__cause__ or err.__context__
             if isinstance(cause, StatusError):
                 raise cause from None
-            raise self.unreachable(err) from None
-        return await self._reply(resp)
+            raise self.failed(ex.method, err) from None
+        return await self._reply(ex, resp)
 
-    async def _reply(self, resp: UpstreamResponse) -> Reply:
+    async def _reply(self, ex: Exchange, resp: UpstreamResponse) -> Reply:
         headers = resp.headers  # end-to-end already
         media_type = resp.headers.get("Content-Type", "")
         length = resp.content_length
@@ -192,19 +193,27 @@ class Upstream:
                 data = await resp.read()
             except _UPSTREAM_ERRORS as err:
                 resp.close()
-                raise self.unreachable(err) from None
+                raise self.failed(ex.method, err) from None
             return Reply(resp.status, headers, BytesBody(data, media_type), resp.reason)
         body = StreamBody(resp.chunks(), length, media_type, on_abort=resp.close)
         return Reply(resp.status, headers, body, resp.reason)
 
-    def unreachable(self, err: BaseException) -> StatusError:
-        """The 503 a caller gets when the upstream cannot be reached or breaks off; counted here,
-        where it is known to be the upstream's failure (not any 503 a filter might give)."""
+    def failed(self, method: str, err: BaseException) -> StatusError | NoAnswer:
+        """What a caller gets when the upstream cannot be reached or breaks off (see
+        ``kproxy.core.outage``): a read a 429 with ``Retry-After``, a write no answer. Counted
+        here, where it is known to be the upstream's failure (not any answer a filter might give)."""
         log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
         if self._on_error is not None:
             self._on_error(type(err).__name__)
-        detail = str(err) or type(err).__name__
-        return service_unavailable(f"the upstream kube-apiserver is unavailable: {detail}")
+        return upstream_failed(method, str(err) or type(err).__name__)
+
+    def unreachable(self, err: BaseException) -> StatusError:
+        """The answer to an upgrade (exec, attach, port-forward) that cannot reach the upstream:
+        a 429 Status whatever its method, since nothing was sent (an interactive session is
+        started again by its user, not retried by a recorder that would lose it)."""
+        answer = self.failed("GET", err)
+        assert isinstance(answer, StatusError)
+        return answer
 
 
 def _request_data(body: Body) -> tuple[bytes | AsyncIterator[bytes] | None, int | None]:

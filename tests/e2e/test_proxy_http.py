@@ -166,10 +166,11 @@ def test_admin_health_endpoints(proxy: RunningProxy) -> None:
     assert proxy.get("/readyz", admin=True) == (200, b"ok")
 
 
-def test_upstream_unreachable_gets_503_status(
+def test_upstream_unreachable_gets_429_status(
     proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, tmp_path: Any
 ) -> None:
-    """An upstream that refuses connections: a 503 ServiceUnavailable Status, and /readyz says so."""
+    """An upstream that refuses connections: a read gets a 429 TooManyRequests Status with
+    Retry-After (kproxy.core.outage; tests/e2e/test_outage_answers.py), and /readyz says so."""
     dead = socket.socket()
     dead.bind(("127.0.0.1", 0))
     port = dead.getsockname()[1]
@@ -179,10 +180,10 @@ def test_upstream_unreachable_gets_503_status(
     path = tmp_path / "dead.kubeconfig"
     path.write_text(json.dumps(kc))
     rp = proxy_factory(upstream_kubeconfig=path, ready=False)
-    code, _headers, body = raw(rp, "GET", "/api/v1/namespaces")
-    assert code == 503
+    code, headers, body = raw(rp, "GET", "/api/v1/namespaces")
+    assert code == 429 and headers["Retry-After"] == "1"
     st = status_of(body)
-    assert st["reason"] == "ServiceUnavailable" and st["code"] == 503
+    assert st["reason"] == "TooManyRequests" and st["code"] == 429
     assert "Traceback" not in rp.log_text()
     assert rp.get("/readyz", admin=True)[0] == 503
 
@@ -264,13 +265,13 @@ def _refused(host: str, port: int) -> bool:
 
 
 def test_upstream_killed_then_back(proxy: RunningProxy, control_plane: ControlPlaneInfo, kubectl: Kubectl) -> None:
-    """The real apiserver dies: clients get 503 Status answers (never a traceback); when it comes
+    """The real apiserver dies: reads get 429 Status answers (never a traceback); when it comes
     back, kproxy serves again without a restart."""
     control_plane.stop_apiserver(kill=True)
     try:
         code, _, body = raw(proxy, "GET", "/api/v1/namespaces")
-        assert code == 503
-        assert status_of(body)["reason"] == "ServiceUnavailable"
+        assert code == 429
+        assert status_of(body)["reason"] == "TooManyRequests"
         res = kubectl(["get", "ns"], kubeconfig=proxy.kubeconfig, check=False)
         assert res.returncode == 1
     finally:

@@ -74,7 +74,8 @@ from kproxy.core.negotiation import (
     negotiate,
     router_accepts,
 )
-from kproxy.core.status import StatusError, internal_error, service_unavailable
+from kproxy.core.outage import upstream_failed
+from kproxy.core.status import StatusError, internal_error
 from kproxy.gocompat.jsonescape import go_json_dumps
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class _Plan:
     target: str  # JSON or YAML
     pretty: bool
     shape: Shape
+    method: str  # what to answer if the upstream breaks off (kproxy.core.outage)
 
 
 class _Metrics:
@@ -222,7 +224,7 @@ class Transcode(FilterBase):
             return None  # YAML watch: the apiserver's own 406
         shape: Shape = "watch" if info.is_watch else "list" if info.verb == "list" else "object"
         pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
-        return _Plan(chosen.media_type, pretty, shape)
+        return _Plan(chosen.media_type, pretty, shape, ex.method)
 
     def refuses_body(self, ex: Exchange) -> bool:
         """A protobuf body the upstream cannot take: a POST/PUT of a custom resource (or its
@@ -296,7 +298,7 @@ class Transcode(FilterBase):
         try:
             data = await body.read()
         except _UPSTREAM_ERRORS as err:
-            raise service_unavailable(f"the upstream kube-apiserver is unavailable: {err}") from None
+            raise upstream_failed(plan.method, str(err) or type(err).__name__) from None
         shape = plan.shape if reply.status < 300 else "object"
         try:
             if encoding == "gzip":
@@ -384,7 +386,7 @@ class Transcode(FilterBase):
                 first = transcoder.feed(chunk)
         except _UPSTREAM_ERRORS as err:
             body.abort()
-            raise service_unavailable(f"the upstream kube-apiserver is unavailable: {err}") from None
+            raise upstream_failed(plan.method, str(err) or type(err).__name__) from None
         except ValueError as err:
             body.abort()
             if retry is not None and self.unknown_kind(head) is not None:
