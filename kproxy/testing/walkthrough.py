@@ -36,9 +36,10 @@ STEPS: tuple[Step, ...] = (
         (
             "$k create deployment web --image=nginx --replicas=2",
             "$k scale deployment web --replicas=6",
-            "$k get pods -w",
+            "$k get pods -w -o custom-columns=NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName",
         ),
-        "six web-... pods go Pending, ContainerCreating, Running on the kwok nodes (Ctrl-C ends the watch)",
+        "six web-... pods go Pending, then Running on the kwok nodes (Ctrl-C ends the watch); a plain"
+        " `get -w` asks for the server's Table form, which kproxy passes to the apiserver",
     ),
     Step(
         "dryrun: every write in a dry-* namespace runs as a dry run",
