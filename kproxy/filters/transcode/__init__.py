@@ -24,6 +24,20 @@ How it decides, per request (``upstream: protobuf``):
 ``upstream: auto`` does the same only for the API group versions the codec has schemas for
 (everything else goes through untouched); ``upstream: json`` turns the filter off.
 
+Validators: a transcoded answer keeps the upstream's ``ETag`` and ``If-None-Match`` goes up as
+sent. The tag names the protobuf representation and the JSON or YAML is a function of those
+bytes (the apiserver's own encoders, ported), so the tag changes whenever what the client gets
+could: it is a strong validator for it (RFC 9110 8.8.1). A revalidation is rewritten the same
+way (same Accept), so the upstream compares it with the tag of the representation it would send
+(RFC 9110 13.1.2, 13.2.2) and its 304 means this filter's answer would not have changed. The
+apiserver does the same: one tag for the JSON and protobuf of a discovery or OpenAPI document,
+kept apart by ``Vary: Accept`` (k8s.io/apiserver pkg/endpoints/discovery/aggregated/handler.go
+``cachedGroupList``; kube-openapi pkg/handler/handler.go). Dropping the tag would lose every
+304; weakening it loses them at servers that match the exact string (discovery's etag.go). The
+apiserver sets ETags only on discovery and OpenAPI, which are not resource requests and are
+never rewritten here; an aggregated API may set them on resources. A 304 (or 204) has no body
+to rebuild: it passes with a protobuf Content-Type made the client's, as on the 200 it stands for.
+
 Request bodies are never re-encoded: the apiserver accepts JSON, YAML and protobuf bodies for
 built-in resources, so there is no case where re-encoding would be needed, and none where a field
 could be dropped. The one body the upstream cannot take is protobuf for a group version without
@@ -284,6 +298,11 @@ class Transcode(FilterBase):
         if isinstance(body, UpgradeBody):
             return reply
         ctype = media_type_of(reply.headers.get("Content-Type"))
+        if reply.status in (204, 304):
+            # No content (RFC 9110 15.3.5, 15.4.5): the upstream's validators are the answer.
+            if ctype in (PROTOBUF, PROTOBUF_WATCH):
+                reply.headers["Content-Type"] = plan.target
+            return reply
         m = self._m
         if ctype == PROTOBUF_WATCH and plan.shape == "watch" and isinstance(body, StreamBody):
             return self._watch(plan, reply, body)
