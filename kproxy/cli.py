@@ -109,7 +109,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print("chain:")
     for i, (flt, entry) in enumerate(zip(filters, cfg.filters, strict=True)):
         settings: Any = getattr(flt, "settings", None)
-        shown = settings.model_dump() if hasattr(settings, "model_dump") else entry.settings
+        effective = getattr(flt, "effective_settings", None)
+        if callable(effective):
+            shown = effective()
+        else:
+            shown = settings.model_dump() if hasattr(settings, "model_dump") else entry.settings
         print(f"  {i + 1}. {entry.name} {yaml.safe_dump(shown, default_flow_style=True).strip()}")
     print("  -> upstream kube-apiserver")
     return 0
@@ -149,40 +153,138 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Flags that an environment variable sets when the flag is not given (flag > environment > config file).
+ENV_FLAGS = {
+    "config": "KPROXY_CONFIG",
+    "kubeconfig": "KPROXY_KUBECONFIG",
+    "context": "KPROXY_CONTEXT",
+    "listen": "KPROXY_LISTEN",
+    "admin_listen": "KPROXY_ADMIN_LISTEN",
+    "log_level": "KPROXY_LOG_LEVEL",
+    "log_format": "KPROXY_LOG_FORMAT",
+}
+
+
+def _env(dest: str) -> str | None:
+    return os.environ.get(ENV_FLAGS[dest]) or None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", help="YAML config file (see config.example.yaml)")
-    p.add_argument("--kubeconfig", help="kubeconfig of the upstream apiserver (default: $KUBECONFIG, in-cluster)")
-    p.add_argument("--context", help="kubeconfig context to use")
-    p.add_argument("--listen", help="HOST:PORT of the proxy listener (default 127.0.0.1:8001)")
-    p.add_argument("--admin-listen", help="HOST:PORT of the admin listener (default 127.0.0.1:9099)")
+    p.add_argument(
+        "--config", "-c", default=_env("config"), help="YAML config file (see config.example.yaml) [$KPROXY_CONFIG]"
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=_env("kubeconfig"),
+        help="kubeconfig of the upstream apiserver (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+        " [$KPROXY_KUBECONFIG]",
+    )
+    p.add_argument("--context", default=_env("context"), help="kubeconfig context to use [$KPROXY_CONTEXT]")
+    p.add_argument(
+        "--listen",
+        default=_env("listen"),
+        help="HOST:PORT of the proxy listener (default 127.0.0.1:8001) [$KPROXY_LISTEN]",
+    )
+    p.add_argument(
+        "--admin-listen",
+        default=_env("admin_listen"),
+        help="HOST:PORT of the admin listener: /metrics, /healthz, /readyz (default 127.0.0.1:9099)"
+        " [$KPROXY_ADMIN_LISTEN]",
+    )
+
+
+def _sub(sub: Any, name: str, help_: str, examples: str) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help_,
+        description=help_[0].upper() + help_[1:] + ".",
+        epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return p
+
+
+_EXAMPLES = """examples:
+  kproxy run --config config.recommended.yaml          proxy $KUBECONFIG's cluster with every filter
+  kproxy kubeconfig --config config.recommended.yaml > kproxy.kubeconfig
+  kproxy check-config config.recommended.yaml          validate a config, print the chain in effect
+  kproxy envtest run --dir .cache/run --config config.recommended.yaml
+                                                       a local living cluster through kproxy (make run)
+
+Every flag of run and kubeconfig can be set from the environment: KPROXY_CONFIG, KPROXY_KUBECONFIG,
+KPROXY_CONTEXT, KPROXY_LISTEN, KPROXY_ADMIN_LISTEN, KPROXY_LOG_LEVEL, KPROXY_LOG_FORMAT (a flag wins).
+Docs: README.md and docs/README.md."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kproxy", description="A Kubernetes API gateway.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="kproxy",
+        description="A Kubernetes API gateway: a filter chain in front of a real kube-apiserver.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"kproxy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run the proxy")
+    run = _sub(
+        sub,
+        "run",
+        "run the proxy in front of the upstream kube-apiserver",
+        "  kproxy run                                  defaults: 127.0.0.1:8001, no filters, $KUBECONFIG's cluster\n"
+        "  kproxy run -c config.recommended.yaml --listen 127.0.0.1:8443\n"
+        "  KPROXY_LOG_LEVEL=debug kproxy run -c kproxy.yaml --context staging",
+    )
     _common(run)
-    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    run.add_argument("--log-format", choices=["text", "json"])
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=_env("log_level"),
+        help="log threshold (default: the config's log.level, info) [$KPROXY_LOG_LEVEL]",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=_env("log_format"),
+        help="log lines as text or one JSON object each (default: the config's log.format, text) [$KPROXY_LOG_FORMAT]",
+    )
     run.set_defaults(func=cmd_run)
 
-    check = sub.add_parser("check-config", help="validate a config and print the resolved chain")
+    check = _sub(
+        sub,
+        "check-config",
+        "validate a config and print the chain with the settings in effect",
+        "  kproxy check-config config.recommended.yaml\n  kproxy check-config /etc/kproxy/config.yaml || exit 1",
+    )
     check.add_argument("config", help="YAML config file")
     check.set_defaults(func=cmd_check_config)
 
-    kc = sub.add_parser("kubeconfig", help="write a kubeconfig whose server is the proxy's listener")
+    kc = _sub(
+        sub,
+        "kubeconfig",
+        "print a kubeconfig whose server is the proxy's listener",
+        "  kproxy kubeconfig -c config.recommended.yaml > kproxy.kubeconfig\n"
+        '  kproxy kubeconfig -c kproxy.yaml --token "$TOKEN" --certificate-authority ca.crt -o kproxy.kubeconfig',
+    )
     _common(kc)
-    kc.add_argument("--output", "-o", required=True, help="file to write, or - for stdout")
+    kc.add_argument("--output", "-o", default="-", help="file to write (0600), or - for stdout (default)")
     kc.add_argument("--token", help="bearer token to put in the kubeconfig (credentials: forward)")
     kc.add_argument("--certificate-authority", help="CA of the proxy's serving certificate (tls)")
     kc.set_defaults(func=cmd_kubeconfig)
 
-    env = sub.add_parser("envtest", help="a local real kube-apiserver + etcd: up | down | status --dir DIR")
+    env = _sub(
+        sub,
+        "envtest",
+        "a local control plane (etcd, kube-apiserver; with --components the controllers and KWOK nodes)",
+        "  kproxy envtest up --dir /tmp/cp                 etcd + kube-apiserver\n"
+        "  kproxy envtest up --dir /tmp/cp --components proxied --config config.recommended.yaml\n"
+        "  kproxy envtest run --dir .cache/run --config config.recommended.yaml   (make run)\n"
+        "  kproxy envtest down --dir /tmp/cp\n"
+        "  kproxy envtest --help                           every subcommand and flag",
+    )
     env.add_argument("rest", nargs=argparse.REMAINDER)
     env.set_defaults(func=None)
 
-    ver = sub.add_parser("version", help="print the version")
+    ver = _sub(sub, "version", "print the version", "  kproxy version")
     ver.set_defaults(func=lambda _a: print(f"kproxy {__version__}") or 0)
     return parser
 
@@ -194,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         from kproxy.testing.envtest import main as envtest_main
 
         return envtest_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     try:
         return int(args.func(args))
     except ConfigError as err:

@@ -7,9 +7,10 @@ carries a pydantic model, looked up by the entry's ``name:``.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -222,13 +223,82 @@ def _loc(loc: tuple[int | str, ...], prefix: str = "") -> str:
     return out or "(top level)"
 
 
-def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+def _model_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the key at ``loc`` (for listing its known keys), if any."""
+    for part in loc:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if (found := _inner_model(arg)) is not None:
+            return found
+    return None
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'credentials'?)`` for a near miss among ``known``, else ``""``."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+#: pydantic error types rewritten in the config's own words (the rest: "Input should be" -> "must be").
+_MESSAGES = {
+    "missing": "is required",
+    "dict_type": "must be a mapping (key: value lines)",
+    "list_type": "must be a list ([a, b] or - lines)",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+}
+
+
+def _message(e: Mapping[str, Any], model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str:
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        known = parent.model_fields if parent is not None else ()
+        return "unknown key" + did_you_mean(str(loc[-1]), known)
+    if kind == "model_type":
+        target = _model_at(model, loc)
+        if target is ListenAddr:
+            return "must be HOST:PORT, e.g. 127.0.0.1:8001"
+        keys = ", ".join(target.model_fields) if target is not None else ""
+        return "must be a mapping" + (f" with the keys {keys}" if keys else "")
+    if kind == "literal_error":
+        expected = str(e.get("ctx", {}).get("expected", ""))
+        got = e.get("input")
+        options = re.findall(r"'([^']*)'", expected)
+        hint = did_you_mean(got, options) if isinstance(got, str) else ""
+        return f"must be one of {expected}, not {got!r}{hint}"
+    if kind in _MESSAGES:
+        return _MESSAGES[kind]
+    msg = str(e["msg"])
+    msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return msg.replace("Input should be", "must be")
+
+
+def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """Every error of ``err`` as ``key: what is wrong``, in the config's words, with near misses named."""
     lines = []
     for e in err.errors():
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        lines.append(f"{_loc(tuple(e['loc']), prefix)}: {msg}")
+        loc = tuple(e["loc"])
+        lines.append(f"{_loc(loc, prefix)}: {_message(e, model, loc)}")
     return "; ".join(lines)
 
 
@@ -237,7 +307,7 @@ def parse_config(data: Mapping[str, Any] | None) -> Config:
     try:
         cfg = Config.model_validate(data or {})
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err)) from None
+        raise ConfigError(format_validation_error(err, model=Config)) from None
     if cfg.credentials == "proxy" and not cfg.allow_remote and not is_loopback(cfg.listen.host):
         raise ConfigError(
             f"listen: {cfg.listen.host} is not a loopback address; with credentials: proxy every caller "

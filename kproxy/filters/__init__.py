@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 from pydantic import BaseModel, ValidationError
 
-from kproxy.config import Config, ConfigError, FilterEntry, format_validation_error
+from kproxy.config import Config, ConfigError, FilterEntry, did_you_mean, format_validation_error
 from kproxy.core.chain import Filter
 
 ENTRY_POINT_GROUP = "kproxy.filters"
@@ -60,8 +60,9 @@ def lookup(name: str) -> FilterClass:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return cast(FilterClass, ep.load())
-    known = ", ".join(sorted(available())) or "none installed"
-    raise ConfigError(f"unknown filter {name!r} (known: {known})")
+    names = sorted(available())
+    known = ", ".join(names) or "none installed"
+    raise ConfigError(f"unknown filter {name!r}{did_you_mean(name, names)} (known: {known})")
 
 
 def build_filter(index: int, entry: FilterEntry) -> Filter:
@@ -76,7 +77,7 @@ def build_filter(index: int, entry: FilterEntry) -> Filter:
     try:
         settings = model.model_validate(entry.settings)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, where)) from None
+        raise ConfigError(format_validation_error(err, where, model)) from None
     try:
         return cls(settings)
     except (ValueError, TypeError) as err:

@@ -94,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             type=Path,
             default=Path(env_dir) if env_dir else None,
             required=not env_dir,
-            help=f"control-plane directory (default: ${DIR_ENV})",
+            help=f"control-plane directory (default: ${DIR_ENV}, which is {env_dir!r})"
+            if env_dir
+            else f"control-plane directory (required: ${DIR_ENV} is not set)",
         )
         if name == "run":
             p.add_argument("--config", type=Path, required=True, help="kproxy config (filters, listen, admin_listen)")

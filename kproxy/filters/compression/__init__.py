@@ -175,12 +175,24 @@ class Compression(FilterBase):
             watch_levels["gzip"] = 0 if gzip_library() == "isal" else settings.gzip_level
         window_log = WATCH_WINDOW_LOG if settings.watch_zstd_window_log is None else settings.watch_zstd_window_log
         hash_log = WATCH_HASH_LOG if settings.watch_zstd_hash_log is None else settings.watch_zstd_hash_log
+        self.window_log, self.hash_log = window_log, hash_log
         self.watch_codecs: dict[str, Codec] = {
             c: codec(c, watch_levels[c], window_log, hash_log) if c == "zstd" else codec(c, watch_levels[c])
             for c in settings.encodings
         }
         self.offered = tuple(settings.encodings)
         self._use_metrics(_Metrics(CollectorRegistry()))
+
+    def effective_settings(self) -> dict[str, object]:
+        """The settings with each unset level replaced by the one in effect (for ``check-config``)."""
+        shown: dict[str, object] = self.settings.model_dump()
+        for c in ("gzip", "zstd"):
+            if c in self.codecs:
+                shown[f"{c}_level"] = self.codecs[c].level
+                shown[f"watch_{c}_level"] = self.watch_codecs[c].level
+        shown["watch_zstd_window_log"] = self.window_log
+        shown["watch_zstd_hash_log"] = self.hash_log
+        return shown
 
     def _use_metrics(self, metrics: _Metrics) -> None:
         self.metrics = metrics
