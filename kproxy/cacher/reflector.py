@@ -22,6 +22,7 @@ from typing import Protocol
 
 from kproxy import gctuning
 
+from .compaction import CompactionTracker
 from .history import ADDED, DELETED, MODIFIED
 from .objects import CachedObject
 from .watch_cache import WatchCache
@@ -77,6 +78,11 @@ class ListerWatcher(Protocol):
         event (a streaming list that matches nothing: its end-of-initial-events bookmark)."""
         ...
 
+    async def servable_at(self, rv: int) -> bool:
+        """Whether the upstream still serves a list at exactly ``rv`` (False: its 410, the
+        revision is compacted). Raises for any other answer."""
+        ...
+
 
 class Reflector:
     def __init__(
@@ -110,6 +116,8 @@ class Reflector:
         # The id of the watch whose events are being applied straight to the cache, if one runs.
         self._live: int | None = None
         self._streams = 0
+        # Whether a continue token's revision is compacted upstream (asked only for tokens).
+        self.compaction = CompactionTracker(lambda rv: self.lw.servable_at(rv))
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -265,6 +273,8 @@ class Reflector:
     def _replace(self, objects: list[CachedObject], rv: int) -> None:
         if self.cache.ready and self._on_relist is not None:
             self._on_relist(self._relist_reason)
+        if rv < self.cache.applied_rv:
+            self.compaction.reset()  # the upstream went back in time: its revisions are new ones
         self.cache.replace(objects, rv)
         self._need_list = False
 

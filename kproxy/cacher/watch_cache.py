@@ -232,7 +232,7 @@ class WatchCache:
         longer reaches back that far, or ``rv`` is in the future."""
         if rv is None or rv == self.rv:
             return self._current()
-        if rv > self.rv or not self.history.covers(rv):
+        if not self.reaches(rv):
             return None
         state = dict(self.store)
         for event in reversed(list(self.history.since(rv))):
@@ -242,6 +242,10 @@ class WatchCache:
                 state[event.prev.key] = event.prev
         keys = sorted(state)
         return Snapshot(rv, tuple(state[k] for k in keys), tuple(keys))
+
+    def reaches(self, rv: int) -> bool:
+        """Whether ``snapshot(rv)`` can rebuild the state at ``rv`` (cheap: builds nothing)."""
+        return rv == self.rv or (rv < self.rv and self.history.covers(rv))
 
     def _current(self) -> Snapshot:
         snap = self._snapshot

@@ -19,7 +19,7 @@ import json
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,7 +115,9 @@ def _apiserver_argv(bins: BinPaths, directory: Path, pki: certs.PKIFiles, port: 
     ]
 
 
-def _start(directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, deadline: float) -> ControlPlaneInfo:
+def _start(
+    directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, deadline: float, extra: Sequence[str] = ()
+) -> ControlPlaneInfo:
     info = _info(directory, state)
     data = directory / "etcd"
     shutil.rmtree(data, ignore_errors=True)
@@ -127,7 +129,7 @@ def _start(directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, 
     _write_state(directory, state)  # from here on, down() can clean up even if we crash
     _wait_etcd(info, state.etcd, deadline)
 
-    api_argv = _apiserver_argv(bins, directory, pki, state.apiserver_port, state.etcd_client_port)
+    api_argv = [*_apiserver_argv(bins, directory, pki, state.apiserver_port, state.etcd_client_port), *extra]
     pid, start = _spawn(api_argv, info.apiserver_log, directory)
     state.apiserver = _ProcState(pid, start, api_argv)
     info.apiserver_pid = pid
@@ -136,8 +138,12 @@ def _start(directory: Path, bins: BinPaths, pki: certs.PKIFiles, state: _State, 
     return info
 
 
-def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0) -> ControlPlaneInfo:
+def up(
+    directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0, apiserver_args: Sequence[str] = ()
+) -> ControlPlaneInfo:
     """Start a fresh control plane in ``directory`` and return once it is ready to serve.
+    ``apiserver_args`` are added to kube-apiserver's flags (e.g. a short
+    ``--etcd-compaction-interval`` for a test of compaction as the apiserver does it).
 
     Fresh means new PKI, new tokens and an empty etcd.  Raises
     :class:`ControlPlaneError` (with log tails) if it does not become ready
@@ -198,7 +204,7 @@ def up(directory: Path, *, bins: BinPaths | None = None, timeout: float = 120.0)
                 token=user_token,
             )
             try:
-                return _start(directory, bins, pki, state, deadline)
+                return _start(directory, bins, pki, state, deadline, apiserver_args)
             except BaseException as e:
                 _down_locked(directory)
                 clash = any(_port_clash_since(directory / log, off) for log, off in offsets.items())

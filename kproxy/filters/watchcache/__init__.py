@@ -33,6 +33,7 @@ from kproxy.core.context import PROTOBUF_CODEC, FilterContext
 from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
+from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.filters.watchcache.resource_cache import ResourceCache
@@ -360,13 +361,13 @@ class WatchCacheFilter(FilterBase):
             raise too_large_rv(read.min_rv, cache.rv)
         if read.mode == "continue":
             assert read.cont is not None
-            snap = cache.snapshot(read.cont.rv)
+            snap = await continue_snapshot(rc, read.cont)  # or the apiserver's 410 once compacted
             if snap is None:
                 return None  # the apiserver continues the same token from etcd (or says 410)
             start = read.cont.start
         else:
             snap = cache.snapshot()
-            start = ""
+            start = read.cont.start if read.cont is not None else ""  # a token at the latest RV
         assert snap is not None
         labels, fields = read.labels, read.fields
         predicate = None

@@ -94,6 +94,20 @@ class HttpListerWatcher:
     async def current_rv(self) -> int:
         return (await self._get_list({"limit": "1", "fieldSelector": _NOTHING})).rv
 
+    async def servable_at(self, rv: int) -> bool:
+        """An exact list of one item at ``rv``: the apiserver decides it as it decides a continue
+        at ``rv`` (its snapshot, else etcd), so 200 says a token at ``rv`` still works and 410
+        that etcd compacted it. Only the status matters; the body is read and dropped."""
+        query = {"resourceVersion": str(rv), "resourceVersionMatch": "Exact", "limit": "1"}
+        async with self.api.request("GET", self._target(query), headers={"Accept": self._accept}, timeout=30.0) as resp:
+            body = await resp.read()
+            if resp.status == 200:
+                return True
+        err = _status_error(resp.status, body)
+        if isinstance(err, Expired):
+            return False
+        raise err
+
     async def progress_rv(self) -> int:
         query = {
             "watch": "1",

@@ -54,7 +54,7 @@ class Read:
     verb: str  # list | get
     namespace: str
     name: str
-    mode: str  # any (RV "0") | consistent (RV unset) | min (RV N) | continue
+    mode: str  # any (RV "0") | consistent (RV unset, or a token at the latest RV) | min (RV N) | continue
     min_rv: int
     limit: int
     cont: ContinueToken | None
@@ -210,7 +210,11 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
         cont = decode_continue(cont_text)
         if cont is None:
             return Pass("continue")
-        mode, min_rv = "continue", cont.rv
+        if cont.latest:
+            # An inconsistent continue: the cacher serves it as a consistent read from the key.
+            mode, min_rv = "consistent", 0
+        else:
+            mode, min_rv = "continue", cont.rv
     elif rv == "":
         mode, min_rv = "consistent", 0
     elif rv == "0":
@@ -224,7 +228,11 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
     selectors = parse_selectors(label_text, field_text, selectable)
     if isinstance(selectors, Pass):
         return selectors
-    if limit and cont is None and single_object(selectors[1], scope, namespaced):
+    if single_object(selectors[1], scope, namespaced):
+        if cont is not None:
+            # The registry reads one storage key, non-recursively: the cacher sends such a
+            # continue to etcd, whose answer the cache does not model.
+            return Pass("continue")
         limit = 0  # one storage key, read whole: no continue token, whatever the limit
     media = _media(ex, protobuf)
     if isinstance(media, Pass):

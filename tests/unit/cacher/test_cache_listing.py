@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from kproxy.cacher import CachedObject, ContinueToken, Kind, Page, Snapshot, WatchCache, decode_continue, select
-from kproxy.cacher.continue_token import encode_continue
+from kproxy.cacher.continue_token import encode_continue, encode_inconsistent
 from kproxy.cacher.listing import Predicate
 
 POD = Kind("v1", "Pod", "PodList", protobuf=True)
@@ -287,11 +287,46 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def test_the_apiservers_own_tokens_are_not_kproxys() -> None:
+def test_the_apiservers_own_tokens_at_a_revision_are_not_kproxys() -> None:
     apiserver = _b64(b'{"v":"meta.k8s.io/v1","rv":42,"start":"/p2\\u0000"}')
     assert decode_continue(apiserver) is None
-    latest = _b64(b'{"v":"meta.k8s.io/v1","rv":-1,"start":"/p2\\u0000"}')
-    assert decode_continue(latest) is None
+
+
+def test_tokens_at_the_latest_revision_are_served_whoever_issued_them() -> None:
+    """The apiserver's inconsistent continue (``rv`` -1, its start without the leading "/")
+    names no snapshot, only a key: the cacher serves any negative ``rv`` as a consistent read."""
+    for raw, start in [
+        (b'{"v":"meta.k8s.io/v1","rv":-1,"start":"template-0003\\u0000"}', "template-0003\x00"),
+        (b'{"v":"meta.k8s.io/v1","rv":-1,"start":"/p2\\u0000"}', "/p2\x00"),
+        (b'{"v":"meta.k8s.io/v1","rv":-7,"start":"ns/p\\u0000","kp":1}', "ns/p\x00"),
+    ]:
+        cont = decode_continue(_b64(raw))
+        assert cont is not None and cont.latest and cont.start == start
+
+
+def test_the_inconsistent_token_is_the_apiservers_byte_for_byte() -> None:
+    # Recorded from kube-apiserver v1.37.1: the 410 for a compacted token that started at
+    # "/template-0003\0" (namespaced list) carries this token.
+    want = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoidGVtcGxhdGUtMDAwM1x1MDAwMCJ9"
+    assert encode_inconsistent("/template-0003\x00") == want
+    # Go's HTML escaping inside strings.
+    assert token_json(encode_inconsistent("/a<b>&\x00")) == {"v": "meta.k8s.io/v1", "rv": -1, "start": "a<b>&\x00"}
+    raw = base64.urlsafe_b64decode(encode_inconsistent("/a<b>&\x00") + "==")
+    assert b"\\u003c" in raw and b"\\u003e" in raw and b"\\u0026" in raw
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        b'"RV":-1',  # Go matches member names case-insensitively: the last one would win there
+        b'"Start":"/zz\\u0000"',
+        b'"\xc5\xbftart":"/zz\\u0000"',  # long s folds to "s" in Go
+        b'"x":1',
+    ],
+)
+def test_tokens_with_members_go_might_read_differently_are_the_apiservers(members: bytes) -> None:
+    token = _b64(b'{"v":"meta.k8s.io/v1","rv":-1,"start":"/p\\u0000",' + members + b"}")
+    assert decode_continue(token) is None
 
 
 @pytest.mark.parametrize(
@@ -305,7 +340,8 @@ def test_the_apiservers_own_tokens_are_not_kproxys() -> None:
         _b64(b"[1,2]"),
         _b64(b'{"v":"meta.k8s.io/v2","rv":42,"start":"/p\\u0000","kp":1}'),
         _b64(b'{"v":"meta.k8s.io/v1","rv":0,"start":"/p\\u0000","kp":1}'),
-        _b64(b'{"v":"meta.k8s.io/v1","rv":-3,"start":"/p\\u0000","kp":1}'),
+        _b64(b'{"v":"meta.k8s.io/v1","rv":-3,"start":"","kp":1}'),
+        _b64(b'{"v":"meta.k8s.io/v1","rv":-9223372036854775809,"start":"/p\\u0000"}'),
         _b64(b'{"v":"meta.k8s.io/v1","rv":"42","start":"/p\\u0000","kp":1}'),
         _b64(b'{"v":"meta.k8s.io/v1","rv":42.0,"start":"/p\\u0000","kp":1}'),
         _b64(b'{"v":"meta.k8s.io/v1","rv":true,"start":"/p\\u0000","kp":1}'),

@@ -12,6 +12,8 @@ from kproxy.testing.exchange import make_exchange
 PODS = builtin_fields("", "pods")
 TOKEN = encode_continue(42, "/p1")
 APISERVER_TOKEN = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MjE2LCJzdGFydCI6Ii9jbTJcdTAwMDAifQ"
+# The apiserver's inconsistent continue (rv -1, start "template-0003\0"), from its 410.
+LATEST_TOKEN = "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoidGVtcGxhdGUtMDAwM1x1MDAwMCJ9"
 
 
 def _plan(target: str, accept: str | None = None, method: str = "GET", namespaced: bool = True) -> Read | Pass:
@@ -32,6 +34,8 @@ def _plan(target: str, accept: str | None = None, method: str = "GET", namespace
         ("/api/v1/pods?resourceVersion=17&resourceVersionMatch=NotOlderThan&limit=5", "min", 5),
         ("/api/v1/pods?resourceVersion=17&limit=-1", "min", 0),
         (f"/api/v1/pods?continue={TOKEN}&limit=5", "continue", 5),
+        (f"/api/v1/namespaces/ns/pods?continue={LATEST_TOKEN}&limit=5", "consistent", 5),
+        (f"/api/v1/pods?continue={LATEST_TOKEN}", "consistent", 0),
         ("/api/v1/namespaces/ns/pods?labelSelector=a%3Db&fieldSelector=spec.nodeName%3Dn1", "consistent", 0),
         ("/api/v1/pods?watch=false&resourceVersion=0", "any", 0),
         ("/api/v1/pods?resourceVersion=0&timeoutSeconds=5&allowWatchBookmarks=true", "any", 0),
@@ -78,6 +82,9 @@ def test_read_details() -> None:
         (f"/api/v1/pods?continue={TOKEN}&resourceVersion=5", "invalid", None),
         (f"/api/v1/pods?continue={TOKEN}&resourceVersionMatch=NotOlderThan&resourceVersion=5", "invalid", None),
         (f"/api/v1/pods?continue={APISERVER_TOKEN}", "continue", None),
+        (f"/api/v1/namespaces/ns/pods?continue={TOKEN}&fieldSelector=metadata.name%3Dp1", "continue", None),
+        (f"/api/v1/namespaces/ns/pods?continue={LATEST_TOKEN}&fieldSelector=metadata.name%3Dp", "continue", None),
+        (f"/api/v1/pods?continue={LATEST_TOKEN}&resourceVersion=0", "invalid", None),
         ("/api/v1/pods?continue=garbage", "continue", None),
         ("/api/v1/pods?sendInitialEvents=true", "parameters", None),
         ("/api/v1/pods?resourceVersion=0&unknown=1", "parameters", None),
