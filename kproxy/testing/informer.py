@@ -36,10 +36,19 @@ def ensure_informer(source: Path = INFORMER_SOURCE) -> Path:
 class Informer:
     """A running informer process; its JSON lines are collected by a reader thread as they come."""
 
-    def __init__(self, kubeconfig: Path, *, namespace: str = "", env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        *,
+        namespace: str = "",
+        env: dict[str, str] | None = None,
+        event_retry_sleep: float | None = None,
+    ) -> None:
         args = [str(ensure_informer()), "-kubeconfig", str(kubeconfig)]
         if namespace:
             args += ["-namespace", namespace]
+        if event_retry_sleep is not None:  # client-go's default: 10 s between an event's tries
+            args += ["-event-retry-sleep", f"{event_retry_sleep}s"]
         self.proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -81,11 +90,20 @@ class Informer:
                 raise AssertionError(f"timed out after {timeout}s waiting for the informer: {what}")
             time.sleep(0.05)
 
+    def _command(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def record_event(self, reason: str) -> None:
+        """Record an event with client-go's event recorder (on a pod reference in the informer's
+        namespace); its writes show up as ``event-write`` lines."""
+        assert reason and " " not in reason and "\n" not in reason, reason
+        self._command(f"event {reason}")
+
     def store(self, timeout: float = 10) -> dict[str, str]:
         """The informer's whole store, ``namespace/name -> resourceVersion``."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"dump\n")
-        self.proc.stdin.flush()
+        self._command("dump")
         try:
             line = self._stores.get(timeout=timeout)
         except queue.Empty:

@@ -11,6 +11,13 @@
 //	{"kind":"watch-error","error":...}                                       the WatchErrorHandler's error
 //	{"kind":"synced"}                                                          the informer has synced
 //	{"kind":"store","resourceVersion":...,"objects":{"ns/name":"rv",...}}     on "dump" (stdin) or SIGUSR1
+//	{"kind":"event-write","verb":"create","reason":...,"error":...,"statusError":bool,"dropped":bool}
+//	    every write client-go's event recorder makes for an "event <reason>" command (stdin)
+//
+// "event <reason>" records an event on a pod reference with client-go's own event recorder
+// (tools/record), as every controller does; its writes are reported as they happen. A write that fails
+// with a *errors.StatusError is dropped by the recorder ("Server rejected event (will not retry!)"); any
+// other failure is tried again after -event-retry-sleep (client-go's default is 10 s), 12 times at most.
 //
 // With WatchListClient on (client-go's default), a relist is a watch with sendInitialEvents=true, so both
 // kinds of list are reported as "list" lines: a correct run has exactly one.
@@ -20,20 +27,27 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 )
 
 var out = struct {
@@ -88,9 +102,45 @@ func observe(e watch.Event) (watch.Event, bool) {
 	return e, true
 }
 
+// reportingSink is the recorder's real sink (the Events API) with each write reported; the recorder's
+// retry and drop decisions (tools/record/event.go recordEvent) are client-go's own, taken on the
+// error this returns unchanged.
+type reportingSink struct{ inner record.EventSink }
+
+func (s reportingSink) report(verb string, event *corev1.Event, err error) {
+	line := map[string]any{"kind": "event-write", "verb": verb, "reason": event.Reason, "name": event.Name}
+	if err != nil {
+		var status *apierrors.StatusError
+		isStatus := errors.As(err, &status)
+		line["error"], line["statusError"] = err.Error(), isStatus
+		// What recordEvent does with it: a StatusError is given up ("will not retry!").
+		line["dropped"] = isStatus
+	}
+	emit(line)
+}
+
+func (s reportingSink) Create(event *corev1.Event) (*corev1.Event, error) {
+	out, err := s.inner.Create(event)
+	s.report("create", event, err)
+	return out, err
+}
+
+func (s reportingSink) Update(event *corev1.Event) (*corev1.Event, error) {
+	out, err := s.inner.Update(event)
+	s.report("update", event, err)
+	return out, err
+}
+
+func (s reportingSink) Patch(event *corev1.Event, data []byte) (*corev1.Event, error) {
+	out, err := s.inner.Patch(event, data)
+	s.report("patch", event, err)
+	return out, err
+}
+
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "", "namespace to watch (empty: all namespaces)")
+	eventRetrySleep := flag.Duration("event-retry-sleep", 10*time.Second, "the event recorder's sleep between tries")
 	flag.Parse()
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -141,6 +191,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx), record.WithSleepDuration(*eventRetrySleep))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(reportingSink{&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kproxy-informer"})
+	eventNamespace := *namespace
+	if eventNamespace == "" {
+		eventNamespace = metav1.NamespaceDefault
+	}
+	subject := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: eventNamespace, Name: "informer-events"}
 	dump := func() {
 		objects := map[string]string{}
 		for _, obj := range informer.GetStore().List() {
@@ -176,10 +235,12 @@ func main() {
 			if !ok {
 				return
 			}
-			switch cmd {
-			case "dump":
+			switch verb, arg, _ := strings.Cut(cmd, " "); {
+			case verb == "event" && arg != "":
+				recorder.Event(subject, corev1.EventTypeNormal, arg, "recorded by the informer test program")
+			case cmd == "dump":
 				dump()
-			case "quit":
+			case cmd == "quit":
 				return
 			default:
 				emit(map[string]any{"kind": "unknown-command", "command": cmd})

@@ -1,0 +1,275 @@
+"""During an upstream outage, clients of kproxy behave as clients of the apiserver itself: they
+retry, back off, keep their resource versions and lose no events (kproxy.core.outage).
+
+One outage on a control plane of the module's own (the apiserver is killed, so the shared one is
+never used), watched by real clients at once, through a real ``kproxy run`` and, for the
+comparison, straight at the apiserver:
+
+* client-go's shared informer (tests/e2e/informer) on pods, which kproxy does not cache: through
+  kproxy it relists exactly as often as the same informer pointed at the apiserver (once, at the
+  start), since a 429 makes the reflector retry its watch from the resource version it has;
+* client-go's event recorder: an event recorded during the outage is retried, not dropped, and
+  is at the apiserver afterwards;
+* kubectl: a read is retried on ``Retry-After``; a write fails as a connection error (nothing is
+  persisted), as it does against an unreachable apiserver;
+* the official Python client: urllib3 retries a read on ``Retry-After``, and a write raises a
+  connection error, as against an unreachable apiserver (not an ``ApiException``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
+from kproxy.testing import envtest
+from kproxy.testing.informer import Informer
+from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+#: A cache in the chain, but not of pods: the informer's watch is the upstream's, passed through.
+CHAIN = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
+
+#: The recorder's sleep between tries of one event (client-go: 10 s, 12 tries): short enough for
+#: a quick test, long enough (12 x 5 s) to outlast the outage and the apiserver's restart.
+EVENT_RETRY_SLEEP = 5.0
+
+
+def requests_counted(rp: RunningProxy, **labels: str) -> float:
+    """kproxy's ``kproxy_requests_total`` samples whose labels include ``labels``, summed."""
+    total = 0.0
+    for family in text_string_to_metric_families(rp.metrics()):
+        for sample in family.samples:
+            if sample.name == "kproxy_requests_total" and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def failed_watches(rp: RunningProxy) -> float:
+    return sum(requests_counted(rp, verb="watch", resource="pods", code=code) for code in ("429", "503", "500", "0"))
+
+
+def raw_get(rp: RunningProxy, path: str) -> tuple[int, dict[str, str], bytes]:
+    host, port = rp.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", path, headers={"Accept": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class Outage:
+    """What the clients did and saw during the one outage of the module."""
+
+    cp: envtest.ControlPlaneInfo
+    namespace: str
+    via: Informer
+    direct: Informer
+    created_after: str = ""
+    raw_read: tuple[int, dict[str, str], bytes] = (0, {}, b"")
+    kubectl_get: subprocess.CompletedProcess[str] | None = None
+    kubectl_create: subprocess.CompletedProcess[str] | None = None
+    kubectl_create_direct: subprocess.CompletedProcess[str] | None = None
+    py_read: BaseException | None = None
+    py_read_429s: float = 0
+    py_write: BaseException | None = None
+    py_write_direct: BaseException | None = None
+
+
+def _kubectl(cp: envtest.ControlPlaneInfo, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl with a discovery cache of the control plane's own (filled before the outage)."""
+    return subprocess.run(
+        [str(cp.kubectl), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cp.dir / "kubectl-cache"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _raised(call: Any) -> BaseException | None:
+    try:
+        call()
+    except Exception as err:  # the outcome is the point: ApiException or a urllib3 error
+        return err
+    return None
+
+
+def _configmap(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}
+
+
+@pytest.fixture(scope="module")
+def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
+    tmp = tmp_path_factory.mktemp("outage")
+    cp = envtest.up(tmp / "cp", bins=envtest.ensure_binaries())
+    rp: RunningProxy | None = None
+    informers: list[Informer] = []
+    try:
+        namespace = "outage-answers"
+        status, body = cp.request(
+            "POST", "/api/v1/namespaces", body=json.dumps({"metadata": {"name": namespace}}).encode()
+        )
+        assert status == 201, body
+        rp = start_proxy(tmp / "kproxy", cp.admin_kubeconfig, extra=CHAIN)
+        via = Informer(rp.kubeconfig, namespace=namespace, event_retry_sleep=EVENT_RETRY_SLEEP)
+        direct = Informer(cp.admin_kubeconfig, namespace=namespace)
+        informers += [via, direct]
+        for inf in informers:
+            inf.wait(lambda inf=inf: bool(inf.of("synced")), 60, "first sync")
+        o = Outage(cp, namespace, via, direct)
+        py_via = client.CoreV1Api(config.new_client_from_config(str(rp.kubeconfig)))
+        py_direct = client.CoreV1Api(config.new_client_from_config(str(cp.admin_kubeconfig)))
+        for kubeconfig in (rp.kubeconfig, cp.admin_kubeconfig):  # discovery cached: one request each
+            assert _kubectl(cp, kubeconfig, "get", "pods", "-n", namespace).returncode == 0
+
+        cp.stop_apiserver(kill=True)
+        try:
+            # Both informers' watches ended; each has tried again and been turned away.
+            wait_for(lambda: failed_watches(rp) >= 1, 30, "the informer's watch to be answered through kproxy")
+            direct.wait(lambda: bool(direct.of("watch-open-error")), 30, "the direct informer's watch to fail")
+            via.record_event("DuringOutage")
+            o.raw_read = raw_get(rp, f"/api/v1/namespaces/{namespace}/pods")
+
+            # Clients that take a while (kubectl and urllib3 wait on Retry-After) run side by side.
+            def kubectl_get() -> None:
+                o.kubectl_get = _kubectl(cp, rp.kubeconfig, "get", "pods", "-n", namespace, "-v=4")
+
+            def py_read() -> None:
+                before = requests_counted(rp, verb="list", resource="secrets", code="429")
+                o.py_read = _raised(lambda: py_via.list_namespaced_secret(namespace))
+                o.py_read_429s = requests_counted(rp, verb="list", resource="secrets", code="429") - before
+
+            threads = [threading.Thread(target=f) for f in (kubectl_get, py_read)]
+            for t in threads:
+                t.start()
+            o.kubectl_create = _kubectl(cp, rp.kubeconfig, "create", "configmap", "via-kubectl", "-n", namespace)
+            o.kubectl_create_direct = _kubectl(
+                cp, cp.admin_kubeconfig, "create", "configmap", "direct-kubectl", "-n", namespace
+            )
+            o.py_write = _raised(lambda: py_via.create_namespaced_config_map(namespace, _configmap("via-python")))
+            o.py_write_direct = _raised(
+                lambda: py_direct.create_namespaced_config_map(namespace, _configmap("direct-python"))
+            )
+            via.wait(lambda: bool(via.of("event-write")), 30, "the recorder's first try")
+            for t in threads:
+                t.join(120)
+        finally:
+            cp.start_apiserver()
+
+        # A pod created once the apiserver is back reaches both informers.
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "after"},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]},
+        }
+        status, body = cp.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=json.dumps(pod).encode())
+        assert status == 201, body
+        o.created_after = f"{namespace}/after"
+        for inf in informers:
+            inf.wait(lambda inf=inf: any(e.get("name") == "after" for e in inf.of("event")), 90, "the pod made after")
+
+        def settled() -> bool:
+            writes = via.of("event-write")
+            return any("error" not in w for w in writes) or any(w.get("dropped") for w in writes)
+
+        with contextlib.suppress(AssertionError):  # a drop or a timeout is for the test to report
+            via.wait(settled, 3 * EVENT_RETRY_SLEEP, "the recorder to write (or drop) the event")
+        yield o
+    finally:
+        for inf in informers:
+            inf.stop()
+        if rp is not None:
+            rp.stop()
+        envtest.down(tmp / "cp")
+
+
+def test_informer_through_kproxy_relists_as_often_as_direct(outage: Outage) -> None:
+    """client-go's reflector retries a 429'd watch from its resource version, as it does a refused
+    connection (a 503 made it list again, over and over, for as long as the outage lasted). Both
+    informers list once more after the outage: the restarted apiserver's watch cache starts past
+    the version they watch from (410 Expired), which is the apiserver's doing, not kproxy's."""
+    via, direct = outage.via.of("list"), outage.direct.of("list")
+    lines = "\n".join(json.dumps(x) for x in [*outage.via.lines, {"direct": True}, *outage.direct.lines])
+    assert len(via) == len(direct), lines
+    assert len(outage.via.of("watch-open-error")) >= 1, lines  # it did try its watch during the outage
+    # Every list after the first one came from a 410 on a watch, as directly.
+    assert len(via) - 1 == len([e for e in outage.via.of("watch-error-event") if e["code"] == 410]), lines
+    errors = outage.via.of("watch-open-error") + outage.via.of("watch-error")
+    assert all("the upstream kube-apiserver is unavailable" in e["error"] for e in errors), errors
+
+
+def test_events_recorded_during_the_outage_reach_the_apiserver(outage: Outage) -> None:
+    """client-go's event recorder drops an event on any Status, and retries a connection error."""
+    writes = outage.via.of("event-write")
+    assert writes and "error" in writes[0], writes  # the first try was during the outage
+    assert not any(w.get("dropped") for w in writes), writes
+    status, body = outage.cp.request("GET", f"/api/v1/namespaces/{outage.namespace}/events")
+    assert status == 200, body
+    reasons = [e["reason"] for e in json.loads(body)["items"]]
+    assert "DuringOutage" in reasons, (reasons, writes)
+
+
+def test_a_read_is_a_429_status_with_retry_after(outage: Outage) -> None:
+    code, headers, body = outage.raw_read
+    assert code == 429, body
+    assert headers.get("Retry-After") == "1"
+    st = json.loads(body)
+    assert st["kind"] == "Status" and st["reason"] == "TooManyRequests" and st["code"] == 429
+    assert st["details"] == {"retryAfterSeconds": 1}
+    assert st["message"].startswith("the upstream kube-apiserver is unavailable: ")
+
+
+def test_kubectl_retries_a_read_and_a_write_fails_as_against_an_unreachable_apiserver(outage: Outage) -> None:
+    get = outage.kubectl_get
+    assert get is not None
+    # client-go's rest client honoured Retry-After: 10 retries (its maxRetries), then the Status.
+    assert get.stderr.count("Got a Retry-After response") == 10, get.stderr[-3000:]
+    assert get.returncode == 1 and "(TooManyRequests)" in get.stderr, get.stderr[-1000:]
+    create, direct = outage.kubectl_create, outage.kubectl_create_direct
+    assert create is not None and direct is not None
+    assert create.returncode == direct.returncode == 1, (create.stderr, direct.stderr)
+    # No "Error from server": kubectl saw no answer at all, as from an unreachable apiserver.
+    assert "Error from server" not in create.stderr, create.stderr
+    assert "Unable to connect to the server" in create.stderr or "EOF" in create.stderr, create.stderr
+    status, _ = outage.cp.request("GET", f"/api/v1/namespaces/{outage.namespace}/configmaps/via-kubectl")
+    assert status == 404
+
+
+def test_python_client_retries_a_read_and_a_write_fails_as_against_an_unreachable_apiserver(
+    outage: Outage,
+) -> None:
+    read = outage.py_read
+    assert isinstance(read, ApiException) and read.status == 429, read
+    assert read.headers is not None and read.headers.get("Retry-After") == "1"
+    # urllib3 (the client's default Retry(3)) asked three more times on Retry-After.
+    assert outage.py_read_429s == 4, outage.py_read_429s
+    # A write: a connection error, the kind the client raises against an unreachable apiserver.
+    write, direct = outage.py_write, outage.py_write_direct
+    assert isinstance(direct, urllib3.exceptions.HTTPError), direct
+    assert isinstance(write, urllib3.exceptions.HTTPError) and not isinstance(write, ApiException), write
+    status, _ = outage.cp.request("GET", f"/api/v1/namespaces/{outage.namespace}/configmaps/via-python")
+    assert status == 404
+
+
+def test_clients_resume_after_the_outage(outage: Outage) -> None:
+    """Both informers followed the pod created after the outage, through kproxy with no relist."""
+    for inf in (outage.via, outage.direct):
+        assert outage.created_after in inf.store()
