@@ -28,9 +28,9 @@ ROLLOUTS = 10
 
 def test_quick_run_produces_the_table(living: ControlPlaneInfo, tmp_path: Path) -> None:
     out = tmp_path / "controlplane.md"
+    argv = ["--quick", "--envtest-dir", str(living.dir), "--output", str(out)]
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.controlplane", "--quick", "--envtest-dir", str(living.dir)]
-        + ["--output", str(out)],
+        [sys.executable, "-m", "benchmarks.controlplane", *argv],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
