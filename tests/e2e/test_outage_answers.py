@@ -21,15 +21,17 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
@@ -273,3 +275,33 @@ def test_clients_resume_after_the_outage(outage: Outage) -> None:
     """Both informers followed the pod created after the outage, through kproxy with no relist."""
     for inf in (outage.via, outage.direct):
         assert outage.created_after in inf.store()
+
+
+def test_a_write_to_an_unreachable_upstream_gets_no_answer(
+    proxy_factory: Callable[..., RunningProxy], control_plane: envtest.ControlPlaneInfo, tmp_path: Path
+) -> None:
+    """An upstream that refuses connections: a write's connection is closed with nothing written
+    (no status line), kproxy logs no traceback, and the connection-level answer is counted."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens here now
+    kc = yaml.safe_load(control_plane.admin_kubeconfig.read_text())
+    kc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "dead.kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    rp = proxy_factory(upstream_kubeconfig=path, ready=False)
+    host, listen = rp.url.removeprefix("http://").split(":")
+    body = json.dumps(_configmap("never")).encode()
+    for method in ("POST", "PUT", "DELETE"):
+        with socket.create_connection((host, int(listen)), timeout=30) as sock:
+            sock.sendall(
+                f"{method} /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            assert sock.recv(4096) == b"", method  # closed, nothing written
+    assert requests_counted(rp, code="0") == 3
+    code, headers, _ = raw_get(rp, "/api/v1/namespaces/default/configmaps")
+    assert code == 429 and headers.get("Retry-After") == "1"
+    assert "Traceback" not in rp.log_text() and "closing transport" not in rp.log_text()
