@@ -1,0 +1,428 @@
+"""Chaos in the middle of a rollout: the real controllers through kproxy, and directly for comparison.
+
+The living cluster (kube-controller-manager, kube-scheduler, KWOK nodes) rolls a Deployment of
+:data:`REPLICAS` pods from one image to another. When the rollout is part-way, the apiserver is killed
+(SIGKILL), etcd is compacted to its head while the apiserver is down, the apiserver is started again
+and etcd is compacted once more while the rollout goes on. The run is made twice on the same control
+plane: the components straight at the apiserver, then through a ``kproxy run`` with the recommended
+chain and ``watchcache`` on every resource (``resources: ["*"]``, rediscovering every second so that a
+rediscovery lands in each moment of the restart, discovery half-assembled included).
+
+Both runs must end in the same object graph (the expected one: every replica of the new revision
+available, the old ReplicaSet at zero). The controller-manager's log (:mod:`kcmlog`) is counted for
+each run: through kproxy no reflector of a cached resource may see a 410 or list again, no event may be
+lost, and its "read version is not as new as written version" lines may be no more than directly.
+The numbers side by side are printed by :func:`test_numbers_side_by_side` (``pytest -s``) and written
+to ``chaos-numbers.json`` in the control plane's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kcmlog
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from kproxy.testing import cluster
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.processes import free_ports
+
+pytestmark = pytest.mark.e2e
+
+REPLICAS = 20
+#: Seconds a new pod must be Ready before it counts as available: with 25% surge and no
+#: unavailability the rollout takes four waves of at least this long, so it is mid-way for a while.
+MIN_READY_SECONDS = 2
+CONVERGE_TIMEOUT = 120.0
+REPO = Path(__file__).resolve().parents[3]
+KCM_ARGS = {"kube-controller-manager": [kcmlog.VMODULE]}
+
+
+def _proxy_config() -> dict[str, Any]:
+    """config.recommended.yaml with every list+watch resource cached and a fast discovery cycle."""
+    cfg: dict[str, Any] = yaml.safe_load((REPO / "config.recommended.yaml").read_text())
+    cfg["listen"] = f"127.0.0.1:{free_ports(1)[0]}"
+    cfg.pop("admin_listen", None)
+    for f in cfg["filters"]:
+        if f["name"] == "watchcache":
+            f["resources"] = ["*"]
+            f["rediscovery_interval"] = 1.0
+    return cfg
+
+
+# --------------------------------------------------------------------------- the apiserver, as admin
+
+
+def _json(info: ControlPlaneInfo, method: str, path: str, body: Any = None, ct: str = "application/json") -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    code, out = info.request(method, path, body=data, content_type=ct)
+    assert code in (200, 201), f"{method} {path}: HTTP {code}: {out[:300]!r}"
+    return json.loads(out)
+
+
+def _deployment(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": REPLICAS,
+            "minReadySeconds": MIN_READY_SECONDS,
+            "selector": {"matchLabels": {"app": "web"}},
+            "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            },
+        },
+    }
+
+
+def _wait(what: str, probe: Callable[[], Any], timeout: float = CONVERGE_TIMEOUT) -> Any:
+    """Poll ``probe`` until it returns something true (connection errors while the apiserver restarts
+    count as not yet)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = probe()
+        except (OSError, AssertionError) as err:
+            last = err
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not reached in {timeout:.0f}s; last: {last!r}"[:2000])
+        time.sleep(0.2)
+
+
+def _rolling(dep: dict[str, Any]) -> bool:
+    """The controller has seen the new template and has started, not finished, replacing pods."""
+    s = dep.get("status", {})
+    return bool(
+        s.get("observedGeneration") == dep["metadata"]["generation"]
+        and s.get("updatedReplicas", 0) > 0
+        and not _complete(dep)
+    )
+
+
+def _complete(dep: dict[str, Any]) -> bool:
+    s = dep.get("status", {})
+    return bool(
+        s.get("observedGeneration") == dep["metadata"]["generation"]
+        and s.get("replicas") == s.get("updatedReplicas") == s.get("availableReplicas") == REPLICAS
+        and not s.get("unavailableReplicas")
+    )
+
+
+def graph(info: ControlPlaneInfo, ns: str) -> dict[str, Any]:
+    """The namespace's Deployment, ReplicaSets and pods with names, uids and times masked."""
+    dep = _json(info, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+    rss = _json(info, "GET", f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
+    pods = _json(info, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    revision = {rs["metadata"]["uid"]: rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] for rs in rss}
+    s = dep["status"]
+    pod_rows: dict[str, int] = {}
+    for p in pods:
+        owner = [o for o in p["metadata"].get("ownerReferences", []) if o.get("controller")]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        row = "rev={} phase={} ready={} bound={} terminating={}".format(
+            revision.get(owner[0]["uid"]) if owner else None,
+            p["status"].get("phase"),
+            ready,
+            bool(p["spec"].get("nodeName")),
+            "deletionTimestamp" in p["metadata"],
+        )
+        pod_rows[row] = pod_rows.get(row, 0) + 1
+    return {
+        "deployment": {
+            "generation": dep["metadata"]["generation"],
+            # Counts the apiserver leaves out when zero are read as 0.
+            "status": {
+                k: s.get(k, 0)
+                for k in (
+                    "observedGeneration",
+                    "replicas",
+                    "updatedReplicas",
+                    "readyReplicas",
+                    "availableReplicas",
+                    "unavailableReplicas",
+                    "terminatingReplicas",
+                )
+            },
+            "conditions": sorted((c["type"], c["status"], c["reason"]) for c in s.get("conditions", [])),
+        },
+        "replicasets": sorted(
+            (
+                rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+                rs["spec"]["template"]["spec"]["containers"][0]["image"],
+                [o["kind"] + "/" + o["name"] for o in rs["metadata"].get("ownerReferences", []) if o.get("controller")],
+                rs["spec"]["replicas"],
+                rs["status"].get("readyReplicas", 0),
+                rs["status"].get("availableReplicas", 0),
+            )
+            for rs in rss
+        ),
+        "pods": pod_rows,
+    }
+
+
+EXPECTED_GRAPH = {
+    "deployment": {
+        "generation": 2,
+        "status": {
+            "observedGeneration": 2,
+            "replicas": REPLICAS,
+            "updatedReplicas": REPLICAS,
+            "readyReplicas": REPLICAS,
+            "availableReplicas": REPLICAS,
+            "unavailableReplicas": 0,
+            "terminatingReplicas": 0,
+        },
+        "conditions": [
+            ("Available", "True", "MinimumReplicasAvailable"),
+            ("Progressing", "True", "NewReplicaSetAvailable"),
+        ],
+    },
+    "replicasets": [
+        ("1", "registry.invalid/web:1", ["Deployment/web"], 0, 0, 0),
+        ("2", "registry.invalid/web:2", ["Deployment/web"], REPLICAS, REPLICAS, REPLICAS),
+    ],
+    "pods": {"rev=2 phase=Running ready=True bound=True terminating=False": REPLICAS},
+}
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class ChaosRun:
+    mode: str
+    log: kcmlog.KcmLog
+    graph: dict[str, Any]
+    #: Whether the rollout was still going at each disturbance (kill, compaction while down, after restart).
+    mid_rollout: dict[str, bool]
+    seconds: dict[str, float]
+    #: Kinds of the resources kproxy served from its cache (proxied only).
+    cached_kinds: set[str]
+    #: Kinds of the caches kproxy dropped as "no longer served" (the discovery blip), and its log facts.
+    dropped_kinds: set[str]
+    kproxy_facts: dict[str, int]
+
+
+def _served_kinds(info: ControlPlaneInfo) -> dict[str, str]:
+    """resource label (``deployments.apps``) -> kind, for every preferred version in discovery."""
+    out: dict[str, str] = {}
+    paths = [("", "/api/v1")] + [
+        (g["name"], "/apis/" + g["preferredVersion"]["groupVersion"]) for g in _json(info, "GET", "/apis")["groups"]
+    ]
+    for group, path in paths:
+        for r in _json(info, "GET", path)["resources"]:
+            if "/" not in r["name"]:
+                out[f"{r['name']}.{group}" if group else r["name"]] = r["kind"]
+    return out
+
+
+def _kproxy_cached(info: ControlPlaneInfo) -> set[str]:
+    admin = yaml.safe_load((info.dir / "kproxy.yaml").read_text())["admin_listen"]
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        s.labels["resource"]
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "kproxy_watchcache_objects"
+    }
+
+
+#: kproxy's log lines for a cache it stops serving because discovery no longer lists the resource.
+_DROPPED = re.compile(r"watchcache: (\S+) no longer served; dropping its cache|kproxy\.cache (\S+): no longer served")
+
+
+def _kproxy_log(path: Path, offset: int) -> tuple[dict[str, int], set[str]]:
+    """Facts of kproxy's log from ``offset`` on, and the labels of the caches it dropped."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    dropped = {m.group(1) or m.group(2) for m in map(_DROPPED.search, lines) if m}
+    facts = {
+        "caches dropped (no longer served)": len(dropped),
+        "upstream relists (expired)": sum("expired upstream; listing again" in ln for ln in lines),
+        "503 answers": sum(" 503 " in ln and "kproxy.access" in ln for ln in lines),
+        "429 answers": sum(" 429 " in ln and "kproxy.access" in ln for ln in lines),
+        "tracebacks": sum(ln.startswith("Traceback") for ln in lines),
+    }
+    return facts, dropped
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
+    ns = f"chaos-{mode}"
+    kcm_log, kproxy_log = info.dir / "kube-controller-manager.log", info.dir / "kproxy.log"
+    kcm_offset, kproxy_offset = _size(kcm_log), _size(kproxy_log)
+    cfg = _proxy_config() if mode == "proxied" else None
+    t0 = time.monotonic()
+    seconds: dict[str, float] = {}
+    mid: dict[str, bool] = {}
+    cached: set[str] = set()
+    with cluster.running_components(info, mode=mode, proxy=cfg, extra_args=KCM_ARGS):
+        seconds["components up"] = time.monotonic() - t0
+        dep_path = f"/apis/apps/v1/namespaces/{ns}/deployments/web"
+
+        def dep() -> dict[str, Any]:
+            out: dict[str, Any] = _json(info, "GET", dep_path)
+            return out
+
+        _json(info, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        _json(info, "POST", f"/apis/apps/v1/namespaces/{ns}/deployments", _deployment("registry.invalid/web:1"))
+        _wait("first rollout", lambda: _complete(dep()))
+        t1 = time.monotonic()
+        patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "registry.invalid/web:2"}]}}}}
+        _json(info, "PATCH", dep_path, patch, "application/strategic-merge-patch+json")
+        _wait("the second rollout part-way", lambda: _rolling(dep()))
+        mid["kill"] = True
+        info.stop_apiserver(kill=True)
+        info.compact_etcd(info.etcd_revision())
+        mid["compaction while down"] = True  # nothing moves while the apiserver is down
+        t2 = time.monotonic()
+        seconds["first rollout"], seconds["to mid-way"] = t1 - t0 - seconds["components up"], t2 - t1
+        info.start_apiserver()
+        t3 = time.monotonic()
+        seconds["apiserver restart"] = t3 - t2
+        mid["compaction after restart"] = _rolling(dep())
+        info.compact_etcd(info.etcd_revision())
+        _wait("convergence", lambda: graph(info, ns) == EXPECTED_GRAPH)
+        seconds["restart to convergence"] = time.monotonic() - t3
+        if mode == "proxied":
+            cached = _kproxy_cached(info)
+    kinds = _served_kinds(info)
+    facts, dropped = _kproxy_log(kproxy_log, kproxy_offset) if mode == "proxied" else ({}, set())
+    return ChaosRun(
+        mode=mode,
+        log=kcmlog.read(kcm_log, kcm_offset),
+        graph=graph(info, ns),
+        mid_rollout=mid,
+        seconds=seconds,
+        # The metadata informers (garbage collector, quota) ask for ``as=PartialObjectMetadata``, which
+        # the cache does not serve: their reads go to the apiserver, so they are not counted as cached.
+        cached_kinds={kinds[r] for r in cached if r in kinds},
+        dropped_kinds={kinds[r] for r in dropped if r in kinds},
+        kproxy_facts=facts,
+    )
+
+
+@pytest.fixture(scope="module")
+def direct(living: ControlPlaneInfo) -> ChaosRun:
+    return chaos_run(living, "direct")
+
+
+@pytest.fixture(scope="module")
+def proxied(living: ControlPlaneInfo, direct: ChaosRun) -> ChaosRun:
+    # After the direct run (which it is compared with), on the same control plane.
+    return chaos_run(living, "proxied")
+
+
+def _cached(run: ChaosRun, counts: dict[str, int]) -> dict[str, int]:
+    return {t: n for t, n in counts.items() if n and kcmlog.type_kind(t) in run.cached_kinds}
+
+
+# --------------------------------------------------------------------------- the verdicts
+
+
+@pytest.mark.parametrize("mode", ["direct", "proxied"])
+def test_rollout_converges_to_the_expected_graph(mode: str, request: pytest.FixtureRequest) -> None:
+    run: ChaosRun = request.getfixturevalue(mode)
+    assert run.mid_rollout == {"kill": True, "compaction while down": True, "compaction after restart": True}
+    assert run.graph == EXPECTED_GRAPH
+
+
+def test_kproxy_caches_every_resource_the_controllers_watch(proxied: ChaosRun) -> None:
+    """The verdicts below are about cached resources: make sure that is every typed informer's."""
+    watched = {kcmlog.type_kind(t) for t in proxied.log.started}
+    assert {"Pod", "ReplicaSet", "Deployment", "Node", "Lease"} <= proxied.cached_kinds
+    assert watched - proxied.cached_kinds == {"PartialObjectMetadata"}
+
+
+def _xfail_if_discovery_blip(run: ChaosRun, failing: dict[str, int]) -> None:
+    """A failure whose every type is a cache kproxy dropped as "no longer served" is the known
+    discovery blip: the rediscovery that lands while the restarted apiserver is still assembling its
+    discovery drops the cache of every non-core resource and closes its watches; the
+    controller-manager watches the apiserver again from its old resource version, is answered 410
+    and lists again. Whether a rediscovery lands in that second is chance (about one run in two),
+    hence no static xfail; once the blip is fixed nothing is dropped and the verdict stands."""
+    if failing and {kcmlog.type_kind(t) for t in failing} <= run.dropped_kinds:
+        pytest.xfail(
+            f"discovery blip with resources ['*']: kproxy dropped {len(run.dropped_kinds)} caches as no longer "
+            f"served during the apiserver's restart; {len(failing)} informers of them relisted"
+        )
+
+
+def test_no_410_through_kproxy(proxied: ChaosRun) -> None:
+    _xfail_if_discovery_blip(proxied, _cached(proxied, proxied.log.expired))
+    assert _cached(proxied, proxied.log.expired) == {}
+    assert _cached(proxied, proxied.log.relists_after_410) == {}
+
+
+def test_no_relist_through_kproxy(proxied: ChaosRun) -> None:
+    _xfail_if_discovery_blip(proxied, _cached(proxied, proxied.log.relists))
+    assert _cached(proxied, proxied.log.relists) == {}, proxied.kproxy_facts
+
+
+def test_no_lost_events_through_kproxy(proxied: ChaosRun) -> None:
+    assert proxied.log.lost_events == 0, proxied.log.lost_event_lines[:5]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="read-after-write lag: the controller-manager's informers fed by kproxy's cache trail its own "
+    "writes more often than fed by the apiserver (its ReplicaSet controller's 'read version is not as new as "
+    "written version' lines)",
+)
+def test_read_version_lag_no_worse_than_direct(proxied: ChaosRun, direct: ChaosRun) -> None:
+    assert sum(proxied.log.read_version.values()) <= sum(direct.log.read_version.values())
+
+
+def test_numbers_side_by_side(proxied: ChaosRun, direct: ChaosRun, living: ControlPlaneInfo) -> None:
+    """Not a verdict: the table the issue asks for (``pytest -s`` prints it)."""
+    rows = {name: (proxied.log.summary()[name], direct.log.summary()[name]) for name in direct.log.summary()}
+    # Direct ran against the same apiserver: the same kinds count as "cached" for the comparison.
+    for name, counts in (("relists (cached kinds)", "relists"), ("410s (cached kinds)", "expired")):
+        rows[name] = tuple(sum(_cached(proxied, getattr(r.log, counts)).values()) for r in (proxied, direct))
+    report = {
+        "through kproxy vs direct": rows,
+        "by type, through kproxy": {
+            "relists": dict(proxied.log.relists),
+            "410s": dict(proxied.log.expired),
+            "failed": dict(proxied.log.failed),
+            "failed, why": dict(proxied.log.failure_reasons),
+            "read version": dict(proxied.log.read_version),
+        },
+        "by type, direct": {
+            "relists": dict(direct.log.relists),
+            "410s": dict(direct.log.expired),
+            "failed": dict(direct.log.failed),
+            "failed, why": dict(direct.log.failure_reasons),
+            "read version": dict(direct.log.read_version),
+        },
+        "kproxy": proxied.kproxy_facts,
+        "seconds": {"proxied": proxied.seconds, "direct": direct.seconds},
+    }
+    (living.dir / "chaos-numbers.json").write_text(json.dumps(report, indent=2))
+    print()
+    print(f"{'':28} {'kproxy':>8} {'direct':>8}")
+    for name, (p, d) in rows.items():
+        print(f"{name:28} {p:>8} {d:>8}")
+    print(json.dumps({k: v for k, v in report.items() if k != "through kproxy vs direct"}, indent=1))
