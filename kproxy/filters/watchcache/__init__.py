@@ -25,7 +25,7 @@ import orjson
 from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kproxy.cacher import object_key, select
+from kproxy.cacher import DELETED, CacheEvent, object_key, select
 from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
@@ -37,7 +37,17 @@ from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.filters.watchcache.resource_cache import ResourceCache
-from kproxy.filters.watchcache.resources import ConfigError, ResourceSpec, discover, parse_name, resolve
+from kproxy.filters.watchcache.resources import (
+    CONFIRMATION_SPACING,
+    CONFIRMATIONS,
+    ConfigError,
+    Departures,
+    Key,
+    ResourceSpec,
+    discover,
+    parse_name,
+    resolve,
+)
 from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
 from kproxy.filters.watchcache.watches import open_watch, too_large_rv
 from kproxy.identity.access import AccessReviewer, UndecidedError, access_reviewer, authorize
@@ -45,6 +55,8 @@ from kproxy.identity.access import AccessReviewer, UndecidedError, access_review
 log = logging.getLogger("kproxy.watchcache")
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+_UNKNOWN: Any = object()  # a definition that could not be read: keep what the cache has
+_DRAIN_TIMEOUT = 5.0  # seconds a deleted definition's cache waits for its objects' deletions
 
 
 class AuthorizationSettings(BaseModel):
@@ -73,7 +85,14 @@ class WatchCacheSettings(BaseModel):
         3.0, gt=0, description="Seconds a read waits for the cache to reach a resource version (the apiserver's 3 s)."
     )
     page_size: int = Field(500, ge=1, description="Page size of upstream lists when streaming lists are unavailable.")
-    rediscovery_interval: float = Field(30.0, gt=0, description="Seconds between discovery refreshes with `*`.")
+    rediscovery_interval: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds between discovery refreshes with `*`. A cached resource discovery stops "
+        f"listing is dropped after {CONFIRMATIONS} reads in a row lack it, the apiserver ready (/readyz) at "
+        f"each, at most {CONFIRMATION_SPACING:.0f} s (or this interval) apart; a custom resource is dropped "
+        "as soon as its definition is deleted.",
+    )
     encode_ahead: bool = Field(
         True,
         description="Make each built-in object's JSON in the background as it arrives, so the first "
@@ -126,6 +145,12 @@ class WatchCacheFilter(FilterBase):
         self._kicked: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         self._stopped = False
+        # Reads of discovery, while resources it stopped listing wait for confirmation.
+        self._confirm_every = min(settings.rediscovery_interval, CONFIRMATION_SPACING)
+        self._departures = Departures(span=(CONFIRMATIONS - 1) * self._confirm_every)
+        self._absent: frozenset[Key] = frozenset()  # what discovery lacked at the last read
+        self._crd_gone: set[str] = set()  # definitions deleted (``plural.group``), not created again
+        self._tasks: set[asyncio.Task[None]] = set()
         self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -140,7 +165,7 @@ class WatchCacheFilter(FilterBase):
 
     async def stop(self) -> None:
         self._stopped = True
-        for task in (self._sync, self._kicked):
+        for task in (self._sync, self._kicked, *self._tasks):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -173,6 +198,8 @@ class WatchCacheFilter(FilterBase):
                     delay = min(max(delay * 2, 1.0), 10.0)
                 else:
                     delay = self.settings.rediscovery_interval if wildcard else 0
+                if self._departures.pending:  # confirm (or not) that they are gone
+                    delay = min(delay, self._confirm_every) if delay else self._confirm_every
             except asyncio.CancelledError:
                 raise
             except Exception as err:
@@ -203,28 +230,50 @@ class WatchCacheFilter(FilterBase):
         async with self._sync_lock:  # the loop and a CRD-triggered refresh never interleave
             return await self._sync_locked()
 
+    async def _upstream_ready(self) -> bool | None:
+        """The apiserver's /readyz: True (200), False (anything else, or no answer), None when
+        kproxy may not ask (401, 403, 404: then consecutive reads of discovery alone decide)."""
+        assert self.ctx is not None
+        try:
+            async with self.ctx.api.request("GET", "/readyz", timeout=5.0) as resp:
+                await resp.read()
+                status = resp.status
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
+        if status in (401, 403, 404):
+            return None
+        return status == 200
+
     async def _sync_locked(self) -> list[str]:
         assert self.ctx is not None and self._codec is not None and self._metrics is not None
         codec = self._codec
+        # Asked before discovery: an apiserver ready then had discovery assembled when read.
+        ready = await self._upstream_ready() is not False
         served = await discover(self._fetch, codec.knows)
         specs, missing = resolve(self.settings.resources, served, codec.knows)
-        wanted = {s.key: s for s in specs}
-        for key in [k for k in self.caches if k not in wanted]:
-            rc = self.caches.pop(key)
-            log.info("watchcache: %s no longer served; dropping its cache", rc.spec.label)
-            self._metrics.objects.labels(rc.spec.label).set(0)
-            await rc.stop()
+        wanted = {s.key: s for s in specs if not self._definition_deleted(s)}
+        self._note_absent(wanted, ready)
+        gone = self._departures.observe(list(self.caches), wanted, ready=ready, now=asyncio.get_running_loop().time())
+        for key in gone:
+            n = self._departures.confirmations
+            await self._drop(key, f"not in discovery for {n} reads in a row (the apiserver ready)")
         s = self.settings
         for key, spec in wanted.items():
             crd_paths = await self._crd_paths(spec)
             old = self.caches.get(key)
             if old is not None:
+                if crd_paths is _UNKNOWN or (crd_paths is None) != (old.crd_paths is None):
+                    continue  # the definition unreadable (or not found) this time: keep the cache
                 if old.crd_paths == crd_paths:
                     continue
                 # The CRD's selectable fields changed: objects must be read again with the new set.
                 log.info("watchcache: %s: selectable fields changed; caching it again", spec.label)
                 del self.caches[key]
                 await old.stop()
+            if crd_paths is _UNKNOWN:
+                crd_paths = ()  # only metadata fields are served, the rest pass through
             rc = ResourceCache(
                 spec,
                 self.ctx.api,
@@ -239,15 +288,85 @@ class WatchCacheFilter(FilterBase):
                 bookmark_interval=s.bookmark_interval,
             )
             if key == _CRD_KEY:
-                rc.cache.add_listener(lambda _events: self.rediscover_soon())
+                rc.cache.add_listener(self._crds_changed)
             self.caches[key] = rc
             rc.start()
         self._discovered.set()
         return missing
 
-    async def _crd_paths(self, spec: ResourceSpec) -> tuple[str, ...] | None:
+    def _note_absent(self, wanted: dict[Key, ResourceSpec], ready: bool) -> None:
+        """Log what discovery lacks of the cached resources when that changes."""
+        absent = frozenset(k for k in self.caches if k not in wanted)
+        if absent == self._absent:
+            return
+        labels = ", ".join(sorted(self.caches[k].spec.label for k in absent))
+        back = ", ".join(sorted(self.caches[k].spec.label for k in self._absent - absent if k in self.caches))
+        self._absent = absent
+        if back:
+            log.info("watchcache: discovery lists %s again; their caches were kept", back)
+        if not absent:
+            return
+        if ready:
+            log.info(
+                "watchcache: discovery lacks %s; their caches keep serving until %d reads in a row confirm it",
+                labels,
+                self._departures.confirmations,
+            )
+        else:
+            log.info(
+                "watchcache: discovery lacks %s while the apiserver is not ready; their caches keep serving",
+                labels,
+            )
+
+    async def _drop(self, key: Key, why: str) -> None:
+        assert self._metrics is not None
+        rc = self.caches.pop(key, None)
+        self._departures.forget(key)
+        if rc is None:
+            return
+        log.info("watchcache: %s %s; dropping its cache", rc.spec.label, why)
+        self._metrics.objects.labels(rc.spec.label).set(0)
+        await rc.stop()  # its watches end, as the apiserver ends them when it stops serving one
+
+    def _definition_deleted(self, spec: ResourceSpec) -> bool:
+        """Whether ``spec`` is a custom resource whose definition was deleted (discovery may list
+        it a moment longer): not cached again until the definition is created again."""
+        return f"{spec.resource}.{spec.group}" in self._crd_gone
+
+    def _crds_changed(self, events: list[CacheEvent]) -> None:
+        """The cached CustomResourceDefinitions changed: a deleted one drops its resource's cache
+        at once (the definition's DELETED event is the apiserver's word that it is gone); any
+        change has discovery read again soon."""
+        deleted: list[str] = []
+        for ev in events:
+            name = ev.obj.name  # a definition's name is PLURAL.GROUP
+            if ev.type == DELETED:
+                self._crd_gone.add(name)
+                deleted.append(name)
+            else:
+                self._crd_gone.discard(name)
+        if deleted and not self._stopped:
+            task = asyncio.create_task(self._definitions_deleted(deleted))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self.rediscover_soon()
+
+    async def _definitions_deleted(self, names: list[str]) -> None:
+        for name in names:
+            resource, _, group = name.partition(".")
+            for key, rc in [(k, rc) for k, rc in self.caches.items() if k[0] == group and k[2] == resource]:
+                # The definition goes after its objects (the apiserver's cleanup finalizer deletes
+                # them first): let their DELETED events, on the resource's own stream, reach the
+                # cache and its watchers before the watches end.
+                await _drained(rc, _DRAIN_TIMEOUT)
+                async with self._sync_lock:
+                    if name in self._crd_gone and self.caches.get(key) is rc:
+                        await self._drop(key, "has had its CustomResourceDefinition deleted")
+
+    async def _crd_paths(self, spec: ResourceSpec) -> Any:
         """A custom resource's selectableFields (jsonPaths) for the cached version; None for a
-        built-in or aggregated resource (no CustomResourceDefinition of that name)."""
+        built-in or aggregated resource (no CustomResourceDefinition of that name); ``_UNKNOWN``
+        when the definition could not be read."""
         if spec.kind.protobuf or not spec.group or "." not in spec.group:
             return None
         name = f"{spec.resource}.{spec.group}"
@@ -260,9 +379,8 @@ class WatchCacheFilter(FilterBase):
         try:
             crd = await self._fetch(f"{_CRDS}/{name}")
         except Exception as err:
-            # Unknown selectable fields: only metadata ones are served, the rest pass through.
             log.warning("watchcache: %s: cannot read its CRD (%s)", spec.label, err)
-            return ()
+            return _UNKNOWN
         if not isinstance(crd, dict):
             return None
         return _selectable_paths(crd, spec.version)
@@ -394,6 +512,14 @@ class WatchCacheFilter(FilterBase):
         remaining = page.remaining if not read.filtered else None
         body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
         return _reply(body, read.media_type)
+
+
+async def _drained(rc: ResourceCache, timeout: float) -> None:
+    """Wait (at most ``timeout``) until ``rc`` holds no object or its upstream watch has ended."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(rc.cache) and rc.reflector.live and loop.time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def _selectable_paths(crd: dict[str, Any], version: str) -> tuple[str, ...]:

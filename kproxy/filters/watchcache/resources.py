@@ -141,3 +141,62 @@ def resolve(
         sp = spec(found[0])
         specs.setdefault(sp.key, sp)
     return list(specs.values()), missing
+
+
+Key = tuple[str, str, str]  # (group, version, resource)
+
+#: Reads of discovery that must all lack a cached resource, the apiserver ready at each, before
+#: its cache is dropped, and the most time between two of them (the refresh interval, if
+#: shorter). A restarting apiserver serves a partial discovery (``apiregistration.k8s.io`` alone,
+#: for ~0.1 s) about a second before /readyz turns ok, and with several apiservers behind one
+#: address the readiness probe and the discovery read may reach different ones: three reads
+#: spread over 10 s cannot all land in one instance's startup.
+CONFIRMATIONS = 3
+CONFIRMATION_SPACING = 5.0
+
+
+class Departures:
+    """Cached resources that discovery stopped listing, kept until their absence is confirmed.
+
+    A resource is gone when ``CONFIRMATIONS`` consecutive discovery reads, each made while the
+    apiserver said it was ready, lacked it and those reads span ``span`` seconds. A read made while
+    the apiserver is not ready says nothing of what it serves (it is still assembling discovery)
+    and starts the count again; so does a read that lists the resource. Meanwhile the cache keeps
+    serving: reads and watches of a resource that really went are answered by its reflector's
+    own failure (the cache turns unready and passes reads to the apiserver)."""
+
+    def __init__(
+        self, confirmations: int = CONFIRMATIONS, span: float = (CONFIRMATIONS - 1) * CONFIRMATION_SPACING
+    ) -> None:
+        self.confirmations = confirmations
+        self.span = span
+        self._misses: dict[Key, tuple[int, float]] = {}  # key -> (reads lacking it, time of the first)
+
+    @property
+    def pending(self) -> list[Key]:
+        """The resources discovery lacks whose absence is not confirmed yet."""
+        return list(self._misses)
+
+    def observe(self, cached: Iterable[Key], listed: Iterable[Key], *, ready: bool, now: float) -> list[Key]:
+        """One discovery read: ``listed`` are the resources it has. Returns the cached resources
+        now confirmed gone (forgotten here: the caller drops them)."""
+        listed = set(listed)
+        absent = [k for k in cached if k not in listed]
+        if not ready:
+            self._misses.clear()
+            return []
+        misses: dict[Key, tuple[int, float]] = {}
+        gone: list[Key] = []
+        for key in absent:
+            count, first = self._misses.get(key, (0, now))
+            count += 1
+            if count >= self.confirmations and now - first >= self.span:
+                gone.append(key)
+            else:
+                misses[key] = (count, first)
+        self._misses = misses
+        return gone
+
+    def forget(self, key: Key) -> None:
+        """The resource's cache was dropped for another reason (its definition deleted)."""
+        self._misses.pop(key, None)
