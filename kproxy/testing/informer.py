@@ -43,10 +43,13 @@ class Informer:
         namespace: str = "",
         env: dict[str, str] | None = None,
         event_retry_sleep: float | None = None,
+        resource: str = "",
     ) -> None:
         args = [str(ensure_informer()), "-kubeconfig", str(kubeconfig)]
         if namespace:
             args += ["-namespace", namespace]
+        if resource:  # GROUP/VERSION/RESOURCE through the dynamic client (default: pods)
+            args += ["-resource", resource]
         if event_retry_sleep is not None:  # client-go's default: 10 s between an event's tries
             args += ["-event-retry-sleep", f"{event_retry_sleep}s"]
         self.proc = subprocess.Popen(

@@ -1,5 +1,6 @@
-// Command informer is a client-go shared informer on pods, used by kproxy's e2e tests to prove that a real
-// controller keeps a correct local copy through kproxy (apiserver restarts, etcd compaction).
+// Command informer is a client-go shared informer on pods (or, with -resource GROUP/VERSION/RESOURCE, on any
+// resource through the dynamic client), used by kproxy's e2e tests to prove that a real controller keeps a
+// correct local copy through kproxy (apiserver restarts, etcd compaction, discovery blips).
 //
 // It prints one JSON line per thing it sees on stdout:
 //
@@ -39,9 +40,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -68,15 +73,31 @@ func podEvent(kind string, obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	o, err := meta.Accessor(obj)
+	if err != nil {
 		emit(map[string]any{"kind": "unexpected-object", "type": kind, "object": fmt.Sprintf("%T", obj)})
 		return
 	}
 	emit(map[string]any{
-		"kind": "event", "type": kind, "namespace": pod.Namespace, "name": pod.Name,
-		"resourceVersion": pod.ResourceVersion,
+		"kind": "event", "type": kind, "namespace": o.GetNamespace(), "name": o.GetName(),
+		"resourceVersion": o.GetResourceVersion(),
 	})
+}
+
+// dynamicListWatch lists and watches -resource (GROUP/VERSION/RESOURCE) through the dynamic client.
+func dynamicListWatch(client *dynamic.DynamicClient, namespace, resource string) (
+	func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	error,
+) {
+	parts := strings.Split(resource, "/")
+	if len(parts) != 3 {
+		return nil, nil, fmt.Errorf("-resource %q: want GROUP/VERSION/RESOURCE", resource)
+	}
+	gvr := schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}
+	ri := client.Resource(gvr).Namespace(namespace)
+	list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) }
+	return list, ri.Watch, nil
 }
 
 // observe reports ERROR and BOOKMARK events before the reflector sees them (a 410 during a watch never
@@ -92,10 +113,10 @@ func observe(e watch.Event) (watch.Event, bool) {
 		}
 		emit(line)
 	case watch.Bookmark:
-		if pod, ok := e.Object.(*corev1.Pod); ok {
+		if o, err := meta.Accessor(e.Object); err == nil {
 			emit(map[string]any{
-				"kind": "bookmark", "resourceVersion": pod.ResourceVersion,
-				"initialEventsEnd": pod.Annotations[metav1.InitialEventsAnnotationKey] == "true",
+				"kind": "bookmark", "resourceVersion": o.GetResourceVersion(),
+				"initialEventsEnd": o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true",
 			})
 		}
 	}
@@ -140,6 +161,7 @@ func (s reportingSink) Patch(event *corev1.Event, data []byte) (*corev1.Event, e
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "", "namespace to watch (empty: all namespaces)")
+	resource := flag.String("resource", "", "GROUP/VERSION/RESOURCE to inform on through the dynamic client (empty: pods)")
 	eventRetrySleep := flag.Duration("event-retry-sleep", 10*time.Second, "the event recorder's sleep between tries")
 	flag.Parse()
 
@@ -154,10 +176,23 @@ func main() {
 		os.Exit(2)
 	}
 	pods := client.CoreV1().Pods(*namespace)
+	listFn := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }
+	watchFn, example := pods.Watch, runtime.Object(&corev1.Pod{})
+	if *resource != "" {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err == nil {
+			listFn, watchFn, err = dynamicListWatch(dyn, *namespace, *resource)
+		}
+		if err != nil {
+			emit(map[string]any{"kind": "fatal", "error": err.Error()})
+			os.Exit(2)
+		}
+		example = &unstructured.Unstructured{}
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			emit(map[string]any{"kind": "list", "mode": "list", "resourceVersion": opts.ResourceVersion})
-			return pods.List(ctx, opts)
+			return listFn(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
@@ -165,7 +200,7 @@ func main() {
 				emit(map[string]any{"kind": "list", "mode": "watchlist", "resourceVersion": opts.ResourceVersion})
 			}
 			emit(map[string]any{"kind": "watch", "resourceVersion": opts.ResourceVersion, "sendInitialEvents": initial})
-			w, err := pods.Watch(ctx, opts)
+			w, err := watchFn(ctx, opts)
 			if err != nil {
 				emit(map[string]any{"kind": "watch-open-error", "error": err.Error()})
 				return nil, err
@@ -173,7 +208,7 @@ func main() {
 			return watch.Filter(w, observe), nil
 		},
 	}
-	informer := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	informer := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
 	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		emit(map[string]any{"kind": "watch-error", "error": err.Error()})
 	}); err != nil {
@@ -203,8 +238,9 @@ func main() {
 	dump := func() {
 		objects := map[string]string{}
 		for _, obj := range informer.GetStore().List() {
-			pod := obj.(*corev1.Pod)
-			objects[pod.Namespace+"/"+pod.Name] = pod.ResourceVersion
+			if o, err := meta.Accessor(obj); err == nil {
+				objects[o.GetNamespace()+"/"+o.GetName()] = o.GetResourceVersion()
+			}
 		}
 		emit(map[string]any{"kind": "store", "resourceVersion": informer.LastSyncResourceVersion(), "objects": objects})
 	}
