@@ -40,10 +40,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 from multidict import CIMultiDict
 
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
+from kproxy.core.outage import NoAnswer, upstream_failed
 from kproxy.core.status import StatusError, internal_error, unauthorized
 from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
@@ -146,13 +148,17 @@ class CallerAuthenticator:
 
     async def identify(self, ex: Exchange, peercert: Any) -> Identity:
         """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, a 401 for an identity
-        kproxy cannot name in headers (``UnrepresentableIdentity``), 500 if the apiserver cannot
-        be asked (kproxy never guesses an identity)."""
+        kproxy cannot name in headers (``UnrepresentableIdentity``); if the apiserver cannot be
+        reached, the outage answer (``kproxy.core.outage``), and a 500 if it answered the review
+        with an error (kproxy never guesses an identity)."""
         identity = identity_from_peercert(peercert)
         if identity is None:
             try:
                 identity, by_protocol = await self.tokens.authenticate_request(ex.headers)
             except TokenReviewError as err:
+                if isinstance(err.__cause__, (aiohttp.ClientConnectionError, OSError, TimeoutError)):
+                    # The apiserver could not be asked: an outage, answered as one (kproxy.core.outage).
+                    raise _outage(ex, err) from err
                 raise internal_error(f"kproxy could not establish the caller's identity: {err}") from err
             if by_protocol:
                 # As the apiserver does: the upstream's WebSocket handshake never sees the token.
@@ -163,3 +169,9 @@ class CallerAuthenticator:
             raise err.status() from None
         ex.identity = identity
         return identity
+
+
+def _outage(ex: Exchange, err: TokenReviewError) -> StatusError | NoAnswer:
+    """A caller whose token could not be reviewed because the apiserver is unreachable gets what
+    a request the upstream cannot serve gets: a 429 for a read, no answer for a write."""
+    return upstream_failed(ex.method, str(err))

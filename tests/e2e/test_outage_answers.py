@@ -22,6 +22,7 @@ import contextlib
 import http.client
 import json
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -64,15 +65,45 @@ def failed_watches(rp: RunningProxy) -> float:
     return sum(requests_counted(rp, verb="watch", resource="pods", code=code) for code in ("429", "503", "500", "0"))
 
 
-def raw_get(rp: RunningProxy, path: str) -> tuple[int, dict[str, str], bytes]:
-    host, port = rp.url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+def raw_get(rp: RunningProxy, path: str, token: str = "") -> tuple[int, dict[str, str], bytes]:
+    """One GET to kproxy (HTTPS with its CA when it serves TLS, with ``token`` as bearer if given)."""
+    scheme, _, hostport = rp.url.partition("://")
+    host, port = hostport.split(":")
+    conn: http.client.HTTPConnection
+    if scheme == "https":
+        ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+        conn = http.client.HTTPSConnection(host, int(port), timeout=30, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        conn.request("GET", path, headers={"Accept": "application/json"})
+        conn.request("GET", path, headers=headers)
         resp = conn.getresponse()
         return resp.status, dict(resp.getheaders()), resp.read()
     finally:
         conn.close()
+
+
+def raw_write(rp: RunningProxy, path: str, token: str) -> bytes:
+    """A POST to kproxy over TLS as ``token``; what came back before the connection closed."""
+    host, port = rp.url.removeprefix("https://").split(":")
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+    body = json.dumps(_configmap("impersonated")).encode()
+    with (
+        socket.create_connection((host, int(port)), timeout=30) as plain,
+        ctx.wrap_socket(plain, server_hostname=host) as sock,
+    ):
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        try:
+            return sock.recv(4096)
+        except (ssl.SSLEOFError, ConnectionResetError):
+            return b""
 
 
 @dataclass
@@ -92,6 +123,8 @@ class Outage:
     py_read_429s: float = 0
     py_write: BaseException | None = None
     py_write_direct: BaseException | None = None
+    impersonated_read: tuple[int, dict[str, str], bytes] = (0, {}, b"")
+    impersonated_write: bytes = b"-"
 
 
 def _kubectl(cp: envtest.ControlPlaneInfo, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -122,6 +155,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
     tmp = tmp_path_factory.mktemp("outage")
     cp = envtest.up(tmp / "cp", bins=envtest.ensure_binaries())
     rp: RunningProxy | None = None
+    proxies: list[RunningProxy] = []
     informers: list[Informer] = []
     try:
         namespace = "outage-answers"
@@ -130,6 +164,9 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
         )
         assert status == 201, body
         rp = start_proxy(tmp / "kproxy", cp.admin_kubeconfig, extra=CHAIN)
+        # impersonate mode: a caller's token is reviewed by the apiserver before anything else.
+        imp = start_proxy(tmp / "impersonate", cp.admin_kubeconfig, credentials="impersonate", tls=True)
+        proxies.append(imp)
         via = Informer(rp.kubeconfig, namespace=namespace, event_retry_sleep=EVENT_RETRY_SLEEP)
         direct = Informer(cp.admin_kubeconfig, namespace=namespace)
         informers += [via, direct]
@@ -148,6 +185,9 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
             direct.wait(lambda: bool(direct.of("watch-open-error")), 30, "the direct informer's watch to fail")
             via.record_event("DuringOutage")
             o.raw_read = raw_get(rp, f"/api/v1/namespaces/{namespace}/pods")
+            # A token kproxy has not reviewed yet (the apiserver cannot be asked to).
+            o.impersonated_read = raw_get(imp, f"/api/v1/namespaces/{namespace}/pods", token=cp.admin_token)
+            o.impersonated_write = raw_write(imp, f"/api/v1/namespaces/{namespace}/configmaps", cp.admin_token)
 
             # Clients that take a while (kubectl and urllib3 wait on Retry-After) run side by side.
             def kubectl_get() -> None:
@@ -198,8 +238,9 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
     finally:
         for inf in informers:
             inf.stop()
-        if rp is not None:
-            rp.stop()
+        for p in [rp, *proxies]:
+            if p is not None:
+                p.stop()
         envtest.down(tmp / "cp")
 
 
@@ -237,6 +278,15 @@ def test_a_read_is_a_429_status_with_retry_after(outage: Outage) -> None:
     assert st["kind"] == "Status" and st["reason"] == "TooManyRequests" and st["code"] == 429
     assert st["details"] == {"retryAfterSeconds": 1}
     assert st["message"].startswith("the upstream kube-apiserver is unavailable: ")
+
+
+def test_impersonate_mode_answers_an_unreviewable_caller_as_an_outage(outage: Outage) -> None:
+    """In impersonate mode the caller's token cannot be reviewed during the outage: the same
+    answers (a 500 made the reflector relist and the event recorder drop its events)."""
+    code, headers, body = outage.impersonated_read
+    assert code == 429 and headers.get("Retry-After") == "1", body
+    assert json.loads(body)["reason"] == "TooManyRequests"
+    assert outage.impersonated_write == b"", outage.impersonated_write[:200]
 
 
 def test_kubectl_retries_a_read_and_a_write_fails_as_against_an_unreachable_apiserver(outage: Outage) -> None:
