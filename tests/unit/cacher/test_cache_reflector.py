@@ -269,6 +269,24 @@ async def test_expired_lists_again_and_brings_the_cache_to_the_new_state_by_diff
         assert h.state()["ns/new"] == 71
 
 
+async def test_what_is_known_of_compaction_is_forgotten_when_the_upstream_goes_back_in_time() -> None:
+    async with running() as h:
+        s = await h.listed(("ns/a", 3), rv=50)
+        h.reflector.compaction.saw_expired(40)
+        assert h.reflector.compaction.known(30) is True
+        s.send(END)
+        h.lw.stream(Expired("too old resource version: 50 (60)"))
+        relist = h.lw.stream(ev(ADDED, "ns/a", 70), bookmark(80, end=True))  # later: still true
+        await relist.drained()
+        assert h.reflector.compaction.known(30) is True
+        relist.send(END)
+        h.lw.stream(Expired("too old resource version: 80 (90)"))
+        restored = h.lw.stream(ev(ADDED, "ns/a", 3), bookmark(20, end=True))  # etcd restored
+        await restored.drained()
+        assert h.cache.rv == 20
+        assert h.reflector.compaction.known(30) is None
+
+
 async def test_expired_as_an_error_on_a_live_stream_also_relists() -> None:
     async with running() as h:
         s = await h.listed(("ns/a", 3), rv=10)
