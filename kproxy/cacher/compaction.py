@@ -90,6 +90,13 @@ class CompactionTracker:
         if stale or rv < self._served_from or (rv == self._served_from and at > self._served_at):
             self._served_from, self._served_at = rv, at
 
+    async def close(self) -> None:
+        """Cancel the probes still in flight (their askers get CancelledError)."""
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def reset(self) -> None:
         """The upstream went back in time (etcd restored): nothing known holds any more."""
         self.expired_through = 0

@@ -137,6 +137,7 @@ class Reflector:
                 await probe
         if self._progress is not None and not self._progress.done():
             self._progress.cancel()
+        await self.compaction.close()
 
     @property
     def running(self) -> bool:

@@ -102,3 +102,15 @@ async def test_reset_forgets_everything() -> None:
     t.reset()
     up.compacted = 0  # etcd restored from a backup: its revisions start again
     assert not await t.expired(40)
+
+
+async def test_close_cancels_the_probes_in_flight() -> None:
+    up, clock = Upstream(), Clock()
+    up.gate = asyncio.Event()
+    t = tracker(up, clock)
+    asker = asyncio.create_task(t.expired(7))
+    await asyncio.sleep(0)
+    await t.close()
+    with pytest.raises(asyncio.CancelledError):
+        await asker
+    assert t.known(7) is None
