@@ -233,11 +233,24 @@ def _owner_key(pod: Mapping[str, Any]) -> str:
     return "-"
 
 
+#: Owners whose pods' placement is left to resource scores alone: the scheduler's default spreading
+#: constraints select a pod's siblings through its Services, ReplicationControllers, ReplicaSets and
+#: StatefulSets (pkg/scheduler/framework/plugins/helper/spread.go, DefaultSelector), never a Job. Such
+#: pods land wherever the rest of the cluster's load leaves the most room, which differs between runs.
+_UNSPREAD_OWNERS = ("Job",)
+
+
 def spread(pods: Sequence[Mapping[str, Any]], nodes: Sequence[str]) -> dict[str, list[int]]:
-    """Per controlling owner, how many of its live pods each node runs (sorted, nodes with none included)."""
+    """Per controlling owner, how many of its live pods each node runs (sorted, nodes with none included).
+
+    Only where the scheduler spreads on purpose (see :data:`_UNSPREAD_OWNERS`); whether every pod was
+    scheduled at all is in each pod's summary.
+    """
     counts: dict[str, Counter[str]] = {}
     for pod in pods:
-        if "deletionTimestamp" in pod["metadata"]:
+        if "deletionTimestamp" in pod["metadata"] or _owner_key(pod).startswith(
+            tuple(f"{k}/" for k in _UNSPREAD_OWNERS)
+        ):
             continue
         node = (pod.get("spec") or {}).get("nodeName") or "<unscheduled>"
         counts.setdefault(_owner_key(pod), Counter())[node] += 1
