@@ -9,7 +9,7 @@ the official Python client through a ``kproxy run`` caching podtemplates and, in
 directly against the apiserver: same codes, same items, same counts, and the cache's tokens are
 tokens the apiserver accepts.
 
-The control plane is the test's own: its apiserver compacts etcd itself every 2 s
+The control plane is the test's own: its apiserver compacts etcd itself every second
 (``--etcd-compaction-interval``, 5 min by default), which is what makes its own continue tokens
 expire (its cacher learns of a compaction from its own compactor, within 15 s; an etcd compacted
 from outside would go unnoticed by it for up to two compaction intervals).
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.e2e
 
 TOTAL = 400  # numberOfTotalResources
 ONE_TENTH = TOTAL // 10
-COMPACTION_INTERVAL = "2s"
+COMPACTION_INTERVAL = "1s"
 
 
 @pytest.fixture(scope="module")
