@@ -156,8 +156,8 @@ def _kind_fields(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
         out["podManagementPolicy"] = spec.get("podManagementPolicy")
         return out
     if kind == "DaemonSet":
-        keys = ("currentNumberScheduled", "desiredNumberScheduled", "numberReady", "numberAvailable")
-        return {**_workload(obj, (*keys, "updatedNumberScheduled", "numberMisscheduled")), "replicas": None}
+        ds_keys = ("currentNumberScheduled", "desiredNumberScheduled", "numberReady", "numberAvailable")
+        return {**_workload(obj, (*ds_keys, "updatedNumberScheduled", "numberMisscheduled")), "replicas": None}
     if kind == "ControllerRevision":
         return {"revision": obj.get("revision")}
     if kind == "Job":
@@ -325,9 +325,9 @@ def unsettled(info: ControlPlaneInfo, namespace: str) -> list[str]:
             if kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet") and not _observed(obj):
                 out.append(f"{name} spec not observed")
             if kind == "Deployment":
-                keys = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
-                if not _counts_match(obj, int(spec.get("replicas", 1)), keys):
-                    out.append(f"{name} status {_pick(obj.get('status'), keys)}")
+                dep_keys = ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")
+                if not _counts_match(obj, int(spec.get("replicas", 1)), dep_keys):
+                    out.append(f"{name} status {_pick(obj.get('status'), dep_keys)}")
             elif kind in ("ReplicaSet", "StatefulSet"):
                 keys = ("replicas", "readyReplicas", "availableReplicas")
                 if not _counts_match(obj, int(spec.get("replicas", 1)), keys):
@@ -336,9 +336,9 @@ def unsettled(info: ControlPlaneInfo, namespace: str) -> list[str]:
                 if kind == "StatefulSet" and status.get("currentRevision") != status.get("updateRevision"):
                     out.append(f"{name} revision not current")
             elif kind == "DaemonSet":
-                keys = ("currentNumberScheduled", "numberReady", "numberAvailable", "updatedNumberScheduled")
+                ds_keys = ("currentNumberScheduled", "numberReady", "numberAvailable", "updatedNumberScheduled")
                 want = int((obj.get("status") or {}).get("desiredNumberScheduled") or 0)
-                if want == 0 or not _counts_match(obj, want, keys):
+                if want == 0 or not _counts_match(obj, want, ds_keys):
                     out.append(f"{name} status {obj.get('status')}")
             elif kind == "Job":
                 status = obj.get("status") or {}

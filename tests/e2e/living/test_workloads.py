@@ -19,6 +19,7 @@ import contextlib
 import http.client
 import json
 import re
+import socket
 import threading
 import time
 import urllib.request
@@ -74,7 +75,7 @@ class Side:
         return full
 
     def k(self, *args: str, input: str | None = None, timeout: float = TIMEOUT) -> str:
-        return self.kubectl.run(args, kubeconfig=self.kubeconfig, input=input, timeout=timeout).stdout
+        return str(self.kubectl.run(args, kubeconfig=self.kubeconfig, input=input, timeout=timeout).stdout)
 
     def create(self, namespace: str | None, *objects: dict[str, Any]) -> None:
         doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
@@ -168,8 +169,8 @@ class PodWatch:
                 self.events.append((ev["type"], pod["metadata"]["name"], ready))
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.sock.shutdown(2)  # type: ignore[union-attr]
+        with contextlib.suppress(OSError, AttributeError):
+            self._conn.sock.shutdown(socket.SHUT_RDWR)
         self._conn.close()
         self._thread.join(timeout=5)
 
@@ -624,6 +625,7 @@ def test_proxied_run_crossed_kproxy(proxied_run: Run) -> None:
         for agent in ("kube-controller-manager", "kube-scheduler", "kwok")
     }
     assert all(by_agent.values()), {a: len(lines) for a, lines in by_agent.items()}
+    assert any(re.search(r" /api\S*/namespaces/wl-\S+-proxied\S* 20\d .*user_agent=kubectl/", line) for line in log)
     binds = [
         line
         for line in by_agent["kube-scheduler"]
