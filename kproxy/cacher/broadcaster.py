@@ -189,6 +189,7 @@ class Broadcaster:
         self._watchers: set[Watcher] = set()
         self._dirty: list[Watcher] = []
         self._flush_handle: asyncio.Handle | None = None
+        self._flush_waiters: list[asyncio.Future[None]] = []
         self._latencies: list[float] = []
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -421,6 +422,15 @@ class Broadcaster:
             self._dirty.append(w)
         self._schedule_flush()
 
+    async def flushed(self) -> None:
+        """Return once what has been queued to the watchers so far has been written (to every
+        watcher whose connection takes it): at once when no write pass is pending."""
+        if self._flush_handle is None:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._flush_waiters.append(fut)
+        await fut
+
     def _schedule_flush(self) -> None:
         if self._flush_handle is None and self._dirty:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
@@ -475,6 +485,11 @@ class Broadcaster:
             self._latencies = []
         if overfull:
             self._give_budget(overfull)
+        if self._flush_waiters:
+            waiters, self._flush_waiters = self._flush_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _stream(self, w: Watcher, coding: Coding) -> SharedStream[Watcher]:
         streams = self._groups[w.selection.key].streams

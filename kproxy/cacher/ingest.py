@@ -14,7 +14,7 @@ import orjson
 
 from kproxy.cacher import CachedObject, Kind, object_key
 from kproxy.cacher.fields import SelectableFields
-from kproxy.codec import Envelope, ProtobufCodec
+from kproxy.codec import CodecError, Envelope, ProtobufCodec
 from kproxy.codec.envelope import iter_fields
 
 _MAX_SHARED = 1 << 16
@@ -127,6 +127,23 @@ def _fields(raw: bytes) -> Iterator[tuple[int, int, int]]:
     for num, wire, _, start, end in iter_fields(raw):
         if wire == 2:
             yield num, start, end
+
+
+def object_rv(raw: bytes) -> int | None:
+    """``metadata.resourceVersion`` of an object's protobuf message (no envelope), or None when it
+    has none or it is not a number. Every Kubernetes object is ``metadata = 1`` (ObjectMeta), and
+    ObjectMeta's ``resourceVersion`` is field 6."""
+    try:
+        for num, wire, _, start, end in iter_fields(raw):
+            if num == 1 and wire == 2:
+                for num2, wire2, _, start2, end2 in iter_fields(raw, start, end):
+                    if num2 == 6 and wire2 == 2:
+                        text = raw[start2:end2]
+                        return int(text) if text.isdigit() else None
+                return None
+    except CodecError:  # not a protobuf message after all
+        return None
+    return None
 
 
 def list_meta_rv(meta: bytes) -> tuple[int, str]:

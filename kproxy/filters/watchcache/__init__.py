@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import orjson
@@ -50,6 +51,7 @@ from kproxy.filters.watchcache.resources import (
 )
 from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
 from kproxy.filters.watchcache.watches import open_watch, too_large_rv
+from kproxy.filters.watchcache.writes import OBJECT_SUBRESOURCES, WRITE_VERBS, own_event_first
 from kproxy.identity.access import AccessReviewer, UndecidedError, access_reviewer, authorize
 
 log = logging.getLogger("kproxy.watchcache")
@@ -113,6 +115,13 @@ class WatchCacheSettings(BaseModel):
     )
     bookmark_interval: float = Field(
         60.0, gt=0, description="Seconds between bookmarks for watchers that allow them (the apiserver's 1 min)."
+    )
+    write_wait: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds at most the answer to a write of a cached resource waits until the cache has "
+        "written the write's own event to its watchers, so that a controller's informer has it before "
+        "the answer (0: never wait).",
     )
 
     @field_validator("resources")
@@ -388,6 +397,12 @@ class WatchCacheFilter(FilterBase):
     # -- requests ---------------------------------------------------------------------------------
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
         info = ex.info
+        if info.is_resource_request and info.verb in WRITE_VERBS and info.subresource in OBJECT_SUBRESOURCES:
+            written = self.caches.get((info.api_group, info.api_version, info.resource))
+            if written is not None:
+                return await own_event_first(
+                    written, ex, await call_next(ex), self.settings.write_wait, self._waited(written)
+                )
         if not info.is_resource_request or info.subresource or info.verb not in ("list", "get", "watch"):
             return await call_next(ex)
         rc = self.caches.get((info.api_group, info.api_version, info.resource))
@@ -424,6 +439,12 @@ class WatchCacheFilter(FilterBase):
         if reads is not None:
             reads.labels(label, info.verb, "cache", decided.mode).inc()
         return _gzip_as_the_apiserver(ex, reply, self._gzip)
+
+    def _waited(self, rc: ResourceCache) -> Callable[[str, float], None] | None:
+        if self._metrics is None:
+            return None
+        hist, label = self._metrics.write_wait, rc.spec.label
+        return lambda outcome, seconds: hist.labels(label, outcome).observe(seconds)
 
     async def _watch(self, ex: Exchange, call_next: Handler, rc: ResourceCache) -> Reply:
         """A watch from the cache (authorized when it starts, as the apiserver does), or passed on."""

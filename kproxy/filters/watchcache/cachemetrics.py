@@ -22,6 +22,7 @@ class CacheMetrics:
     coalesced: Counter
     slow_closed: Counter
     latency: Histogram
+    write_wait: Histogram
 
 
 def cache_metrics(ctx: FilterContext) -> CacheMetrics:
@@ -74,6 +75,14 @@ def cache_metrics(ctx: FilterContext) -> CacheMetrics:
                 "kproxy_watchcache_delivery_latency_seconds",
                 "From an event's arrival from the upstream to its write to every watcher that gets it.",
                 ["resource"],
+                buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+                registry=r,
+            ),
+            Histogram(
+                "kproxy_watchcache_write_wait_seconds",
+                "How long the answer to a write of a cached resource waited for the write's own event to "
+                "be written to the cache's watchers (outcome: delivered, or timeout at write_wait).",
+                ["resource", "outcome"],
                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
                 registry=r,
             ),
