@@ -57,7 +57,20 @@ async def _serve(cfg: Config, args: argparse.Namespace) -> int:
         reloads.add(task)
         task.add_done_callback(reloads.discard)
 
-    await server.start()
+    try:
+        await server.start()
+    except ConfigError:
+        await server.close_unstarted()
+        raise
+    ok, reason = await server.upstream_ready()
+    if not ok:
+        # Serve anyway (an apiserver that is restarting comes back; a sidecar must not crash-loop), but say so once.
+        log.warning(
+            "the upstream kube-apiserver %s is not ready: %s; kproxy serves meanwhile (reads get 429 with "
+            "Retry-After, /readyz answers 503) and carries on when it is",
+            server.upstream.base,
+            reason,
+        )
     gctuning.freeze_started()
     gctuning.observe_pauses(server.metrics.gc_pause)
     loop.add_signal_handler(signal.SIGHUP, on_hup)

@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import json
 import os
+import shutil
 import ssl
 import tempfile
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import yaml
 
 from kproxy.config import ConfigError
+from kproxy.core.status import internal_error
 from kproxy.server.tlschain import send_configured_chain_only
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -83,6 +85,7 @@ class ExecToken(TokenSource):
     args: list[str]
     env: dict[str, str]
     api_version: str
+    install_hint: str = ""
     _value: str | None = None
     _expires: float = 0.0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -91,7 +94,11 @@ class ExecToken(TokenSource):
         async with self._lock:
             if self._value is not None and (self._expires == 0.0 or time.time() < self._expires - 10):
                 return self._value
-            cred = await run_exec_plugin(self.command, self.args, self.env, self.api_version)
+            try:
+                cred = await run_exec_plugin(self.command, self.args, self.env, self.api_version, self.install_hint)
+            except ConfigError as err:
+                # The caller asked nothing wrong: kproxy could not get its own credentials.
+                raise internal_error(f"kproxy's upstream credentials: {err}") from None
             status = cred.get("status") or {}
             self._value = status.get("token")
             self._expires = _parse_expiry(status.get("expirationTimestamp"))
@@ -104,21 +111,42 @@ def _parse_expiry(value: str | None) -> float:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
-async def run_exec_plugin(command: str, args: list[str], env: Mapping[str, str], api_version: str) -> Any:
+def exec_not_found(command: str, install_hint: str) -> ConfigError:
+    """client-go's words for a credential plugin that is not installed (plugin/pkg/client/auth/exec,
+    ``wrapCmdRunErrorLocked``), with the kubeconfig's ``installHint``."""
+    msg = f"exec: executable {command} not found (a client-go credential plugin the kubeconfig names is not installed)"
+    return ConfigError(msg + (f": {' '.join(install_hint.split())}" if install_hint else ""))
+
+
+def check_exec_plugin(command: str, install_hint: str, env_path: str | None = None) -> None:
+    """At start-up: the plugin must be found as the kubeconfig names it (a path, or a name on $PATH)."""
+    if shutil.which(command, path=env_path) is None:
+        raise exec_not_found(command, install_hint)
+
+
+async def run_exec_plugin(
+    command: str, args: list[str], env: Mapping[str, str], api_version: str, install_hint: str = ""
+) -> Any:
     """Run an exec credential plugin the way client-go does and return its ExecCredential."""
     info = {"apiVersion": api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
     proc_env = {**os.environ, **env, "KUBERNETES_EXEC_INFO": json.dumps(info)}
-    proc = await asyncio.create_subprocess_exec(
-        command,
-        *args,
-        env=proc_env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            command,
+            *args,
+            env=proc_env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        raise exec_not_found(command, install_hint) from None
     out, err = await proc.communicate()
     if proc.returncode != 0:
-        raise ConfigError(f"exec plugin {command} failed ({proc.returncode}): {err.decode(errors='replace')}")
+        detail = err.decode(errors="replace").strip()
+        raise ConfigError(
+            f"exec: executable {command} failed with exit code {proc.returncode}" + (f": {detail}" if detail else "")
+        )
     try:
         return json.loads(out)
     except ValueError as e:
@@ -260,7 +288,9 @@ def from_kubeconfig(paths: str | list[str], context: str | None = None) -> Upstr
             args=list(ex.get("args") or []),
             env=env,
             api_version=ex.get("apiVersion", "client.authentication.k8s.io/v1"),
+            install_hint=str(ex.get("installHint") or ""),
         )
+        check_exec_plugin(ex["command"], str(ex.get("installHint") or ""), env.get("PATH"))
     elif user.get("username") and user.get("password"):
         raise ConfigError("kubeconfig: basic auth (username/password) is not supported by the apiserver any more")
     return target

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import re
 import ssl
 import time
@@ -25,7 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kproxy.config import Config
+from kproxy.config import Config, ConfigError, ListenAddr
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
@@ -162,7 +163,10 @@ class ProxyServer:
         ssl_ctx = None
         if self.cfg.tls is not None:
             ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
+            try:
+                ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigError(f"tls: cannot load {self.cfg.tls.cert_file} and its key: {_reason(err)}") from None
             if self.cfg.tls.client_ca_file:
                 # A certificate is optional, but one that does not verify fails the handshake. The
                 # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
@@ -171,7 +175,7 @@ class ProxyServer:
                 ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
                 ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
         site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
-        await site.start()
+        await _bind(site, "listen", self.cfg.listen)
         self._sites.append(site)
         self.bound = _bound(site)
 
@@ -183,7 +187,7 @@ class ProxyServer:
         self._admin_runner = web.AppRunner(admin, handle_signals=False, access_log=None)
         await self._admin_runner.setup()
         asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
-        await asite.start()
+        await _bind(asite, "admin_listen", self.cfg.admin_listen)
         self.admin_bound = _bound(asite)
         scheme = "https" if ssl_ctx else "http"
         log.info(
@@ -237,6 +241,15 @@ class ProxyServer:
         self._draining.discard(old)
         in_use = {id(f) for chain in (self.chain, *self._draining) for f in chain.filters}
         await _stop_filters([f for f in old.filters if id(f) not in in_use])
+
+    async def close_unstarted(self) -> None:
+        """Release what a :meth:`start` that failed had opened (no drain: nothing was served)."""
+        for runner in (self._runner, self._admin_runner):
+            if runner is not None:
+                await runner.cleanup()
+        await self.chain.stop()
+        await self.metrics.served.stop()
+        await self.upstream.close()
 
     async def shutdown(self, deadline: float | None = None) -> None:
         """Stop accepting, end open watches cleanly, let in-flight requests finish (bounded)."""
@@ -625,3 +638,19 @@ def _fmt(addr: tuple[str, int] | None) -> str:
         return ""
     host, port = addr
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _reason(err: BaseException) -> str:
+    """An OS or TLS error's reason without Python's decoration (``[Errno 98] ...``)."""
+    if isinstance(err, OSError) and err.errno:
+        return os.strerror(err.errno).lower()  # "address already in use", "permission denied"
+    return str(err)
+
+
+async def _bind(site: web.TCPSite, key: str, addr: ListenAddr) -> None:
+    """Start a listener; a port in use (or not ours to take) is a one-line start-up error naming the key."""
+    try:
+        await site.start()
+    except OSError as err:
+        host = f"[{addr.host}]" if ":" in addr.host else addr.host
+        raise ConfigError(f"{key}: cannot listen on {host}:{addr.port}: {_reason(err)}") from None

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kproxy.config import ConfigError
+from kproxy.core.status import StatusError
 from kproxy.server.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
 from kproxy.testing import certs
 
@@ -113,12 +114,31 @@ async def test_exec_plugin_token(tmp_path: Path) -> None:
     assert (tmp_path / "calls").read_text() == "x"
 
 
-async def test_exec_plugin_failure_is_a_config_error(tmp_path: Path) -> None:
+async def test_exec_plugin_failure_is_a_status_naming_the_plugin(tmp_path: Path) -> None:
     kc = write_kc(tmp_path / "kc", {"exec": {"command": "false", "apiVersion": "client.authentication.k8s.io/v1"}})
     t = from_kubeconfig(str(kc))
     assert t.token is not None
-    with pytest.raises(ConfigError, match="exec plugin false failed"):
+    with pytest.raises(
+        StatusError, match="kproxy's upstream credentials: exec: executable false failed with exit code 1"
+    ):
         await t.token.token()
+
+
+def test_missing_exec_plugin_is_a_start_up_error_with_the_install_hint(tmp_path: Path) -> None:
+    hint = "Install kproxy-no-such-plugin by following\n https://example.com/install"
+    user = {
+        "exec": {
+            "command": "kproxy-no-such-plugin",
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "installHint": hint,
+        }
+    }
+    with pytest.raises(ConfigError) as err:
+        from_kubeconfig(str(write_kc(tmp_path / "kc", user)))
+    assert str(err.value) == (
+        "exec: executable kproxy-no-such-plugin not found (a client-go credential plugin the kubeconfig names is not "
+        "installed): Install kproxy-no-such-plugin by following https://example.com/install"
+    )
 
 
 def test_merge_first_file_wins_and_context_override(tmp_path: Path) -> None:
