@@ -475,12 +475,30 @@ async def churn(
     return side
 
 
+def forget_kwok_leases(info: envtest.ControlPlaneInfo) -> None:
+    """Delete the simulated nodes' leases an earlier kwok left (a reused control plane).
+
+    A kwok starting where its nodes' leases exist tries to create them, gets AlreadyExists, and syncs them
+    only ~30 s later; until then it moves none of those nodes' pods, so the first rollout of the side
+    would wait for it (seen both direct and through kproxy).
+    """
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    code, body = info.request("GET", leases)
+    if code != 200:
+        raise BenchError(f"listing node leases: HTTP {code}")
+    for item in json.loads(body)["items"]:
+        name = item["metadata"]["name"]
+        if name.startswith("kwok-node-"):
+            info.request("DELETE", f"{leases}/{name}")
+
+
 def run_side(args: argparse.Namespace, info: envtest.ControlPlaneInfo, mode: str, proxy: dict[str, Any]) -> Side:
     # The apiserver's own (loopback) informers' watches, before any component: not the clients'.
     code, body = info.request("GET", "/metrics", timeout=_REQUEST_TIMEOUT)
     if code != 200:
         raise BenchError(f"apiserver /metrics: HTTP {code}")
     baseline = watch_gauges(parse_metrics(body.decode()))
+    forget_kwok_leases(info)
     log(f"{mode}: starting kube-controller-manager, kube-scheduler and kwok with {args.nodes} nodes ...")
     t = time.monotonic()
     with running_components(info, mode=mode, proxy=proxy if mode == PROXIED else None, nodes=args.nodes) as server:
