@@ -331,3 +331,24 @@ def test_deleted_definition_drops_its_cache_and_ends_its_watches(
     assert py.ends == ["stream ended"], py.ends
     assert "Traceback" not in rp.log_text()
     assert [e["type"] for e in inf.of("event")] == ["ADDED", "ADDED", "DELETED", "DELETED"]
+
+
+def test_progress_probe_left_behind_by_a_read_fails_quietly(
+    own_cp: ControlPlaneInfo, kproxy: RunningProxy, ns: str
+) -> None:
+    """A read that waits for the cache to reach a resource version asks the apiserver to confirm
+    the cache's progress; the read stops waiting after 3 s (the apiserver frozen), and its probe
+    fails later (the apiserver killed). That failure is the probe's own: no traceback."""
+    cp, rp = own_cp, kproxy
+    configmaps = f"/api/v1/namespaces/{ns}/configmaps"
+    wait_cached(rp, configmaps, "configmaps")
+    assert cp.apiserver_pid is not None
+    os.kill(cp.apiserver_pid, signal.SIGSTOP)
+    try:
+        status, body = rp.get(f"{configmaps}?resourceVersion=999999999&resourceVersionMatch=NotOlderThan", timeout=20)
+        assert status == 504, body  # Too large resource version: the cache could not confirm it in time
+    finally:
+        cp.stop_apiserver(kill=True)  # the probe's request breaks here
+        cp.start_apiserver()
+    wait_for(lambda: rp.get(f"{configmaps}?resourceVersion=0")[0] == 200, 30, "kproxy to answer again")
+    assert "Traceback" not in rp.log_text()

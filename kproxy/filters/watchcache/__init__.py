@@ -361,6 +361,12 @@ class WatchCacheFilter(FilterBase):
         self.rediscover_soon()
 
     async def _definitions_deleted(self, names: list[str]) -> None:
+        try:
+            await self._drop_definitions(names)
+        except Exception as err:  # the discovery refresh drops them later (confirmed absence)
+            log.warning("watchcache: dropping the caches of deleted definitions failed (%s)", err)
+
+    async def _drop_definitions(self, names: list[str]) -> None:
         for name in names:
             resource, _, group = name.partition(".")
             for key, rc in [(k, rc) for k, rc in self.caches.items() if k[0] == group and k[2] == resource]:

@@ -136,6 +136,10 @@ class ResourceCache:
             if remaining <= 0:
                 return False
             probe = asyncio.ensure_future(self.reflector.request_progress())
+            # A probe left behind (the read stopped waiting) may fail later, e.g. on a connection
+            # to a restarted apiserver: its error is known already, and must not be logged as a
+            # "Task exception was never retrieved" traceback.
+            probe.add_done_callback(_consume)
             reached = asyncio.ensure_future(cache.wait_until(rv, remaining))
             done, _ = await asyncio.wait({probe, reached}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if reached in done and reached.result():
@@ -148,3 +152,8 @@ class ResourceCache:
                 return await cache.wait_until(rv, max(deadline - loop.time(), 0))
             if cache.ready and cache.rv >= rv:
                 return True
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
