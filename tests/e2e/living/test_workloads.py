@@ -661,6 +661,9 @@ def test_proxied_run_crossed_kproxy(proxied_run: Run) -> None:
         for agent in ("kube-controller-manager", "kube-scheduler", "kwok")
     }
     assert all(by_agent.values()), {a: len(lines) for a, lines in by_agent.items()}
+    # No request of theirs failed in kproxy or upstream of it (a 5xx is never the workload's doing here).
+    failed = [line for line in log if re.search(r"kproxy\.access \S+ \S+ 5\d\d ", line)]
+    assert not failed, failed[:5]
     assert any(re.search(r" /api\S*/namespaces/wl-\S+-proxied\S* 20\d .*user_agent=kubectl/", line) for line in log)
     binds = [
         line
