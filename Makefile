@@ -19,6 +19,8 @@ PYTEST_ARGS ?=
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml examples/readonly-filter/pyproject.toml
+	@PYTHON=$(PYTHON) bash tools/check-prereqs.sh python
+	@echo "installing kproxy and its dependencies into $(VENV) (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -U pip
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' -e examples/readonly-filter
@@ -31,6 +33,7 @@ KWOK_VERSION := $(shell sed -n 's|^\s*sigs.k8s.io/kwok \(v[0-9][0-9.]*\).*|\1|p'
 CLUSTER_BINS := etcd kube-apiserver kubectl kube-controller-manager kube-scheduler standin-kubelet kwok
 envtest-bin:
 	@if [ "$$(cat $(ENVTEST_BIN)/VERSION 2>/dev/null)" != "$(K8S_VERSION)" ]; then \
+	  bash tools/check-prereqs.sh go || exit 1; \
 	  echo "building $(CLUSTER_BINS) $(K8S_VERSION) from Go modules into $(ENVTEST_BIN) (cold: about 17 CPU-minutes, 10-12 minutes on 2 idle cores)"; \
 	  time bash tools/envtest/build.sh $(ENVTEST_BIN); \
 	else \
@@ -38,6 +41,7 @@ envtest-bin:
 	    [ "$$(cat $(ENVTEST_BIN)/KWOK_VERSION 2>/dev/null)" = "$(KWOK_VERSION)" ] || echo kwok); \
 	  if [ -n "$$missing" ]; then \
 	    missing=$$(echo $$missing | tr ' ' '\n' | sort -u | tr '\n' ' '); \
+	    bash tools/check-prereqs.sh go || exit 1; \
 	    echo "building $$missing into $(ENVTEST_BIN)"; \
 	    time bash tools/envtest/build.sh --only "$$missing" $(ENVTEST_BIN); \
 	  fi; \

@@ -23,6 +23,21 @@ out=$(cd "$out" && pwd)
 tmp=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
+# go build with a line of progress every 20 s (a cold build is quiet for minutes otherwise); its own
+# output is shown only if it fails.
+gobuild() {
+  local log="$tmp/go-build.log" started=$SECONDS rc=0
+  : > "$log"
+  ( while sleep 20; do
+      echo "build.sh:   ... $(grep -c '^[a-z]' "$log" 2>/dev/null || true) packages compiled, $((SECONDS - started)) s"
+    done ) &
+  local ticker=$!
+  CGO_ENABLED=0 go build -v "$@" 2>"$log" || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+  if [ $rc -ne 0 ]; then tail -n 60 "$log" >&2; return $rc; fi
+  echo "build.sh:   done in $((SECONDS - started)) s"
+}
+
 cd "$here"
 k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 minor=$(echo "$k8s" | cut -d. -f2)
@@ -41,7 +56,7 @@ for b in $want; do
 done
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "build.sh: go build ${pkgs[*]} ($k8s)"
-  CGO_ENABLED=0 go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}"
+  gobuild -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}"
 fi
 
 case " $want " in
@@ -50,7 +65,7 @@ case " $want " in
     kwok=$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
     kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
     echo "build.sh: go build sigs.k8s.io/kwok/cmd/kwok ($kwok)"
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok
+    gobuild -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok
     # Nodes: initialised Ready, heartbeats through Leases. Pods: the general lifecycle (created, init containers,
     # Ready, Job pods Completed, deletions finished).
     stages=("$kwokdir"/kustomize/stage/node/fast/node-initialize.yaml
@@ -61,5 +76,6 @@ case " $want " in
     ;;
 esac
 
+rm -f "$tmp/go-build.log"
 for f in "$tmp"/*; do mv -f "$f" "$out/"; done
 [ -n "$only" ] || echo "$k8s" > "$out/VERSION"
