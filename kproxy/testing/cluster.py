@@ -42,6 +42,7 @@ __all__ = [
     "MODES",
     "NODE_ANNOTATION",
     "component_tokens",
+    "forget_node_leases",
     "nodes_ready",
     "proxy_kubeconfig",
     "restart_component",
@@ -234,6 +235,8 @@ def start_components(
                 "kwok": f"http://127.0.0.1:{ports[2]}/healthz",
             }
             for name, argv in argvs.items():
+                if name == "kwok":
+                    forget_node_leases(info)
                 pid, start = _spawn(argv, _log(directory, name), directory)
                 state.extras[name] = _ProcState(pid, start, argv)
                 _write_state(directory, state)
@@ -327,8 +330,18 @@ def restart_component(info: ControlPlaneInfo, name: str, *, kill: bool = False, 
         if proc is None:
             raise ControlPlaneError(f"{name} is not running in {info.dir}")
         _terminate(proc.pid, proc.start_time, kill=kill)
+        if name == "kwok":
+            forget_node_leases(info)
         proc.pid, proc.start_time = _spawn(proc.argv, _log(info.dir, name), info.dir)
         _write_state(info.dir, state)
+
+
+def forget_node_leases(info: ControlPlaneInfo) -> None:
+    """Delete the nodes' Leases before a kwok starts: a new kwok (a new lease holder) otherwise waits for
+    the previous one's leases to expire (``--node-lease-duration-seconds``) before it moves their pods."""
+    code, body = info.request("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+    if code not in (200, 404):
+        raise ControlPlaneError(f"deleting the node leases: HTTP {code}: {body[:300]!r}")
 
 
 def node_manifest(name: str) -> dict[str, Any]:
