@@ -274,13 +274,19 @@ class FilterBase:
 
 FilterTimer = Callable[[str, float], None]
 
+#: ``Exchange.state`` key: the name of the filter that answered without calling the rest of the
+#: chain (the innermost such filter; unset when the upstream answered). Read by the access log
+#: and the request metrics' ``answered_by``.
+ANSWERED_BY_FILTER = "kproxy.answered_by"
+
 
 class Chain:
     """The ordered filters in front of a terminal handler (the upstream).
 
     Built once per config; ``handle`` runs one request through it. When ``observe`` is given it
     is called with each filter's own time (its total minus the time spent further down the
-    chain), which is what the per-filter metric reports.
+    chain), which is what the per-filter metric reports. A filter that returns (or raises)
+    without calling ``call_next`` is recorded in ``ex.state[ANSWERED_BY_FILTER]``.
     """
 
     def __init__(
@@ -306,20 +312,32 @@ class Chain:
 
     def _wrap(self, flt: Filter, call_next: Handler) -> Handler:
         observe = self._observe
+        name = flt.name
         if observe is None:
 
             async def plain(ex: Exchange) -> Reply:
-                return await flt(ex, call_next)
+                called = False
+
+                async def next_plain(inner: Exchange) -> Reply:
+                    nonlocal called
+                    called = True
+                    return await call_next(inner)
+
+                try:
+                    return await flt(ex, next_plain)
+                finally:
+                    if not called:
+                        ex.state.setdefault(ANSWERED_BY_FILTER, name)
 
             return plain
 
-        name = flt.name
-
         async def timed(ex: Exchange) -> Reply:
             below = 0.0
+            called = False
 
             async def next_timed(inner: Exchange) -> Reply:
-                nonlocal below
+                nonlocal below, called
+                called = True
                 t = time.perf_counter()
                 try:
                     return await call_next(inner)
@@ -331,6 +349,8 @@ class Chain:
                 return await flt(ex, next_timed)
             finally:
                 observe(name, time.perf_counter() - t0 - below)
+                if not called:  # this filter answered (or refused) without the rest of the chain
+                    ex.state.setdefault(ANSWERED_BY_FILTER, name)
 
         return timed
 

@@ -2,20 +2,42 @@
 
 Every label takes its values from a bounded set, never from what a caller sent as it is (a
 series per random resource name would grow the registry, and each scrape, without end). As the
-apiserver's own metrics (staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go): the
-verb is a known verb or ``other`` (its ``cleanVerb`` against ``validRequestMethods``); the
-resource (``resource.group``, ``""`` for non-resource paths) is one the apiserver serves, known
-from its discovery (``kproxy.server.servedresources``), or ``other`` (the apiserver counts requests only
-on the routes it installed); code is the HTTP status.
+apiserver's own ``apiserver_request_total``
+(staging/src/k8s.io/apiserver/pkg/endpoints/metrics/metrics.go): the verb is a known verb or
+``other`` (its ``cleanVerb`` against ``validRequestMethods``); ``group``, ``resource`` and
+``subresource`` are the apiserver's label names, kept as the request names them when the
+apiserver serves that resource (or subresource), known from its discovery
+(``kproxy.server.servedresources``), else ``resource="other"`` (the apiserver counts requests
+only on the routes it installed), all three empty for non-resource paths; code is the HTTP
+status. ``answered_by`` says who answered: the upstream, the watch ``cache``, a ``filter``
+(dryrun, validation, … answering locally) or ``kproxy`` itself (a refusal before any filter).
+
+As a Prometheus client's default registry does, the registry carries the ``process_*`` (CPU,
+memory, open files), ``python_info`` and ``python_gc_*`` collectors, and ``kproxy_build_info``;
+counters and histograms export no ``_created`` series (one per label set, doubling the series
+count for a value no dashboard reads).
 """
 
 from __future__ import annotations
 
 import gc
+import platform
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
+import kproxy
+from kproxy.core.chain import ANSWERED_BY_FILTER
+from kproxy.core.requestinfo import RequestInfo
 from kproxy.server.connections import CLOSE_REASONS, Connections
 from kproxy.server.servedresources import OTHER, ServedResources
 
@@ -33,20 +55,58 @@ KNOWN_VERBS = frozenset(
 )  # fmt: skip
 
 
+#: ``answered_by``: who wrote the answer. ``cache``: the watch cache served it from its store
+#: (or refused it there, e.g. a 403 from its authorization); ``filter``: another filter answered
+#: without calling the rest of the chain (dryrun, validation's local refusals, …); ``kproxy``:
+#: the server refused it before any filter ran (body too large, ``credentials: proxy``'s guard,
+#: an impersonated caller the apiserver would refuse); ``upstream``: the apiserver answered.
+ANSWERERS = ("upstream", "cache", "filter", "kproxy")
+#: The filter whose local answers are the cache's.
+_CACHE_FILTER = "watchcache"
+
+#: Prometheus client's default: a ``_created`` series beside every counter and histogram child.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+#: ``Exchange.state`` key the server sets when a request enters the chain.
+CHAIN_RAN = "kproxy.chain_ran"
+
+
+def answered_by(state: dict[str, Any]) -> str:
+    """The ``answered_by`` value of a finished request (see ``ANSWERERS``)."""
+    name = state.get(ANSWERED_BY_FILTER)
+    if name is not None:
+        return "cache" if name == _CACHE_FILTER else "filter"
+    return "upstream" if state.get(CHAIN_RAN) else "kproxy"
+
+
+def _version() -> str:
+    return getattr(kproxy, "__version__", "") or "unknown"
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        Gauge(
+            "kproxy_build_info",
+            "Always 1; the labels say which kproxy runs, on which Python.",
+            ["version", "python_version", "python_implementation"],
+            registry=r,
+        ).labels(_version(), platform.python_version(), platform.python_implementation()).set(1)
         self.requests = Counter(
             "kproxy_requests",
-            "Requests served, by verb, resource and HTTP code.",
-            ["verb", "resource", "code"],
+            "Requests served, by verb, group, resource, subresource, HTTP code and who answered.",
+            ["verb", "group", "resource", "subresource", "code", "answered_by"],
             registry=r,
         )
         self.latency = Histogram(
             "kproxy_request_duration_seconds",
-            "Time from request to the end of the response (watches excluded).",
-            ["verb", "resource"],
+            "Time from request to the end of the response (watches excluded), by who answered.",
+            ["verb", "group", "resource", "subresource", "answered_by"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -118,8 +178,8 @@ class Metrics:
 
         # Label children cached per label set: prometheus-client's labels() validates and locks on
         # every call, which showed in the per-request profile.
-        self._counts: dict[tuple[str, str, str], Any] = {}
-        self._latencies: dict[tuple[str, str], Any] = {}
+        self._counts: dict[tuple[str, ...], Any] = {}
+        self._latencies: dict[tuple[str, ...], Any] = {}
         self._filters: dict[str, Any] = {}
 
     def watch_connections(self, conns: Connections) -> None:
@@ -130,20 +190,31 @@ class Metrics:
         closed = {reason: self.connections_closed.labels(reason) for reason in CLOSE_REASONS}
         conns.on_close = lambda reason: closed[reason].inc()
 
-    def labels_for(self, verb: str, resource: str) -> tuple[str, str]:
-        """The bounded ``verb`` and ``resource`` labels of a request (see the module docstring)."""
-        return verb if verb in KNOWN_VERBS else OTHER, self.served.label(resource)
+    def labels_for(self, info: RequestInfo) -> tuple[str, str, str, str]:
+        """The bounded ``verb``, ``group``, ``resource`` and ``subresource`` labels of a request
+        (see the module docstring)."""
+        verb = info.verb if info.verb in KNOWN_VERBS else OTHER
+        gr = info.group_resource
+        if not gr:
+            return verb, "", "", ""
+        if self.served.label(gr) == OTHER:
+            return verb, "", OTHER, ""
+        sub = info.subresource
+        if sub:
+            # Discovery names a subresource as ``resource/subresource`` (kproxy.server.servedresources).
+            named = f"{info.resource}/{sub}"
+            sub = sub if (f"{named}.{info.api_group}" if info.api_group else named) in self.served.known else OTHER
+        return verb, info.api_group, info.resource, sub
 
-    def count(self, verb: str, resource: str, code: int) -> None:
-        verb, resource = self.labels_for(verb, resource)
-        key = (verb, resource, str(code))
+    def count(self, info: RequestInfo, code: int, answerer: str) -> None:
+        key = (*self.labels_for(info), str(code), answerer)
         child = self._counts.get(key)
         if child is None:
             child = self._counts[key] = self.requests.labels(*key)
         child.inc()
 
-    def observe_latency(self, verb: str, resource: str, seconds: float) -> None:
-        key = self.labels_for(verb, resource)
+    def observe_latency(self, info: RequestInfo, answerer: str, seconds: float) -> None:
+        key = (*self.labels_for(info), answerer)
         child = self._latencies.get(key)
         if child is None:
             child = self._latencies[key] = self.latency.labels(*key)

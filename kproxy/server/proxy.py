@@ -40,7 +40,7 @@ from kproxy.server.connections import Connections
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
 from kproxy.server.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
-from kproxy.server.metrics import Metrics
+from kproxy.server.metrics import CHAIN_RAN, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
 from kproxy.server.upgrade import splice
@@ -357,9 +357,10 @@ class ProxyServer:
             elapsed = time.perf_counter() - started
             resource = info.group_resource
             m = self.metrics
-            m.count(info.verb, resource, status)
+            answerer = answered_by(ex.state)
+            m.count(info, status, answerer)
             if not long_running:
-                m.observe_latency(info.verb, resource, elapsed)
+                m.observe_latency(info, answerer, elapsed)
             if sent:
                 m.bytes_out.inc(sent)
             if isinstance(ex.body, StreamBody) and ex.body.received:
@@ -376,6 +377,7 @@ class ProxyServer:
                         "bytes": sent,
                         "verb": info.verb,
                         "resource": resource,
+                        "answered_by": answerer,
                         "user_agent": request.headers.get("User-Agent", ""),
                     },
                 )
@@ -409,6 +411,7 @@ class ProxyServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_chain(self, chain: Chain, ex: Exchange) -> Reply:
+        ex.state[CHAIN_RAN] = True
         try:
             reply = await chain.handle(ex)
         except StatusError as err:

@@ -43,16 +43,20 @@ class DiscoveryError(Exception):
 
 
 def labels_from_aggregated(doc: Any) -> set[str]:
-    """``resource[.group]`` of each resource (subresources are not labels) in an
-    ``APIGroupDiscoveryList`` (staging/src/k8s.io/api/apidiscovery/v2/types.go)."""
+    """``resource[.group]`` of each resource, and ``resource/subresource[.group]`` of each of its
+    subresources, in an ``APIGroupDiscoveryList`` (staging/src/k8s.io/api/apidiscovery/v2/types.go).
+    A request's resource never holds a ``/``, so a subresource entry never labels a resource."""
     out: set[str] = set()
     for item in doc.get("items") or []:
         group = ((item or {}).get("metadata") or {}).get("name") or ""
         for version in item.get("versions") or []:
             for res in (version or {}).get("resources") or []:
                 name = (res or {}).get("resource") or ""
-                if name:
-                    out.add(f"{name}.{group}" if group else name)
+                if not name:
+                    continue
+                subs = [f"{name}/{(sub or {}).get('subresource') or ''}" for sub in res.get("subresources") or []]
+                for label in (name, *subs):
+                    out.add(f"{label}.{group}" if group else label)
     return out
 
 
@@ -60,8 +64,8 @@ def _labels_from_list(group: str, doc: Any) -> set[str]:
     """The same from a legacy ``APIResourceList`` of one group version."""
     out: set[str] = set()
     for res in (doc or {}).get("resources") or []:
-        name = (res or {}).get("name") or ""
-        if name and "/" not in name:
+        name = (res or {}).get("name") or ""  # "pods" or a subresource's "pods/status"
+        if name:
             out.add(f"{name}.{group}" if group else name)
     return out
 

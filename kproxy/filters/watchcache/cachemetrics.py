@@ -12,7 +12,7 @@ from kproxy.core.context import FilterContext
 @dataclass(frozen=True, slots=True)
 class CacheMetrics:
     objects: Gauge
-    lag: Gauge
+    progress: Gauge
     reads: Counter
     relists: Counter
     watches: Gauge
@@ -30,9 +30,13 @@ def cache_metrics(ctx: FilterContext) -> CacheMetrics:
         r = ctx.registry
         return CacheMetrics(
             Gauge("kproxy_watchcache_objects", "Objects held in the watch cache.", ["resource"], registry=r),
+            # Not a difference of resource versions: they are opaque (API conventions), and even
+            # read as etcd revisions their difference counts every write in the cluster, not this
+            # resource's events. time() minus this is how long the cache has heard nothing new.
             Gauge(
-                "kproxy_watchcache_resource_version_lag",
-                "Latest upstream resource version seen minus the cache's resource version.",
+                "kproxy_watchcache_last_progress_timestamp_seconds",
+                "Unix time the cache last learned of a newer resource version from the apiserver "
+                "(an event, a bookmark, a list or a progress probe).",
                 ["resource"],
                 registry=r,
             ),

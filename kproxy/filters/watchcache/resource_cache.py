@@ -52,7 +52,7 @@ class ResourceCache:
         self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
         self._objects = metrics.objects.labels(label)
-        self._lag = metrics.lag.labels(label)
+        self._progress = metrics.progress.labels(label)
         relists = metrics.relists
         self.reflector = Reflector(
             label,
@@ -77,7 +77,7 @@ class ResourceCache:
 
     def _upstream_rv(self, rv: int) -> None:
         self._objects.set(len(self.cache))
-        self._lag.set(max(rv - self.cache.rv, 0))
+        self._progress.set_to_current_time()
 
     def start(self) -> None:
         self.broadcaster.start()
@@ -119,7 +119,6 @@ class ResourceCache:
             await asyncio.sleep(5.0)
             self.cache.history.expire()
             self._objects.set(len(self.cache))
-            self._lag.set(max(self.reflector.upstream_rv - self.cache.rv, 0))
 
     async def fresh(self, rv: int, timeout: float) -> bool:
         """Wait until the cache has reached ``rv``, asking the upstream to confirm its progress

@@ -1,0 +1,168 @@
+"""kproxy's /metrics follows the Prometheus and apiserver conventions, scraped from a real
+`kproxy run` with every filter: the ``process_*`` and ``python_*`` collectors a client's default
+registry has, ``kproxy_build_info``, no ``_created`` series, ``apiserver_request_total``'s label
+names (``group``, ``resource``, ``subresource``), no resource-version arithmetic, and every
+exported kproxy metric documented. And who answered each request (the watch cache, a filter, or
+the upstream) is in the access log and the request metrics, checked with kubectl."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import kproxy
+from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "kproxy-dashboard.json"
+REQUEST_LABELS = {"verb", "group", "resource", "subresource", "code", "answered_by"}
+BAD_CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\nbogus: 1\ndata:\n  a: '1'\n"
+
+
+def all_filters(strict_namespace: str) -> list[dict[str, Any]]:
+    return [
+        {"name": "compression"},
+        {"name": "watchcache", "resources": ["configmaps"]},
+        {"name": "dryrun", "rules": [{"name": "dry", "match": {"namespaces": ["dry-never-*"]}, "action": "enforce"}]},
+        {
+            "name": "validation",
+            "rules": [{"name": "strict", "match": {"namespaces": [strict_namespace]}, "level": "Strict"}],
+        },
+        {"name": "transcode", "upstream": "protobuf"},
+    ]
+
+
+def samples(rp: RunningProxy, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (s.labels, s.value) for f in text_string_to_metric_families(rp.metrics()) for s in f.samples if s.name == name
+    ]
+
+
+def counted(rp: RunningProxy, **labels: str) -> float:
+    return sum(v for got, v in samples(rp, "kproxy_requests_total") if all(got.get(k) == x for k, x in labels.items()))
+
+
+def access_lines(rp: RunningProxy) -> list[dict[str, Any]]:
+    out = []
+    for line in rp.log_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("logger") == "kproxy.access":
+            out.append(rec)
+    return out
+
+
+@pytest.fixture
+def full(proxy_factory: Callable[..., RunningProxy], namespace: str) -> RunningProxy:
+    rp = proxy_factory(extra={"filters": all_filters(namespace)})
+    # The cache is filled and discovery (the resource labels) read.
+    wait_for(lambda: any(v >= 0 for _, v in samples(rp, "kproxy_watchcache_objects")), 30, "the configmaps cache")
+    wait_for(
+        lambda: (
+            rp.get(f"/api/v1/namespaces/{namespace}/configmaps")[0] == 200 and counted(rp, resource="configmaps") > 0
+        ),
+        30,
+        "configmaps to be labelled as itself",
+    )
+    return rp
+
+
+def test_metrics_follow_prometheus_and_apiserver_conventions(full: RunningProxy, namespace: str) -> None:
+    rp = full
+    assert rp.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")[0] == 200
+    assert rp.get(f"/api/v1/namespaces/{namespace}/pods/nope/status")[0] == 404
+    assert rp.get(f"/api/v1/namespaces/{namespace}/pods/nope/bogussub")[0] == 404
+    assert rp.get(f"/api/v1/namespaces/{namespace}/r4nd0ms")[0] == 404
+    assert rp.get("/version")[0] == 200
+    text = rp.metrics()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    names = {s.name for f in families.values() for s in f.samples}
+
+    # The default collectors of a Prometheus client, and the build info.
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} <= names
+    assert {"python_info", "python_gc_collections_total"} <= names
+    (build,) = families["kproxy_build_info"].samples
+    assert build.value == 1 and build.labels["version"] == kproxy.__version__
+    # No _created series (Prometheus reads start times from the counter resets, not from these).
+    assert not [n for n in names if n.endswith("_created")]
+    # Counters end in _total; every name is kproxy's, the process's or Python's.
+    for name, fam in families.items():
+        assert name.startswith(("kproxy_", "process_", "python_")), name
+        if fam.type == "counter":
+            assert all(s.name.endswith("_total") for s in fam.samples), name
+    assert "kproxy_watchcache_resource_version_lag" not in families
+    progress = [v for _, v in samples(rp, "kproxy_watchcache_last_progress_timestamp_seconds")]
+    assert progress and all(abs(time.time() - v) < 600 for v in progress), progress
+
+    # apiserver_request_total's label names, bounded by discovery.
+    series = samples(rp, "kproxy_requests_total")
+    assert all(set(labels) == REQUEST_LABELS for labels, _ in series)
+    seen = {(lb["group"], lb["resource"], lb["subresource"]) for lb, _ in series}
+    assert ("apps", "deployments", "") in seen
+    assert ("", "pods", "status") in seen
+    assert ("", "pods", "other") in seen  # a subresource pods do not have
+    assert ("", "other", "") in seen  # a resource the apiserver does not serve
+    assert ("", "", "") in seen  # /version
+    assert not [s for s in seen if "r4nd0ms" in s or "bogussub" in s]
+    latency = samples(rp, "kproxy_request_duration_seconds_count")
+    assert latency and all(set(labels) == REQUEST_LABELS - {"code"} for labels, _ in latency)
+
+    # Every kproxy metric is documented, and every one the dashboard queries is exported.
+    docs = "\n".join(p.read_text() for p in [ROOT / "docs" / "monitoring.md", *(ROOT / "docs" / "using").glob("*.md")])
+    undocumented = sorted(n for n in families if n.startswith("kproxy_") and n not in docs)
+    assert undocumented == []
+    dash = json.loads(DASHBOARD.read_text())
+    exported = set(families) | names
+    queried = {
+        n for p in dash["panels"] for t in p.get("targets", []) for n in re.findall(r"\b(kproxy_\w+)", t["expr"])
+    }
+    assert sorted(queried - exported) == []
+
+
+def test_who_answered_is_in_the_access_log_and_metrics(
+    full: RunningProxy, namespace: str, kubectl: Kubectl, control_plane: ControlPlaneInfo
+) -> None:
+    rp = full
+    kubectl(["create", "configmap", "seen", "-n", namespace, "--from-literal=a=1"], kubeconfig=rp.kubeconfig)
+    before = {who: counted(rp, resource="configmaps", answered_by=who) for who in ("cache", "upstream", "filter")}
+    logged = len(access_lines(rp))
+
+    # A JSON list: the watch cache answers it. The plain (Table) form goes upstream.
+    out = kubectl(["get", "configmaps", "-n", namespace, "-o", "json"], kubeconfig=rp.kubeconfig).stdout
+    assert "seen" in [i["metadata"]["name"] for i in json.loads(out)["items"]]
+    table = kubectl(["get", "configmaps", "-n", namespace], kubeconfig=rp.kubeconfig).stdout
+    assert "seen" in table
+    # A Strict validation failure: the validation filter answered, nothing reached the apiserver.
+    bad = kubectl(
+        ["create", "--validate=false", "-f", "-", "-n", namespace],
+        kubeconfig=rp.kubeconfig,
+        input=BAD_CONFIGMAP,
+        check=False,
+    )
+    assert bad.returncode == 1 and "unknown field" in bad.stderr, bad.stderr
+    assert kubectl(["get", "configmap", "bad", "-n", namespace], check=False).returncode == 1  # at the apiserver
+
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    wait_for(lambda: len(access_lines(rp)) >= logged + 3, 10, "the access log lines")
+    lines = [r for r in access_lines(rp)[logged:] if r.get("resource") == "configmaps" and path in r.get("msg", "")]
+    whos = [(r["verb"], r["answered_by"], r["msg"].rsplit(" ", 1)[-1]) for r in lines]
+    assert ("list", "cache", "200") in whos, whos
+    assert ("list", "upstream", "200") in whos, whos
+    assert ("create", "filter", "400") in whos, whos
+    after = {who: counted(rp, resource="configmaps", answered_by=who) for who in before}
+    assert after["cache"] - before["cache"] >= 1
+    assert after["upstream"] - before["upstream"] >= 1
+    assert after["filter"] - before["filter"] == 1
+    assert counted(rp, verb="create", resource="configmaps", code="400", answered_by="filter") == 1
