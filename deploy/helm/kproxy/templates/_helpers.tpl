@@ -25,11 +25,47 @@ app.kubernetes.io/name: {{ include "kproxy.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The recommended labels (helm create's, Kubernetes' app.kubernetes.io/*). */}}
 {{- define "kproxy.labels" -}}
 {{ include "kproxy.selectorLabels" . }}
+{{- with .Chart }}
+helm.sh/chart: {{ printf "%s-%s" .Name .Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- with .AppVersion }}
+app.kubernetes.io/version: {{ . | trunc 63 | trimSuffix "-" | quote }}
+{{- end }}
+{{- end }}
 app.kubernetes.io/component: {{ .Values.mode }}
 app.kubernetes.io/managed-by: {{ .Release.Service | default "Helm" }}
 app.kubernetes.io/part-of: kproxy
+{{- end }}
+
+{{/*
+The Secret the API listener's certificate is read from: tls.secretName, else (outside sidecar
+mode, unless tls.allowPlaintext) the one the chart makes, <fullname>-tls, from tls.generate
+(selfSigned: templates/tls.yaml; certManager: a cert-manager Certificate). Empty: plain HTTP.
+*/}}
+{{- define "kproxy.tlsSecretName" -}}
+{{- if .Values.tls.secretName -}}
+{{- .Values.tls.secretName -}}
+{{- else if and (ne .Values.mode "sidecar") (not .Values.tls.allowPlaintext) (ne (.Values.tls.generate | default "none") "none") -}}
+{{- printf "%s-tls" (include "kproxy.fullname" .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The names clients use for the Service, which the generated certificate is valid for. */}}
+{{- define "kproxy.serviceDNSNames" -}}
+{{- $name := include "kproxy.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- toYaml (list $name (printf "%s.%s" $name $ns) (printf "%s.%s.svc" $name $ns) (printf "%s.%s.svc.%s" $name $ns (.Values.tls.clusterDomain | default "cluster.local"))) -}}
+{{- end }}
+
+{{/* Whether the sidecar runs as a native sidecar (an init container with restartPolicy: Always). */}}
+{{- define "kproxy.nativeSidecar" -}}
+{{- $native := toString (dig "native" "auto" (.Values.sidecar | default dict)) -}}
+{{- if eq $native "auto" -}}
+{{- if semverCompare ">=1.29.0-0" .Capabilities.KubeVersion.Version }}true{{ end -}}
+{{- else if eq $native "true" -}}true
+{{- end -}}
 {{- end }}
 
 {{- define "kproxy.serviceAccountName" -}}
@@ -59,7 +95,7 @@ address, since clients come through a Service.
 {{- define "kproxy.config" -}}
 {{- $host := ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar") -}}
 {{- $base := dict "listen" (printf "%s:%d" $host (int .Values.ports.proxy)) "admin_listen" (printf "0.0.0.0:%d" (int .Values.ports.admin)) -}}
-{{- if .Values.tls.secretName -}}
+{{- if include "kproxy.tlsSecretName" . -}}
 {{- $tls := dict "cert_file" "/etc/kproxy-tls/tls.crt" "key_file" "/etc/kproxy-tls/tls.key" -}}
 {{- if .Values.tls.clientCASecretName -}}
 {{- $_ := set $tls "client_ca_file" "/etc/kproxy-client-ca/ca.crt" -}}
@@ -91,15 +127,29 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- if and (eq $creds "proxy") (not (dig "proxy" "accept_hosts" "" $cfg)) (not (dig "proxy" "disable_filter" false $cfg)) -}}
 {{- fail "config.credentials: proxy answers 403 to a request naming a host other than localhost, 127.0.0.1 or [::1] (as kubectl proxy does); behind a Service set config.proxy.accept_hosts to the names callers use" -}}
 {{- end -}}
-{{- if and .Values.tls.clientCASecretName (or (ne $creds "impersonate") (not .Values.tls.secretName)) -}}
-{{- fail "tls.clientCASecretName: client certificates identify callers only with config.credentials: impersonate, over TLS (tls.secretName)" -}}
+{{- if and .Values.tls.clientCASecretName (or (ne $creds "impersonate") (not (include "kproxy.tlsSecretName" .))) -}}
+{{- fail "tls.clientCASecretName: client certificates identify callers only with config.credentials: impersonate, over TLS (tls.secretName or tls.generate)" -}}
 {{- end -}}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) -}}
 {{- fail "autoscaling.minReplicas is greater than autoscaling.maxReplicas" -}}
 {{- end -}}
-{{- if and (eq $creds "forward") (not .Values.tls.secretName) (not .Values.tls.allowPlaintext) -}}
-{{- fail "config.credentials: forward sends callers' bearer tokens, which kubectl and client-go send only over TLS: set tls.secretName (a kubernetes.io/tls Secret), or tls.allowPlaintext: true" -}}
+{{- if and (eq $creds "forward") (not (include "kproxy.tlsSecretName" .)) (not .Values.tls.allowPlaintext) -}}
+{{- fail "config.credentials: forward sends callers' bearer tokens, which kubectl and client-go send only over TLS: set tls.secretName (a kubernetes.io/tls Secret) or tls.generate (selfSigned, certManager), or tls.allowPlaintext: true" -}}
 {{- end -}}
+{{- if and (eq (.Values.tls.generate | default "none") "certManager") (not .Values.tls.secretName) (not (dig "certManager" "issuerRef" "name" "" .Values.tls)) -}}
+{{- fail "tls.generate: certManager needs tls.certManager.issuerRef.name (an Issuer or ClusterIssuer of cert-manager)" -}}
+{{- end -}}
+{{- end -}}
+{{- /* What kproxy checks across keys (kproxy/config.py parse_config, Config._unique_names), which values.schema.json cannot. */ -}}
+{{- $seen := dict -}}
+{{- range $i, $f := ($cfg.filters | default list) -}}
+{{- if hasKey $seen (toString $f.name) -}}
+{{- fail (printf "config.filters[%d]: filter %q is listed twice" $i (toString $f.name)) -}}
+{{- end -}}
+{{- $_ := set $seen (toString $f.name) true -}}
+{{- end -}}
+{{- if and (ne $creds "proxy") (hasKey $cfg "proxy") -}}
+{{- fail "config.proxy: applies only with config.credentials: proxy (in the other modes each caller's own credentials reach the apiserver)" -}}
 {{- end -}}
 {{- end }}
 
@@ -133,10 +183,15 @@ the kubelet rotates the token, which kproxy re-reads.
 - name: kproxy-tmp
   emptyDir:
     sizeLimit: 64Mi
-{{- if .Values.tls.secretName }}
+{{- with include "kproxy.tlsSecretName" . }}
 - name: kproxy-tls
   secret:
-    secretName: {{ .Values.tls.secretName }}
+    secretName: {{ . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- if .Values.tls.clientCASecretName }}
 - name: kproxy-client-ca
@@ -164,6 +219,13 @@ the kubelet rotates the token, which kproxy re-reads.
     - name: kproxy-admin
       containerPort: {{ .Values.ports.admin }}
       protocol: TCP
+  # Ready = kproxy listening, its filters started and the apiserver's /readyz answering 200
+  # (docs/deployment.md, "Readiness"). As a native sidecar the app starts only after this passes.
+  startupProbe:
+    httpGet:
+      path: /readyz
+      port: kproxy-admin
+    {{- toYaml .Values.probes.startup | nindent 4 }}
   livenessProbe:
     httpGet:
       path: /livez
@@ -174,6 +236,14 @@ the kubelet rotates the token, which kproxy re-reads.
       path: /readyz
       port: kproxy-admin
     {{- toYaml .Values.probes.readiness | nindent 4 }}
+  {{- if .Values.preStopSleepSeconds }}
+  # Keep serving while the endpoints controller and kube-proxy (or the app, in a sidecar) stop
+  # sending new requests; then SIGTERM, and kproxy drains within config.shutdown_timeout.
+  lifecycle:
+    preStop:
+      exec:
+        command: ["sleep", {{ .Values.preStopSleepSeconds | int | toString | quote }}]
+  {{- end }}
   {{- with .Values.resources }}
   resources:
     {{- toYaml . | nindent 4 }}
@@ -189,7 +259,7 @@ the kubelet rotates the token, which kproxy re-reads.
       readOnly: true
     - name: kproxy-tmp
       mountPath: /tmp
-    {{- if .Values.tls.secretName }}
+    {{- if include "kproxy.tlsSecretName" . }}
     - name: kproxy-tls
       mountPath: /etc/kproxy-tls
       readOnly: true
