@@ -1,5 +1,5 @@
 """Every metric the Grafana dashboard queries is one a running kproxy exports (scraped from a
-real `kproxy run` with the compression filter, after some traffic), so a renamed metric breaks
+real `kproxy run` with every built-in filter, after some traffic), so a renamed metric breaks
 this test instead of silently emptying a panel."""
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ def family(series: str) -> str:
 
 
 def test_dashboard_queries_only_exported_metrics(proxy_factory: Callable[..., RunningProxy], namespace: str) -> None:
-    rp = proxy_factory(extra={"filters": [{"name": "compression"}]})
+    filters = [
+        {"name": "compression"},
+        {"name": "watchcache", "resources": ["configmaps"]},
+        {"name": "dryrun", "rules": [{"name": "dry", "match": {"namespaces": ["dry-never-*"]}, "action": "enforce"}]},
+        {"name": "validation", "rules": [{"name": "warn", "level": "Warn"}]},
+        {"name": "transcode", "upstream": "protobuf"},
+    ]
+    rp = proxy_factory(extra={"filters": filters})
     for _ in range(3):
         assert rp.get(f"/api/v1/namespaces/{namespace}/configmaps")[0] == 200
     exported = {family(name) for name in re.findall(r"^# TYPE (\w+) ", rp.metrics(), re.MULTILINE)}

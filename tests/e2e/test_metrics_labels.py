@@ -94,7 +94,8 @@ def test_random_resource_names_and_methods_leave_metrics_small(
     assert len(_series(proxy, "kproxy_requests_total")) < 30
     resources = _labels(proxy, "resource")
     verbs = _labels(proxy, "verb")
-    assert {"configmaps", "deployments.apps", "other"} <= resources
+    assert {"configmaps", "deployments", "other"} <= resources
+    assert {"", "apps"} == _labels(proxy, "group")
     assert len(resources) <= 6, resources
     assert verbs <= {"get", "list", "watch", "create", "update", "patch", "delete", "other"}, verbs
     assert "other" in verbs

@@ -134,7 +134,10 @@ def test_oversized_chunked_body_gets_413_and_nothing_is_created(
 
 def test_metrics_count_requests(proxy: RunningProxy, kubectl: Kubectl, namespace: str) -> None:
     def count(code: str) -> float:
-        pat = re.compile(rf'^kproxy_requests_total\{{code="{code}",resource="configmaps",verb="get"\}} (\S+)$')
+        pat = re.compile(
+            rf'^kproxy_requests_total\{{answered_by="upstream",code="{code}",group="",resource="configmaps",'
+            rf'subresource="",verb="get"\}} (\S+)$'
+        )
         for line in proxy.metrics().splitlines():
             m = pat.match(line)
             if m:

@@ -53,3 +53,39 @@ def test_queries_are_balanced() -> None:
     for expr in queries(load()):
         assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), expr
         assert expr.count("[") == expr.count("]"), expr
+
+
+ROW_OF_FILTER = {
+    "compression": "Compression filter",
+    "watchcache": "Watch cache filter",
+    "dryrun": "Dryrun filter",
+    "validation": "Validation filter",
+    "transcode": "Transcode filter",
+}
+
+
+def test_one_row_per_built_in_filter_each_querying_its_own_metrics() -> None:
+    from kproxy.filters import available
+
+    dash = load()
+    assert set(ROW_OF_FILTER) == {n for n, target in available().items() if target.startswith("kproxy.filters.")}
+    rows = [p for p in dash["panels"] if p["type"] == "row"]
+    for name, title in ROW_OF_FILTER.items():
+        (row,) = [r for r in rows if r["title"] == title]
+        below = [p for p in dash["panels"] if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]
+        nxt = min((r["gridPos"]["y"] for r in rows if r["gridPos"]["y"] > row["gridPos"]["y"]), default=10**6)
+        exprs = " ".join(t["expr"] for p in below if p["gridPos"]["y"] < nxt for t in p["targets"])
+        prefix = "kproxy_transcode" if name == "transcode" else f"kproxy_{name}_"
+        assert prefix in exprs, title
+
+
+def test_every_queried_metric_is_documented_and_process_metrics_are_narrowed() -> None:
+    """The e2e test_metrics_conventions checks each queried metric against a running kproxy's
+    /metrics; here, that each is documented (docs/monitoring.md or a filter's page)."""
+    docs_dir = DASHBOARD.parents[2] / "docs"
+    docs = "\n".join(p.read_text() for p in [docs_dir / "monitoring.md", *(docs_dir / "using").glob("*.md")])
+    for expr in queries(load()):
+        for name in re.findall(r"\b((?:kproxy|process)_\w+?)(?:_bucket|_sum|_count)?\{", expr):
+            assert name in docs or name.removesuffix("_total") in docs, name
+        for selector in re.findall(r"process_\w+(\{[^}]*\})", expr):
+            assert 'job=~"$job"' in selector and 'instance=~"$instance"' in selector, expr
