@@ -17,4 +17,5 @@ Engines (``gocompat``, ``codec``, ``compress``, ``cacher``) import no aiohttp. `
 local control plane for tests and demos; nothing in kproxy imports it except the CLI's ``envtest``.
 """
 
+# The one version source: pyproject.toml reads it ([tool.setuptools.dynamic]); CHANGELOG.md has an entry for it.
 __version__ = "0.1.0"
