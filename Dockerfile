@@ -1,18 +1,24 @@
 # kproxy container image: multi-stage, slim, non-root, read-only-root-filesystem friendly.
 #   docker build -t <registry>/kproxy:0.1.0 .
 # Runs `kproxy run --config /etc/kproxy/kproxy.yaml` (the Helm chart mounts that file).
-ARG PYTHON_VERSION=3.12
+# The Python minor the suite runs on (tests/unit/test_dockerfile.py checks it against the test venv).
+ARG PYTHON_VERSION=3.11
 
 # ---- build: wheels for kproxy and its dependencies (compilers stay in this stage)
 FROM python:${PYTHON_VERSION}-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY kproxy ./kproxy
+# requirements.lock (`make lock`): every run-time dependency at the version the suite tested, with hashes,
+# and the build backend (setuptools), so nothing unpinned is downloaded. kproxy itself is then built
+# without isolation by that backend and without resolving anything; `pip check` proves the lock complete.
+COPY requirements.lock ./
 RUN python -m venv /opt/kproxy \
- && /opt/kproxy/bin/pip install --upgrade pip \
- && /opt/kproxy/bin/pip install . \
- && /opt/kproxy/bin/pip uninstall -y pip \
+ && /opt/kproxy/bin/pip install --require-hashes --no-deps -r requirements.lock
+COPY pyproject.toml README.md LICENSE ./
+COPY kproxy ./kproxy
+RUN /opt/kproxy/bin/pip install --no-deps --no-build-isolation . \
+ && /opt/kproxy/bin/pip check \
+ && /opt/kproxy/bin/pip uninstall -y setuptools pip \
  && /opt/kproxy/bin/python -m compileall -q /opt/kproxy
 
 # ---- runtime: the interpreter and the venv only

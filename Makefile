@@ -100,6 +100,25 @@ bench: venv envtest-bin
 proto: venv
 	bash tools/proto/build.sh
 
+# Release artifacts into dist/: the sdist, the wheel built from it (tools/build_dist.py) and the chart package,
+# linted as a release is. `make test` builds and checks the same (tests/e2e/test_release_artifacts.py).
+.PHONY: dist lock
+dist: venv helm-bin
+	$(BIN)/python tools/build_dist.py dist
+	$(KPROXY_HELM_BIN) lint --strict deploy/helm/kproxy
+	$(KPROXY_HELM_BIN) package deploy/helm/kproxy --destination dist
+
+# requirements.lock, what the image installs (with hashes): kproxy's run-time dependencies and its build
+# backend at the versions installed in .venv, which are the versions the suite tests, for Linux and .venv's
+# Python (the Dockerfile's PYTHON_VERSION; tests/unit/test_dockerfile.py checks both). Run after an upgrade.
+lock: venv
+	$(BIN)/pip freeze --disable-pip-version-check --exclude-editable > $(VENV)/tested-versions.txt
+	$(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], sep="\n")' \
+	  | $(BIN)/uv pip compile --quiet pyproject.toml - --generate-hashes --python-platform linux \
+	      --python-version "$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+	      --constraint $(VENV)/tested-versions.txt --custom-compile-command "make lock" \
+	  | grep -v '^    #   -c ' > requirements.lock
+
 clean:
 	-$(BIN)/kproxy envtest down --dir $(RUN_DIR)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
