@@ -214,3 +214,10 @@ def test_the_chart_packages_lints_and_renders_as_released(tmp_path: Path) -> Non
     assert rendered.returncode == 0, rendered.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
     assert "Deployment" in kinds
+
+
+def test_the_changelog_has_a_dated_entry_for_this_version() -> None:
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(r"^## \[Unreleased\]$", changelog, re.MULTILINE)  # Keep a Changelog's section for what is next
+    assert re.search(rf"^## \[{re.escape(__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.MULTILINE)
+    assert re.search(rf"^\[{re.escape(__version__)}\]: \S+$", changelog, re.MULTILINE)
