@@ -99,7 +99,9 @@ def _tidy(node: Any) -> Any:
                 continue
             if k in ("title", "default"):
                 continue
-            out[_BOUNDS.get(k, k) if isinstance(v, (int, float)) and not isinstance(v, bool) else k] = _tidy(v)
+            numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+            key = str(k)
+            out[_BOUNDS.get(key, key) if numeric else key] = _tidy(v)
         return out
     if isinstance(node, list):
         return [_tidy(v) for v in node]

@@ -5,15 +5,23 @@ linted and rendered, every rendered manifest is sent to the real kube-apiserver 
 ``kubectl apply --dry-run=server`` in a namespace that warns on the ``restricted`` Pod Security
 level (so a pod template that is not restricted-clean shows up as a warning and fails the test),
 the RBAC rendered for a config is applied for real and probed with ``kubectl auth can-i``, and
-values.schema.json is shown to reject bad values.
+values.schema.json is shown to reject bad values (its ``config`` part generated from kproxy's
+own models by tools/gen_chart_schema.py, and refusing what kproxy refuses). The chart installs
+with its default values (a generated serving certificate, checked by a real kproxy serving it),
+and the sidecar example is a real chart dependency with kproxy as a native sidecar.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import importlib.util
 import json
 import os
 import re
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -25,8 +33,10 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from kproxy.config import Config
+from kproxy.config import Config, ConfigError, format_validation_error, parse_config
+from kproxy.filters import lookup
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import start_proxy, wait_for
 
@@ -38,6 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kproxy"
 SIDECAR_EXAMPLE = REPO / "deploy" / "helm" / "examples" / "app-with-sidecar"
 HELM_TOOL = REPO / "tools" / "helm"
+SCHEMA_TOOL = REPO / "tools" / "gen_chart_schema.py"
 
 
 # --------------------------------------------------------------------------- helm binary
@@ -88,9 +99,15 @@ class Helm:
         return proc
 
     def template(
-        self, values: dict[str, Any], namespace: str = "kproxy", chart: Path = CHART, release: str = "kp"
+        self,
+        values: dict[str, Any],
+        namespace: str = "kproxy",
+        chart: Path = CHART,
+        release: str = "kp",
+        *extra: str,
     ) -> list[dict[str, Any]]:
-        proc = self.run("template", release, str(chart), "-n", namespace, "--values", self._values_file(values))
+        values_args = ["--values", self._values_file(values)] if values else []
+        proc = self.run("template", release, str(chart), "-n", namespace, *values_args, *extra)
         return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
     def _values_file(self, values: dict[str, Any]) -> str:
@@ -104,6 +121,19 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(ensure_helm(), tmp_path_factory.mktemp("helm"))
 
 
+@pytest.fixture(scope="session")
+def sidecar_example(helm: Helm, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example chart with its kproxy dependency packaged by `helm dependency build`, as a
+    user runs it (offline: a file:// repository), in a copy of the two charts' layout."""
+    root = tmp_path_factory.mktemp("charts")
+    shutil.copytree(CHART, root / "kproxy")
+    example = root / "examples" / SIDECAR_EXAMPLE.name
+    shutil.copytree(SIDECAR_EXAMPLE, example, ignore=shutil.ignore_patterns("charts"))
+    helm.run("dependency", "build", str(example))
+    assert [p.name for p in (example / "charts").iterdir()] == ["kproxy-0.1.0.tgz"]
+    return example
+
+
 # --------------------------------------------------------------------------- the cases
 
 WATCHCACHE = {
@@ -113,7 +143,11 @@ WATCHCACHE = {
 
 #: Every mode and option worth rendering: name -> values.
 CASES: dict[str, dict[str, Any]] = {
+    "defaults": {},
     "gateway": {"tls": {"secretName": "kproxy-tls"}},
+    "gateway-cert-manager": {
+        "tls": {"generate": "certManager", "certManager": {"issuerRef": {"name": "ca", "kind": "ClusterIssuer"}}},
+    },
     "gateway-full": {
         "tls": {"secretName": "kproxy-tls"},
         "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
@@ -140,6 +174,55 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
+#: Configs kproxy refuses at start-up, so the chart must refuse them at install:
+#: (config, what helm's schema error says, what kproxy's error says).
+CONFIG_REFUSALS: list[tuple[dict[str, Any], str, str]] = [
+    (
+        {"credentails": "proxy"},
+        "at '/config': additional properties 'credentails' not allowed",
+        "credentails: unknown key",
+    ),
+    ({"credentials": "root"}, "at '/config/credentials'", "credentials: must be one of"),
+    (
+        {"filters": [{"name": "watchcach", "resources": ["pods"]}]},
+        "at '/config/filters/0/name': value must be one of 'compression', 'dryrun', 'transcode', 'validation', "
+        "'watchcache'",
+        "unknown filter 'watchcach'",
+    ),
+    (
+        {"filters": [{"name": "transcode", "upstrem": "json"}]},
+        "at '/config/filters/0': additional properties 'upstrem' not allowed",
+        "upstrem",
+    ),
+    (
+        {"filters": [{"name": "transcode", "upstream": "xml"}]},
+        "at '/config/filters/0/upstream': value must be one of 'json', 'protobuf', 'auto'",
+        "upstream",
+    ),
+    ({"filters": [{"name": "watchcache"}]}, "at '/config/filters/0': missing property 'resources'", "resources"),
+    (
+        {"filters": [{"name": "watchcache", "resources": ["apps/deployments"]}]},
+        "at '/config/filters/0/resources/0'",
+        "use GROUP/VERSION/RESOURCE or v1/RESOURCE",
+    ),
+    (
+        {"filters": [{"name": "dryrun", "rules": [{"action": "maybe"}]}]},
+        "at '/config/filters/0/rules/0/action'",
+        "action",
+    ),
+    (
+        {"filters": [{"name": "compression", "encodings": ["gzip", "gzip"]}]},
+        "at '/config/filters/0/encodings'",
+        "each encoding may be listed once",
+    ),
+    ({"filters": [{"name": "validation", "refresh_seconds": 0}]}, "at '/config/filters/0/refresh_seconds'", "refresh"),
+    ({"log": {"level": "verbose"}}, "at '/config/log/level'", "log.level: must be one of"),
+    ({"shutdown_timeout": "soon"}, "at '/config/shutdown_timeout'", "shutdown_timeout"),
+    ({"upstream": {"max_connections": -1}}, "at '/config/upstream/max_connections'", "upstream.max_connections"),
+    ({"connections": {"idle_timeout": "1d"}}, "at '/config/connections/idle_timeout'", "connections.idle_timeout"),
+]
+
+
 def kinds(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in docs}
 
@@ -164,8 +247,16 @@ def test_lint_strict(helm: Helm, case: str) -> None:
     assert "0 chart(s) failed" in out
 
 
-def test_lint_sidecar_example(helm: Helm) -> None:
-    assert "0 chart(s) failed" in helm.run("lint", "--strict", str(SIDECAR_EXAMPLE)).stdout
+def test_lint_sidecar_example(helm: Helm, sidecar_example: Path) -> None:
+    assert "0 chart(s) failed" in helm.run("lint", "--strict", str(sidecar_example)).stdout
+
+
+def test_sidecar_example_is_a_real_dependency() -> None:
+    """Not a symlink into the tree: Chart.yaml names the chart and `helm dependency build` packages it."""
+    assert not (SIDECAR_EXAMPLE / "charts" / "kproxy").is_symlink()
+    chart = yaml.safe_load((SIDECAR_EXAMPLE / "Chart.yaml").read_text())
+    assert chart["dependencies"] == [{"name": "kproxy", "version": "0.1.0", "repository": "file://../../kproxy"}]
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["version"] == "0.1.0"
 
 
 def test_modes_render_their_workloads(helm: Helm) -> None:
@@ -200,6 +291,18 @@ def test_pod_is_locked_down(helm: Helm) -> None:
     assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == "kproxy-token"
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "kproxy-admin"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
+    # A rolling update drains: kproxy keeps serving while the endpoints are withdrawn.
+    assert container["lifecycle"]["preStop"] == {"exec": {"command": ["sleep", "5"]}}
+
+
+def test_standard_labels(helm: Helm) -> None:
+    for doc in helm.template(CASES["gateway"]):
+        labels = doc["metadata"]["labels"]
+        assert labels["helm.sh/chart"] == "kproxy-0.1.0", doc["kind"]
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/instance"] == "kp" and labels["app.kubernetes.io/name"] == "kproxy"
 
 
 def test_config_checksum_rolls_pods_only_when_config_changes(helm: Helm) -> None:
@@ -229,6 +332,121 @@ def test_client_ca_for_impersonate_mode(helm: Helm) -> None:
     assert mounts["kproxy-client-ca"] == "/etc/kproxy-client-ca"
 
 
+# --------------------------------------------------------------------------- the default install's certificate
+
+
+def _secret_data(docs: list[dict[str, Any]]) -> dict[str, bytes]:
+    secret = kinds(docs)["Secret"]
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+def test_default_values_render_a_serving_certificate_for_the_service(helm: Helm) -> None:
+    """No values at all: a kubernetes.io/tls Secret the chart made, mounted and named in the
+    config, holding a certificate for the Service's names signed by the ca.crt next to it."""
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    docs = helm.template({}, "team-a")
+    secret = kinds(docs)["Secret"]
+    assert (secret["type"], secret["metadata"]["name"]) == ("kubernetes.io/tls", "kp-kproxy-tls")
+    assert config_of(docs)["tls"] == {"cert_file": "/etc/kproxy-tls/tls.crt", "key_file": "/etc/kproxy-tls/tls.key"}
+    volumes = {v["name"]: v for v in kinds(docs)["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["kproxy-tls"]["secret"]["secretName"] == "kp-kproxy-tls"
+    data = _secret_data(docs)
+    cert = x509.load_pem_x509_certificate(data["tls.crt"])
+    ca = x509.load_pem_x509_certificate(data["ca.crt"])
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    service = kinds(docs)["Service"]["metadata"]["name"]
+    assert names == [service, f"{service}.team-a", f"{service}.team-a.svc", f"{service}.team-a.svc.cluster.local"]
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in eku
+
+
+def _https_get(port: int, server_name: str, ca_file: Path, path: str, token: str) -> tuple[int, bytes]:
+    """GET over TLS to 127.0.0.1:port, verifying the certificate for ``server_name`` (as a client
+    in the cluster reaching the Service by that name would)."""
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname=server_name) as tls:
+        request = f"GET {path} HTTP/1.1\r\nHost: {server_name}\r\nAuthorization: Bearer {token}\r\n"
+        tls.sendall((request + "Connection: close\r\n\r\n").encode())
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_generated_certificate_served_by_kproxy(
+    helm: Helm, control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    """kproxy serving the default install's certificate: a client that trusts the Secret's
+    ca.crt and dials the Service's name gets through to the apiserver; another name is refused."""
+    docs = helm.template({}, namespace)
+    data = _secret_data(docs)
+    files = {}
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        files[key] = tmp_path / key
+        files[key].write_bytes(data[key])
+    rendered = config_of(docs)
+    rp = start_proxy(
+        tmp_path / "kproxy",
+        control_plane.admin_kubeconfig,
+        credentials=rendered["credentials"],
+        extra={"tls": {"cert_file": str(files["tls.crt"]), "key_file": str(files["tls.key"])}},
+    )
+    try:
+        port = int(rp.url.rsplit(":", 1)[1])
+        service = f"{kinds(docs)['Service']['metadata']['name']}.{namespace}.svc"
+        code, body = _https_get(port, service, files["ca.crt"], "/version", control_plane.user_token)
+        assert code == 200 and json.loads(body)["gitVersion"].startswith("v1."), body
+        with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
+            _https_get(port, f"other.{namespace}.svc", files["ca.crt"], "/version", control_plane.user_token)
+    finally:
+        rp.stop()
+
+
+def test_generated_certificate_kept_across_upgrades(
+    helm: Helm, control_plane: ControlPlaneInfo, kubectl: Kubectl, namespace: str
+) -> None:
+    """`helm install` with the default values, then `helm upgrade`: the apiserver holds the same
+    certificate after the upgrade (the chart looked the Secret up), while a render that cannot
+    look (`helm template`) makes a new one each time."""
+    kubeconfig = ("--kubeconfig", str(control_plane.admin_kubeconfig))
+
+    def stored() -> dict[str, str]:
+        secret = json.loads(kubectl(["get", "secret", "kp-kproxy-tls", "-n", namespace, "-o", "json"]).stdout)
+        data: dict[str, str] = secret["data"]
+        return data
+
+    helm.run("install", "kp", str(CHART), "-n", namespace, *kubeconfig)
+    try:
+        installed = stored()
+        helm.run("upgrade", "kp", str(CHART), "-n", namespace, "--set", "replicaCount=3", *kubeconfig)
+        assert stored() == installed
+        assert kinds(helm.template({}, namespace))["Secret"]["data"]["tls.crt"] != installed["tls.crt"]
+    finally:
+        helm.run("uninstall", "kp", "-n", namespace, *kubeconfig)
+
+
+def test_cert_manager_certificate_for_the_service(helm: Helm) -> None:
+    docs = kinds(helm.template(CASES["gateway-cert-manager"], "team-a"))
+    assert "Secret" not in docs
+    cert = docs["Certificate"]
+    assert cert["spec"]["secretName"] == "kp-kproxy-tls"
+    assert cert["spec"]["dnsNames"][2] == "kp-kproxy.team-a.svc"
+    assert cert["spec"]["issuerRef"] == {"name": "ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    volumes = {v["name"]: v for v in docs["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["kproxy-tls"]["secret"]["secretName"] == "kp-kproxy-tls"
+
+
+def test_plaintext_or_own_secret_makes_no_certificate(helm: Helm) -> None:
+    assert "Secret" not in kinds(helm.template(CASES["gateway"]))
+    assert "Secret" not in kinds(helm.template(CASES["daemonset"]))
+    assert "Secret" not in kinds(helm.template(CASES["sidecar"]))
+
+
 @pytest.mark.parametrize("case", ["gateway", "gateway-impersonate", "gateway-proxy", "daemonset", "sidecar"])
 def test_rendered_config_passes_kproxy_check_config(helm: Helm, case: str, tmp_path: Path) -> None:
     """The ConfigMap holds a config kproxy itself accepts (cases whose filters exist today)."""
@@ -240,10 +458,11 @@ def test_rendered_config_passes_kproxy_check_config(helm: Helm, case: str, tmp_p
     assert out.returncode == 0, out.stderr
 
 
-def test_sidecar_example_renders_app_with_kproxy(helm: Helm) -> None:
-    docs = helm.template({}, chart=SIDECAR_EXAMPLE, release="demo")
+def test_sidecar_example_renders_app_with_kproxy(helm: Helm, sidecar_example: Path) -> None:
+    docs = helm.template({}, "kproxy", sidecar_example, "demo", "--kube-version", "1.28.0")
     pod = kinds(docs)["Deployment"]["spec"]["template"]
     assert [c["name"] for c in pod["spec"]["containers"]] == ["app", "kproxy"]
+    assert "initContainers" not in pod["spec"]
     assert pod["spec"]["serviceAccountName"] == kinds(docs)["ServiceAccount"]["metadata"]["name"]
     assert pod["spec"]["automountServiceAccountToken"] is False
     # The app has no token of its own: only kproxy's container mounts the service account.
@@ -259,27 +478,50 @@ def test_sidecar_example_renders_app_with_kproxy(helm: Helm) -> None:
     annotations = pod["metadata"]["annotations"]
     changed = helm.template(
         {"kproxy": {"config": {"credentials": "proxy", "log": {"level": "debug"}}}},
-        chart=SIDECAR_EXAMPLE,
-        release="demo",
+        "kproxy",
+        sidecar_example,
+        "demo",
+        "--kube-version",
+        "1.28.0",
     )
     assert kinds(changed)["Deployment"]["spec"]["template"]["metadata"]["annotations"] != annotations
+
+
+def _sidecar_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = kinds(docs)["Deployment"]["spec"]["template"]["spec"]
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "native", "expect_native"),
+    [("1.29.0", "auto", True), ("1.37.1", "auto", True), ("1.28.9", "auto", False), ("1.28.9", True, True)],
+)
+def test_native_sidecar_where_the_cluster_has_them(
+    helm: Helm, sidecar_example: Path, kube_version: str, native: Any, expect_native: bool
+) -> None:
+    values = {"kproxy": {"sidecar": {"native": native}}}
+    pod = _sidecar_pod(helm.template(values, "kproxy", sidecar_example, "demo", "--kube-version", kube_version))
+    if expect_native:
+        assert [c["name"] for c in pod["containers"]] == ["app"]
+        (init,) = pod["initContainers"]
+        assert init["name"] == "kproxy" and init["restartPolicy"] == "Always"
+        assert init["startupProbe"]["httpGet"]["path"] == "/readyz"
+    else:
+        assert [c["name"] for c in pod["containers"]] == ["app", "kproxy"]
+        assert "initContainers" not in pod and "restartPolicy" not in pod["containers"][1]
 
 
 # --------------------------------------------------------------------------- the real apiserver
 
 
-@pytest.fixture(scope="module")
-def servicemonitor_crd(control_plane: ControlPlaneInfo, kubectl: Kubectl) -> Iterator[None]:
-    """ServiceMonitor is a prometheus-operator CRD, absent from a bare apiserver: install a minimal
-    one (group, kind, version, scope as the operator's; its schema preserves unknown fields, so
-    the dry run checks the object's identity and metadata, not the operator's field schema)."""
-    crd = {
+def _minimal_crd(group: str, kind: str, plural: str) -> dict[str, Any]:
+    return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "metadata": {"name": f"{plural}.{group}"},
         "spec": {
-            "group": "monitoring.coreos.com",
-            "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList", "plural": "servicemonitors"},
+            "group": group,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural},
             "scope": "Namespaced",
             "versions": [
                 {
@@ -291,8 +533,21 @@ def servicemonitor_crd(control_plane: ControlPlaneInfo, kubectl: Kubectl) -> Ite
             ],
         },
     }
-    kubectl(["apply", "-f", "-"], input=json.dumps(crd))
-    kubectl(["wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=60s"])
+
+
+@pytest.fixture(scope="module")
+def servicemonitor_crd(control_plane: ControlPlaneInfo, kubectl: Kubectl) -> Iterator[None]:
+    """ServiceMonitor (prometheus-operator) and Certificate (cert-manager) are CRDs, absent from a
+    bare apiserver: install minimal ones (group, kind, version, scope as the operators'; their
+    schema preserves unknown fields, so the dry run checks the object's identity and metadata,
+    not the operator's field schema)."""
+    crds = [
+        _minimal_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+        _minimal_crd("cert-manager.io", "Certificate", "certificates"),
+    ]
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(json.dumps(c) for c in crds))
+    for crd in crds:
+        kubectl(["wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"])
     yield
 
 
@@ -323,12 +578,42 @@ def test_every_manifest_accepted_by_the_apiserver(
     assert "Warning" not in out.stderr, out.stderr  # e.g. "would violate PodSecurity restricted"
 
 
-def test_sidecar_example_accepted_by_the_apiserver(helm: Helm, kubectl: Kubectl, restricted_namespace: str) -> None:
-    docs = helm.template({}, chart=SIDECAR_EXAMPLE, namespace=restricted_namespace, release="demo")
+@pytest.mark.parametrize("kube_version", ["1.37.1", "1.28.0"], ids=["native", "classic"])
+def test_sidecar_example_accepted_by_the_apiserver(
+    helm: Helm, kubectl: Kubectl, restricted_namespace: str, sidecar_example: Path, kube_version: str
+) -> None:
+    docs = helm.template({}, restricted_namespace, sidecar_example, "demo", "--kube-version", kube_version)
     out = dry_run(kubectl, docs)
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.split()) == len(docs)
     assert "Warning" not in out.stderr, out.stderr
+
+
+def test_native_sidecar_in_a_pod_and_a_job_accepted_by_the_apiserver(
+    helm: Helm, kubectl: Kubectl, restricted_namespace: str, sidecar_example: Path
+) -> None:
+    """The native sidecar's pod spec as a bare Pod and as a Job's (restartPolicy: Never), the
+    shape a Job needs to complete: the apiserver keeps the init container's restartPolicy:
+    Always (what it would persist, from the dry run's answer)."""
+    docs = helm.template({}, restricted_namespace, sidecar_example, "demo", "--kube-version", "1.37.1")
+    spec = {**_sidecar_pod(docs), "restartPolicy": "Never"}
+    meta = {"name": "demo-once", "namespace": restricted_namespace}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {"backoffLimit": 0, "template": {"spec": spec}},
+    }
+    for obj in (pod, job):
+        out = kubectl(["create", "--dry-run=server", "-o", "json", "-f", "-"], input=json.dumps(obj), check=False)
+        assert out.returncode == 0, out.stderr
+        assert "Warning" not in out.stderr, out.stderr
+        persisted = json.loads(out.stdout)
+        persisted_spec = persisted["spec"] if obj is pod else persisted["spec"]["template"]["spec"]
+        (init,) = persisted_spec["initContainers"]
+        assert (init["name"], init["restartPolicy"]) == ("kproxy", "Always")
+        assert [c["name"] for c in persisted_spec["containers"]] == ["app"]
 
 
 def test_restricted_warning_is_detected(kubectl: Kubectl, restricted_namespace: str) -> None:
@@ -386,7 +671,10 @@ def test_rbac_watchcache_resource_forms(helm: Helm) -> None:
 
 
 def test_rbac_proxy_mode_needs_nothing_of_its_own(helm: Helm) -> None:
-    values = {**CASES["gateway-proxy"], "config": {**CASES["gateway-proxy"]["config"], "filters": [{"name": "dryrun"}]}}
+    values = {
+        **CASES["gateway-proxy"],
+        "config": {**CASES["gateway-proxy"]["config"], "filters": [{"name": "dryrun", "rules": []}]},
+    }
     assert rules_of(helm.template(values)) == []
     extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     assert rules_of(helm.template({**values, "rbac": {"extraRules": [extra]}})) == [extra]
@@ -502,11 +790,7 @@ def test_rendered_rbac_grants_exactly_what_the_config_needs(
         ({"mode": "statefulset"}, "at '/mode': value must be one of 'gateway', 'daemonset', 'sidecar'"),
         ({"config": {"credentials": "root"}}, "at '/config/credentials'"),
         ({"config": {"filters": [{"resources": ["pods"]}]}}, "at '/config/filters/0': missing property 'name'"),
-        (
-            {"config": {"filters": [{"name": "watchcache", "resources": ["Pods!"]}]}},
-            "at '/config/filters/0/resources/0'",
-        ),
-        ({"config": {"log": {"level": "verbose"}}}, "at '/config/log/level'"),
+        *[({"config": config}, error) for config, error, _ in CONFIG_REFUSALS],
         ({"ports": {"proxy": 70000, "admin": 9099}}, "at '/ports/proxy': maximum"),
         ({"replicas": 3}, "additional properties 'replicas' not allowed"),
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
@@ -515,8 +799,9 @@ def test_rendered_rbac_grants_exactly_what_the_config_needs(
         ({"service": {"type": "ExternalName"}}, "at '/service/type'"),
         ({"serviceMonitor": {"interval": "often"}}, "at '/serviceMonitor/interval'"),
         ({"resources": {"requests": {"cpu": "lots"}}}, "at '/resources/requests/cpu'"),
-        ({"config": {"proxy": {"accept_host": ["^x$"]}}}, "additional properties 'accept_host' not allowed"),
         ({"config": {"proxy": {"reject_paths": [1]}}}, "at '/config/proxy/reject_paths'"),
+        ({"tls": {"generate": "letsencrypt"}}, "at '/tls/generate'"),
+        ({"sidecar": {"native": "yes"}}, "at '/sidecar/native'"),
     ],
 )
 def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], error: str) -> None:
@@ -530,7 +815,13 @@ def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], er
     ("values", "error"),
     [
         ({"config": {"credentials": "proxy"}, "tls": {"secretName": "t"}}, "needs config.allow_remote: true"),
-        ({"config": {"credentials": "forward"}}, "set tls.secretName"),
+        ({"tls": {"generate": "none"}}, "set tls.secretName"),
+        ({"tls": {"generate": "certManager"}}, "tls.generate: certManager needs tls.certManager.issuerRef.name"),
+        (
+            {"config": {"filters": [{"name": "dryrun", "rules": []}, {"name": "dryrun", "rules": []}]}},
+            'config.filters[1]: filter "dryrun" is listed twice',
+        ),
+        ({"config": {"proxy": {"check_origin": False}}}, "config.proxy: applies only with config.credentials: proxy"),
         (
             {"config": {"credentials": "proxy", "allow_remote": True}, "tls": {"secretName": "t"}},
             "set config.proxy.accept_hosts to the names callers use",
@@ -550,6 +841,82 @@ def test_unsafe_combinations_fail_at_render(helm: Helm, values: dict[str, Any], 
     out = helm.run("template", "kp", str(CHART), "--values", helm._values_file(values), check=False)
     assert out.returncode != 0
     assert error in out.stderr, out.stderr
+
+
+def test_chart_schema_is_generated_from_kproxy_models() -> None:
+    """values.schema.json's `config` is what tools/gen_chart_schema.py makes of the models today."""
+    out = subprocess.run([sys.executable, str(SCHEMA_TOOL), "--check"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+
+
+def _kproxy_refusal(config: dict[str, Any]) -> str | None:
+    """What kproxy says of ``config`` at start-up (kproxy.config and each filter's model), or None."""
+    try:
+        cfg = parse_config(config)
+        for i, entry in enumerate(cfg.filters):
+            model = lookup(entry.name).config_model
+            try:
+                model.model_validate(entry.settings)
+            except ValidationError as err:
+                return format_validation_error(err, f"filters[{i}]", model)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize(("config", "error", "kproxy_says"), CONFIG_REFUSALS)
+def test_kproxy_refuses_what_the_chart_refuses(config: dict[str, Any], error: str, kproxy_says: str) -> None:
+    """Each config the chart's schema refuses (test_values_schema_rejects_bad_values) kproxy refuses too."""
+    refusal = _kproxy_refusal(config)
+    assert refusal is not None and kproxy_says in refusal, refusal
+
+
+def _settings_in_full(name: str, required: dict[str, Any]) -> dict[str, Any]:
+    """Every setting of a filter, at its default (the required ones given), as YAML would hold it."""
+    settings: dict[str, Any] = lookup(name).config_model.model_validate(required).model_dump(mode="json")
+    return {"name": name, **settings}
+
+
+def test_chart_accepts_what_kproxy_accepts(helm: Helm) -> None:
+    """config.example.yaml (every key, durations as "30s") and every built-in filter with all its
+    settings spelled out: kproxy takes them, so the chart must."""
+    example = yaml.safe_load((REPO / "config.example.yaml").read_text())
+    example.pop("tls")  # null: the chart fills it in
+    rule = {"name": "ci", "match": {"users": ["ci"], "verbs": ["create"]}}
+    filters = [
+        _settings_in_full("compression", {"encodings": ["gzip"]}),
+        _settings_in_full("dryrun", {"rules": [{**rule, "action": "enforce"}]}),
+        _settings_in_full("transcode", {"upstream": "auto"}),
+        _settings_in_full("validation", {"rules": [{**rule, "level": "Strict"}]}),
+        _settings_in_full(
+            "watchcache", {"resources": ["pods", "deployments.apps", "batch/v1/jobs", "v1/secrets", "*"]}
+        ),
+    ]
+    config = {**example, "filters": filters, "proxy": {**example["proxy"], "accept_hosts": "^localhost$,^kp$"}}
+    assert _kproxy_refusal(config) is None
+    docs = helm.template({"mode": "sidecar", "config": config})
+    assert [f["name"] for f in config_of(docs)["filters"]] == [f["name"] for f in filters]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pods", "deployments.apps", "v1/pods", "v1/", "apps/v1/deployments", "//", "*", "Pods!", "", "apps/x", "a/b/c/d"],
+)
+def test_watchcache_resource_pattern_is_kproxys_parser(name: str) -> None:
+    """The schema's pattern for watchcache resources (tools/gen_chart_schema.py) accepts exactly
+    the names kproxy's parser does."""
+    from kproxy.filters.watchcache.resources import parse_name
+
+    spec = importlib.util.spec_from_file_location("gen_chart_schema", SCHEMA_TOOL)
+    assert spec and spec.loader
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    try:
+        parse_name(name)
+        accepted = True
+    except ValueError:  # the watchcache's own ConfigError
+        accepted = False
+    assert bool(re.search(tool.WATCHCACHE_RESOURCE_PATTERN, name)) is accepted
 
 
 def test_schema_knows_every_credentials_mode_of_kproxy() -> None:
