@@ -46,6 +46,7 @@ from kproxy.filters.watchcache.resources import (
     Key,
     ResourceSpec,
     discover,
+    missing_note,
     parse_name,
     resolve,
 )
@@ -198,12 +199,23 @@ class WatchCacheFilter(FilterBase):
     async def _sync_loop(self) -> None:
         wildcard = "*" in self.settings.resources
         delay = 0.5
+        warned: set[str] = set()
         while True:
             try:
                 missing = await self._sync_once()
                 if missing:
                     # Others are cached meanwhile; these may appear (a CRD not yet installed).
-                    log.warning("watchcache: not in the apiserver's discovery (yet): %s", ", ".join(missing))
+                    # Said once per name (a typo would otherwise repeat every few seconds forever).
+                    new = [m for m in missing if m not in warned]
+                    if new:
+                        log.warning(
+                            "watchcache: resources: %s not served by the apiserver: not cached; kproxy "
+                            "keeps looking (a custom resource is cached once its definition is installed)",
+                            ", ".join(new),
+                        )
+                    else:
+                        log.debug("watchcache: still not served: %s", ", ".join(missing))
+                    warned = set(missing)
                     delay = min(max(delay * 2, 1.0), 10.0)
                 else:
                     delay = self.settings.rediscovery_interval if wildcard else 0
@@ -301,7 +313,7 @@ class WatchCacheFilter(FilterBase):
             self.caches[key] = rc
             rc.start()
         self._discovered.set()
-        return missing
+        return [missing_note(name, served) for name in missing]
 
     def _note_absent(self, wanted: dict[Key, ResourceSpec], ready: bool) -> None:
         """Log what discovery lacks of the cached resources when that changes."""

@@ -8,6 +8,7 @@ resource that supports both list and watch, at its group's preferred version.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -200,3 +201,31 @@ class Departures:
     def forget(self, key: Key) -> None:
         """The resource's cache was dropped for another reason (its definition deleted)."""
         self._misses.pop(key, None)
+
+
+def missing_note(name: str, served: list[_Served]) -> str:
+    """A configured name discovery lacks, quoted, with the served resource it most likely meant
+    (``"pod" (did you mean "pods"?)``): the one whose singular name, short name or kind it is
+    (the names kubectl also accepts, but a cache entry must use the plural), else the closest
+    plural name. Only discovery's names are suggested; a name near none is left alone."""
+    try:
+        group, _, resource = parse_name(name)
+    except ConfigError:
+        return repr(name)
+    candidates = [s for s in served if group is None or s.group == group]
+
+    def config_name(s: _Served) -> str:
+        return f"{s.entry['name']}.{s.group}" if s.group else str(s.entry["name"])
+
+    lowered = resource.lower()
+    for s in candidates:
+        e = s.entry
+        if lowered in (str(e.get("singularName", "")).lower(), str(e.get("kind", "")).lower()) or lowered in (
+            str(n).lower() for n in e.get("shortNames") or ()
+        ):
+            return f'"{name}" (did you mean "{config_name(s)}"?)'
+    names = {str(s.entry["name"]): s for s in candidates}
+    close = difflib.get_close_matches(lowered, list(names), n=1, cutoff=0.8)
+    if close:
+        return f'"{name}" (did you mean "{config_name(names[close[0]])}"?)'
+    return f'"{name}"'
