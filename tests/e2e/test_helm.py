@@ -292,6 +292,9 @@ def test_pod_is_locked_down(helm: Helm) -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "kproxy-admin"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
     assert container["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
+    # Readiness follows the apiserver's: an apiserver restart of up to 30 s keeps the endpoints.
+    readiness = container["readinessProbe"]
+    assert readiness["failureThreshold"] * readiness["periodSeconds"] >= 30
     # A rolling update drains: kproxy keeps serving while the endpoints are withdrawn.
     assert container["lifecycle"]["preStop"] == {"exec": {"command": ["sleep", "5"]}}
 
