@@ -12,8 +12,16 @@ Both runs must end in the same object graph (the expected one: every replica of 
 available, the old ReplicaSet at zero). The controller-manager's log (:mod:`kcmlog`) is counted for
 each run: through kproxy no reflector of a cached resource may see a 410 or list again, no event may be
 lost, and its "read version is not as new as written version" lines may be no more than directly.
-The numbers side by side are printed by :func:`test_numbers_side_by_side` (``pytest -s``) and written
-to ``chaos-numbers.json`` in the control plane's directory.
+The metadata informers of the garbage collector and the quota controller (``as=PartialObjectMetadata``)
+are left out of "cached": the cache does not serve that form, kproxy forwards their reads. The numbers
+side by side are printed by :func:`test_numbers_side_by_side` (``pytest -s``) and written to
+``chaos-numbers.json`` in the control plane's directory.
+
+Two known failures are named xfails, taken only when the run shows their cause (both depend on where
+the kill lands): the discovery blip (kproxy drops caches while the restarted apiserver assembles its
+discovery) and a KWOK write that kproxy could not forward during the outage (no answer, which KWOK does
+not retry, where directly it meets a refused connection and retries). When the rollout through kproxy
+stalls, the pods KWOK left unstarted are touched so that both runs' counts cover the same work.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ REPLICAS = 20
 #: Seconds a new pod must be Ready before it counts as available: with 25% surge and no
 #: unavailability the rollout takes four waves of at least this long, so it is mid-way for a while.
 MIN_READY_SECONDS = 2
-CONVERGE_TIMEOUT = 75.0
+CONVERGE_TIMEOUT = 60.0
 REPO = Path(__file__).resolve().parents[3]
 KCM_ARGS = {"kube-controller-manager": [kcmlog.VMODULE]}
 
@@ -215,9 +223,10 @@ EXPECTED_GRAPH = {
 @dataclass
 class ChaosRun:
     mode: str
-    #: Whether the namespace reached :data:`EXPECTED_GRAPH` within :data:`CONVERGE_TIMEOUT`.
+    #: Whether the namespace reached :data:`EXPECTED_GRAPH` within :data:`CONVERGE_TIMEOUT` of the restart.
     converged: bool
     log: kcmlog.KcmLog
+    #: The namespace's graph when it converged or the time was up.
     graph: dict[str, Any]
     #: Whether the rollout was still going at each disturbance (kill, compaction while down, after restart).
     mid_rollout: dict[str, bool]
@@ -291,6 +300,17 @@ def _kwok_log(path: Path, offset: int, ns: str) -> dict[str, int]:
     }
 
 
+def _nudge_unstarted(info: ControlPlaneInfo, ns: str) -> int:
+    """Annotate the namespace's pods KWOK has not started (no IP, not deleted); how many."""
+    pods = _json(info, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    stuck = [p for p in pods if not p["status"].get("podIP") and "deletionTimestamp" not in p["metadata"]]
+    for pod in stuck:
+        patch = {"metadata": {"annotations": {"chaos-test/nudged": "true"}}}
+        path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
+        _json(info, "PATCH", path, patch, "application/merge-patch+json")
+    return len(stuck)
+
+
 def _settle(done: Callable[[], bool], timeout: float = CONVERGE_TIMEOUT) -> bool:
     """Poll ``done`` until true or ``timeout``; whether it became true (the verdict is a test's)."""
     deadline = time.monotonic() + timeout
@@ -313,9 +333,14 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
     kcm_log, kproxy_log = info.dir / "kube-controller-manager.log", info.dir / "kproxy.log"
     kcm_offset, kproxy_offset, kwok_offset = _size(kcm_log), _size(kproxy_log), _size(info.dir / "kwok.log")
     cfg = _proxy_config() if mode == "proxied" else None
+    # The nodes' leases of the previous run's KWOK would keep this run's from taking the nodes over
+    # for their 40 s; that KWOK is gone.
+    code, body = info.request("DELETE", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases")
+    assert code == 200, body
     t0 = time.monotonic()
     seconds: dict[str, float] = {}
     mid: dict[str, bool] = {}
+    facts: dict[str, int] = {}
     cached: set[str] = set()
     with cluster.running_components(info, mode=mode, proxy=cfg, extra_args=KCM_ARGS):
         seconds["components up"] = time.monotonic() - t0
@@ -345,16 +370,23 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
         info.compact_etcd(info.etcd_revision())
         converged = _settle(lambda: graph(info, ns) == EXPECTED_GRAPH)
         seconds["restart to convergence"] = time.monotonic() - t3
+        final = graph(info, ns)
+        if not converged:
+            # So that the two runs' counts cover the same work, pods KWOK left unstarted are touched
+            # (an event KWOK acts on) and the rollout given the same time again; the verdict stays.
+            facts["pods nudged"] = _nudge_unstarted(info, ns)
+            facts["converged after the nudge"] = int(_settle(lambda: graph(info, ns) == EXPECTED_GRAPH))
         if mode == "proxied":
             cached = _kproxy_cached(info)
     kinds = _served_kinds(info)
-    facts, dropped = _kproxy_log(kproxy_log, kproxy_offset) if mode == "proxied" else ({}, set())
+    log_facts, dropped = _kproxy_log(kproxy_log, kproxy_offset) if mode == "proxied" else ({}, set())
+    facts.update(log_facts)
     facts.update(_kwok_log(info.dir / "kwok.log", kwok_offset, ns))
     return ChaosRun(
         mode=mode,
         converged=converged,
         log=kcmlog.read(kcm_log, kcm_offset),
-        graph=graph(info, ns),
+        graph=final,
         mid_rollout=mid,
         seconds=seconds,
         # The metadata informers (garbage collector, quota) ask for ``as=PartialObjectMetadata``, which
@@ -389,13 +421,15 @@ def test_rollout_converges_to_the_expected_graph(mode: str, request: pytest.Fixt
     assert run.mid_rollout == {"kill": True, "compaction while down": True, "compaction after restart": True}
     lost = run.facts.get("kwok stage steps lost to a cut connection", 0)
     if not run.converged and mode == "proxied" and lost:
-        # KWOK's PATCH of a pod status was in flight when the apiserver died: directly it meets a
-        # refused connection and retries; through kproxy the write gets no answer (the connection
-        # closes), which KWOK does not retry, and its pod never starts.
+        # KWOK patched a pod's status while the apiserver was down: directly the connection is
+        # refused, which KWOK retries; through kproxy the write gets no answer (the connection is
+        # closed: EOF), which KWOK does not retry, and as its pod watch survives the outage (no
+        # relist replays the pod) the pod never starts and the rollout stalls.
         pytest.xfail(
-            "outage answers: a write during the outage gets no answer from kproxy, which KWOK does not "
-            f"retry ({lost} pod stage steps lost); the rollout stalls"
+            "outage answers: a write kproxy cannot forward gets no answer (EOF), which KWOK does not retry "
+            f"(it retries a refused connection, 429, 503, timeouts): {lost} pod stage steps lost"
         )
+    assert run.converged, f"no convergence in {CONVERGE_TIMEOUT:.0f} s after the restart: {run.graph}"
     assert run.graph == EXPECTED_GRAPH
 
 
@@ -435,13 +469,9 @@ def test_no_lost_events_through_kproxy(proxied: ChaosRun) -> None:
     assert proxied.log.lost_events == 0, proxied.log.lost_event_lines[:5]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read-after-write lag: the controller-manager's informers fed by kproxy's cache trail its own "
-    "writes more often than fed by the apiserver (its ReplicaSet controller's 'read version is not as new as "
-    "written version' lines)",
-)
 def test_read_version_lag_no_worse_than_direct(proxied: ChaosRun, direct: ChaosRun) -> None:
+    if not proxied.converged and not proxied.facts.get("converged after the nudge"):
+        pytest.xfail("not comparable: the rollout through kproxy stalled, so its controllers did less work")
     assert sum(proxied.log.read_version.values()) <= sum(direct.log.read_version.values())
 
 
