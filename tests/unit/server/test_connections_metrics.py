@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from kproxy.config import ConnectionsConfig, parse_config
+from kproxy.core.requestinfo import request_info_from_target
 from kproxy.server.connections import Connections
 from kproxy.server.metrics import Metrics
 from kproxy.server.servedresources import OTHER, REFRESH_INTERVAL, ServedResources, discover, labels_from_aggregated
@@ -67,15 +68,24 @@ def test_unbounded_when_zero() -> None:
 
 def test_labels_are_known_verbs_and_served_resources_else_other() -> None:
     m = Metrics()
-    m.served.known = frozenset({"configmaps", "deployments.apps"})
-    assert m.labels_for("list", "configmaps") == ("list", "configmaps")
-    assert m.labels_for("get", "deployments.apps") == ("get", "deployments.apps")
-    assert m.labels_for("get", "") == ("get", "")  # a non-resource request
-    assert m.labels_for("propfind", "r123") == (OTHER, OTHER)
-    assert m.labels_for("", "deployments.example") == (OTHER, OTHER)
+    m.served.known = frozenset({"configmaps", "deployments.apps", "pods", "pods/status", "deployments/scale.apps"})
+
+    def labels(method: str, target: str) -> tuple[str, str, str, str]:
+        return m.labels_for(request_info_from_target(method, target))
+
+    # verb, group, resource, subresource: apiserver_request_total's label names.
+    assert labels("GET", "/api/v1/namespaces/a/configmaps") == ("list", "", "configmaps", "")
+    assert labels("GET", "/apis/apps/v1/namespaces/a/deployments/x") == ("get", "apps", "deployments", "")
+    assert labels("PUT", "/apis/apps/v1/namespaces/a/deployments/x/scale") == ("update", "apps", "deployments", "scale")
+    assert labels("GET", "/api/v1/namespaces/a/pods/x/status") == ("get", "", "pods", "status")
+    assert labels("GET", "/api/v1/namespaces/a/pods/x/r4nd0m") == ("get", "", "pods", OTHER)
+    assert labels("GET", "/version") == ("get", "", "", "")  # a non-resource request
+    assert labels("PROPFIND", "/api/v1/namespaces/a/r123") == (OTHER, "", OTHER, "")
+    assert labels("GET", "/apis/example/v1/deployments") == ("list", "", OTHER, "")
     for i in range(500):
-        m.count("get", f"random{i}", 404)
-        m.observe_latency("get", f"random{i}", 0.001)
+        info = request_info_from_target("GET", f"/api/v1/random{i}/x/y{i}")
+        m.count(info, 404, "upstream")
+        m.observe_latency(info, "upstream", 0.001)
     assert len(m._counts) == 1 and len(m._latencies) == 1
 
 
@@ -108,12 +118,15 @@ _LEGACY: dict[str, Any] = {
 
 def test_discovery_aggregated_and_legacy_give_the_same_labels() -> None:
     assert labels_from_aggregated(_AGGREGATED["/apis"]) == {"deployments.apps"}
+    # Subresources as ``resource/subresource[.group]``: a request's resource never holds a "/".
     for docs in (_AGGREGATED, _LEGACY):
 
         async def fetch(path: str, accept: str, docs: dict[str, Any] = docs) -> tuple[int, Any]:
             return 200, docs[path]
 
-        assert asyncio.run(discover(fetch)) == {"pods", "deployments.apps"}
+        assert asyncio.run(discover(fetch)) == {"pods", "pods/log", "deployments.apps"} | (
+            {"deployments/scale.apps"} if docs is _LEGACY else set()
+        )
 
 
 def test_a_resource_not_known_yet_reads_discovery_again_at_most_once_per_interval() -> None:
