@@ -57,9 +57,11 @@ helm-bin:
 # docs/filters.md is generated from the filters' config models (tests/unit/test_docs.py checks it).
 docs: venv
 	$(BIN)/python tools/gen_filter_docs.py
+	$(BIN)/python tools/gen_chart_schema.py
 
 docs-check: venv
 	$(BIN)/python tools/gen_filter_docs.py --check
+	$(BIN)/python tools/gen_chart_schema.py --check
 
 # Run kproxy with the recommended chain (CONFIG= another file). With no KUBECONFIG: on the living local
 # cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK nodes, the controllers
