@@ -852,6 +852,22 @@ def test_chart_schema_is_generated_from_kproxy_models() -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
 
 
+def test_chart_schema_for_an_image_with_a_plugin_filter(helm: Helm, tmp_path: Path) -> None:
+    """The committed schema knows the built-in filters only; `--plugins` regenerates it with the
+    filters installed here (the example `readonly` plugin), checked against the plugin's model."""
+    readonly = {"config": {"filters": [{"name": "readonly", "allow_namespaces": ["dev-*"]}]}}
+    out = helm.run("template", "kp", str(CHART), "--values", helm._values_file(readonly), check=False)
+    assert "at '/config/filters/0/name': value must be one of" in out.stderr, out.stderr
+    chart = tmp_path / "kproxy"
+    shutil.copytree(CHART, chart)
+    schema = chart / "values.schema.json"
+    subprocess.run([sys.executable, str(SCHEMA_TOOL), "--plugins", "--output", str(schema)], check=True)
+    assert config_of(helm.template(readonly, chart=chart))["filters"] == readonly["config"]["filters"]
+    typo = {"config": {"filters": [{"name": "readonly", "allow_namespace": ["dev-*"]}]}}
+    out = helm.run("template", "kp", str(chart), "--values", helm._values_file(typo), check=False)
+    assert "additional properties 'allow_namespace' not allowed" in out.stderr, out.stderr
+
+
 def _kproxy_refusal(config: dict[str, Any]) -> str | None:
     """What kproxy says of ``config`` at start-up (kproxy.config and each filter's model), or None."""
     try:
