@@ -10,7 +10,8 @@ apiserver serves that resource (or subresource), known from its discovery
 (``kproxy.server.servedresources``), else ``resource="other"`` (the apiserver counts requests
 only on the routes it installed), all three empty for non-resource paths; code is the HTTP
 status. ``answered_by`` says who answered: the upstream, the watch ``cache``, a ``filter``
-(dryrun, validation, … answering locally) or ``kproxy`` itself (a refusal before any filter).
+(dryrun, validation, … answering locally) or ``kproxy`` itself (a refusal before any filter, or the
+outage answer for an apiserver it could not reach).
 
 As a Prometheus client's default registry does, the registry carries the ``process_*`` (CPU,
 memory, open files), ``python_info`` and ``python_gc_*`` collectors, and ``kproxy_build_info``;
@@ -58,8 +59,9 @@ KNOWN_VERBS = frozenset(
 #: ``answered_by``: who wrote the answer. ``cache``: the watch cache served it from its store
 #: (or refused it there, e.g. a 403 from its authorization); ``filter``: another filter answered
 #: without calling the rest of the chain (dryrun, validation's local refusals, …); ``kproxy``:
-#: the server refused it before any filter ran (body too large, ``credentials: proxy``'s guard,
-#: an impersonated caller the apiserver would refuse); ``upstream``: the apiserver answered.
+#: the server answered itself outside any filter: refused before the chain (body too large,
+#: ``credentials: proxy``'s guard, an impersonated caller the apiserver would refuse) or for an
+#: apiserver it could not reach (the outage answers); ``upstream``: the apiserver answered.
 ANSWERERS = ("upstream", "cache", "filter", "kproxy")
 #: The filter whose local answers are the cache's.
 _CACHE_FILTER = "watchcache"
@@ -68,16 +70,20 @@ _CACHE_FILTER = "watchcache"
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
-#: ``Exchange.state`` key the server sets when a request enters the chain.
-CHAIN_RAN = "kproxy.chain_ran"
+#: ``Exchange.state`` key the server sets when the chain returned a reply (rather than raising
+#: the Status kproxy answers itself, e.g. for an apiserver it could not reach).
+CHAIN_REPLIED = "kproxy.chain_replied"
 
 
 def answered_by(state: dict[str, Any]) -> str:
-    """The ``answered_by`` value of a finished request (see ``ANSWERERS``)."""
+    """The ``answered_by`` value of a finished request (see ``ANSWERERS``): a filter that answered
+    without calling the rest of the chain; else the upstream when the chain returned its reply;
+    else kproxy itself (refused before the chain, or a Status raised through it, such as the
+    outage answer for an apiserver kproxy could not reach, or no answer at all)."""
     name = state.get(ANSWERED_BY_FILTER)
     if name is not None:
         return "cache" if name == _CACHE_FILTER else "filter"
-    return "upstream" if state.get(CHAIN_RAN) else "kproxy"
+    return "upstream" if state.get(CHAIN_REPLIED) else "kproxy"
 
 
 def _version() -> str:

@@ -40,7 +40,7 @@ from kproxy.server.connections import Connections
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
 from kproxy.server.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
-from kproxy.server.metrics import CHAIN_RAN, Metrics, answered_by
+from kproxy.server.metrics import CHAIN_REPLIED, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
 from kproxy.server.upgrade import splice
@@ -411,7 +411,6 @@ class ProxyServer:
         task.add_done_callback(self._tasks.discard)
 
     async def _run_chain(self, chain: Chain, ex: Exchange) -> Reply:
-        ex.state[CHAIN_RAN] = True
         try:
             reply = await chain.handle(ex)
         except StatusError as err:
@@ -421,6 +420,7 @@ class ProxyServer:
         except Exception as err:  # a filter bug must still get a Status, never a traceback
             log.exception("request failed", extra={"path": ex.raw_path})
             return self._reject(internal_error(f"kproxy: {type(err).__name__}: {err}"), ex)
+        ex.state[CHAIN_REPLIED] = True
         return reply
 
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:

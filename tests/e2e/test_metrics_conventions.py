@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import kproxy
@@ -189,3 +193,31 @@ def test_who_answered_is_in_the_access_log_and_metrics(
     assert after["upstream"] - before["upstream"] == 1
     assert after["filter"] - before["filter"] == 1
     assert counted(rp, verb="create", resource="configmaps", code="400", answered_by="filter") == 1
+
+
+def test_answers_kproxy_gives_itself_are_answered_by_kproxy(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, tmp_path: Path
+) -> None:
+    """The outage answer for an apiserver kproxy cannot reach, and a body over the limit, were
+    written by kproxy, not by the apiserver."""
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # nothing listens here now
+    kc = yaml.safe_load(control_plane.admin_kubeconfig.read_text())
+    kc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path = tmp_path / "dead.kubeconfig"
+    path.write_text(yaml.safe_dump(kc))
+    rp = proxy_factory(upstream_kubeconfig=path, ready=False, extra={"max_request_body_bytes": 16})
+    assert rp.get("/api/v1/namespaces/default/configmaps")[0] == 429
+    req = urllib.request.Request(rp.url + "/api/v1/namespaces/default/configmaps", data=b"{" * 64, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 413
+    wait_for(lambda: len(access_lines(rp)) >= 2, 10, "the access log lines")
+    assert [(r["verb"], r["answered_by"], r["msg"].rsplit(" ", 1)[-1]) for r in access_lines(rp)] == [
+        ("list", "kproxy", "429"),
+        ("create", "kproxy", "413"),
+    ]
+    assert counted(rp, answered_by="kproxy") == 2
+    assert counted(rp, answered_by="upstream") == 0
