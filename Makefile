@@ -98,6 +98,15 @@ lint: venv
 bench: venv envtest-bin
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
+# The compatibility run (docs/compatibility.md): for each supported minor other than the pinned one
+# (tools/compat/v1.*), build its etcd, kube-apiserver and kubectl if missing (cold: about 8 CPU-minutes each,
+# cached in $(KPROXY_CACHE)/envtest/<version>) and run the focused e2e set (tools/compat/tests.txt) against a
+# control plane of that minor. Not part of `make test` (CI time); COMPAT_MINORS= to run only some.
+.PHONY: compat
+COMPAT_MINORS ?=
+compat: venv
+	KPROXY_CACHE=$(KPROXY_CACHE) PYTEST=$(BIN)/pytest bash tools/compat/run.sh $(COMPAT_MINORS)
+
 # The Kubernetes protobuf schema (kproxy/codec/data/) from the Go modules pinned in tools/proto/go.mod.
 proto: venv
 	bash tools/proto/build.sh

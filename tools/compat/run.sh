@@ -27,6 +27,7 @@ for minor in "${minors[@]}"; do
   version=$(sed -n 's|^\s*k8s.io/kubernetes \(v[0-9][0-9.]*\).*|\1|p' "$mod" | head -1)
   bin="$cache/envtest/$version"
   if [ "$(cat "$bin/VERSION" 2>/dev/null)" != "$version" ]; then
+    bash "$here/../check-prereqs.sh" go
     echo "compat: building etcd, kube-apiserver, kubectl $version into $bin (cold: about 8 CPU-minutes)"
     time nice -n 10 bash "$here/build.sh" "$minor" "$bin"
   fi

@@ -1,5 +1,5 @@
 // The release of the v1.36 compatibility run: kube-apiserver, kubectl and the etcd its go.mod selects,
-// built by tools/compat/build.sh. k8s.io/kubernetes is pinned here (kproxy.testing.binaries reads it).
+// built by tools/compat/build.sh. k8s.io/kubernetes is pinned here (tools/compat/run.sh reads it).
 module kproxy.local/compat/v1.36
 
 go 1.26.0
