@@ -378,6 +378,9 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
             facts["converged after the nudge"] = int(_settle(lambda: graph(info, ns) == EXPECTED_GRAPH))
         if mode == "proxied":
             cached = _kproxy_cached(info)
+        # Gone before the next run starts, so that neither run's counts include the other's cleanup.
+        _json(info, "DELETE", f"/api/v1/namespaces/{ns}")
+        _settle(lambda: info.request("GET", f"/api/v1/namespaces/{ns}")[0] == 404, timeout=30)
     kinds = _served_kinds(info)
     log_facts, dropped = _kproxy_log(kproxy_log, kproxy_offset) if mode == "proxied" else ({}, set())
     facts.update(log_facts)
