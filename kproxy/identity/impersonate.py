@@ -173,5 +173,5 @@ class CallerAuthenticator:
 
 def _outage(ex: Exchange, err: TokenReviewError) -> StatusError | NoAnswer:
     """A caller whose token could not be reviewed because the apiserver is unreachable gets what
-    a request the upstream cannot serve gets: a 429 for a read, no answer for a write."""
-    return upstream_failed(ex.method, str(err))
+    a request that never reached the upstream gets: a 429 with ``Retry-After``."""
+    return upstream_failed(ex.method, str(err), sent=False)

@@ -38,6 +38,10 @@ class UpstreamClosed(ConnectionResetError):
     """The upstream connection ended before the response did."""
 
 
+class NotSent(ConnectionError):
+    """No connection to the upstream could be made: nothing of the request reached it."""
+
+
 class _Conn(asyncio.Protocol):
     """One upstream connection; one request at a time."""
 
@@ -341,7 +345,10 @@ class Pool:
                 conn = self._take_idle()
                 reused = conn is not None
                 if conn is None:
-                    conn = await self._connect()
+                    try:
+                        conn = await self._connect()
+                    except (OSError, TimeoutError) as err:
+                        raise NotSent(str(err) or type(err).__name__) from err
             except BaseException:
                 if self._slots is not None:
                     self._slots.release()

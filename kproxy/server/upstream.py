@@ -31,7 +31,7 @@ from kproxy.gocompat.httpguts import valid_header_field_value
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.kubeconfig import UpstreamTarget
-from kproxy.server.pool import Pool
+from kproxy.server.pool import NotSent, Pool
 from kproxy.server.upgrade import dial_upgrade
 
 log = logging.getLogger("kproxy.upstream")
@@ -205,7 +205,7 @@ class Upstream:
         log.warning("upstream %s unreachable: %s", self.base, err or type(err).__name__)
         if self._on_error is not None:
             self._on_error(type(err).__name__)
-        return upstream_failed(method, str(err) or type(err).__name__)
+        return upstream_failed(method, str(err) or type(err).__name__, sent=not isinstance(err, NotSent))
 
     def unreachable(self, err: BaseException) -> StatusError:
         """The answer to an upgrade (exec, attach, port-forward) that cannot reach the upstream:

@@ -290,4 +290,7 @@ def test_kubectl_disk_cache_revalidates_with_304s(
     for i in (1, 2):
         assert runs["direct"][i].apiserver_304s >= 2
     assert through[3].answers == Counter({("/openapi/v3", 200): 1, ("/openapi/v3/api/v1", 200): 1})
-    assert through[4].answers == Counter({("/openapi/v3", 200): 1})  # the document from the cache
+    # The group version's document comes from the cache; the index is fetched again (a 304 when the
+    # apiserver gave it an ETag, a 200 when not: both are the apiserver's own answers, passed through).
+    assert sum(through[4].answers.values()) == 1
+    assert set(through[4].answers) <= {("/openapi/v3", 200), ("/openapi/v3", 304)}, through[4].answers

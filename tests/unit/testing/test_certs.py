@@ -134,7 +134,7 @@ def test_service_account_key_pair_matches() -> None:
 
 def test_write_pki_modes_and_contents(tmp_path: Path) -> None:
     files = certs.write_pki(tmp_path / "pki")
-    private = {files.ca_key, files.serving_key, files.admin_key, files.sa_key}
+    private = {files.ca_key, files.serving_key, files.admin_key, files.sa_key, files.proxy_key}
     for path in vars(files).values():
         assert path.is_absolute() and path.is_file()
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -144,6 +144,8 @@ def test_write_pki_modes_and_contents(tmp_path: Path) -> None:
     key = serialization.load_pem_private_key(files.serving_key.read_bytes(), password=None)
     assert serving.public_key() == key.public_key()
     assert serving.issuer == ca.subject
+    proxy = x509.load_pem_x509_certificate(files.proxy_cert.read_bytes())
+    assert proxy.issuer == ca.subject  # kproxy in front of this control plane is verified with the same CA
     assert not list((tmp_path / "pki").glob(".*tmp*")), "temporary files left behind"
 
 
