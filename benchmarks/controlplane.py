@@ -60,12 +60,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.run import BenchError, log, ncpu, percentile
 from benchmarks.watchcache import machine_busy_seconds, rss_bytes
 from kproxy.testing import envtest
-from kproxy.testing.cluster import proxy_kubeconfig, running_components
+from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
 from kproxy.testing.controlplane import client_ssl_context
-from kproxy.testing.processes import free_ports, process_cpu_seconds
+from kproxy.testing.processes import process_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RECOMMENDED = REPO_ROOT / "config.recommended.yaml"
 DIRECT, PROXIED = "direct", "proxied"
 #: goal: p99 rollout time through kproxy at most this times direct's
 GOAL_P99_RATIO = 1.2
@@ -158,9 +157,7 @@ def cached_resources(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def proxy_config(access_log: bool) -> dict[str, Any]:
     """config.recommended.yaml on a free port; the access log off unless asked (its cost is not the chain's)."""
-    cfg: dict[str, Any] = yaml.safe_load(RECOMMENDED.read_text())
-    (port,) = free_ports(1)
-    cfg["listen"] = f"127.0.0.1:{port}"
+    cfg = recommended_config()
     cfg["log"] = {**(cfg.get("log") or {}), "level": "warning", "access_log": access_log}
     return cfg
 

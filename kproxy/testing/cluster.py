@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from kproxy.testing.binaries import KWOK_STAGES, BinPaths, ensure_extra
+from kproxy.testing.binaries import KWOK_STAGES, REPO_ROOT, BinPaths, ensure_extra
 from kproxy.testing.controlplane import ControlPlaneInfo
 from kproxy.testing.errors import ControlPlaneError
 from kproxy.testing.kubeconfigs import write_kubeconfig
@@ -45,6 +45,7 @@ __all__ = [
     "forget_node_leases",
     "nodes_ready",
     "proxy_kubeconfig",
+    "recommended_config",
     "restart_component",
     "running_components",
     "start_components",
@@ -66,6 +67,15 @@ IDENTITIES: Mapping[str, tuple[str, tuple[str, ...]]] = {
 }
 #: Where kproxy listens when the config gives no address (the `kubectl proxy` port).
 DEFAULT_PROXY_LISTEN = "127.0.0.1:8001"
+
+
+def recommended_config() -> dict[str, Any]:
+    """``config.recommended.yaml`` (the chain ``make run`` runs) listening on a free loopback port, its admin
+    listener left for :func:`start_components` to pick: for tests and benchmarks beside other kproxies."""
+    cfg: dict[str, Any] = yaml.safe_load((REPO_ROOT / "config.recommended.yaml").read_text())
+    cfg["listen"] = f"127.0.0.1:{free_ports(1)[0]}"
+    cfg.pop("admin_listen", None)
+    return cfg
 
 
 def component_tokens() -> dict[str, str]:

@@ -42,7 +42,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing import cluster
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -57,9 +56,7 @@ KCM_ARGS = {"kube-controller-manager": [kcmlog.VMODULE]}
 
 def _proxy_config() -> dict[str, Any]:
     """config.recommended.yaml with every list+watch resource cached and a fast discovery cycle."""
-    cfg: dict[str, Any] = yaml.safe_load((REPO / "config.recommended.yaml").read_text())
-    cfg["listen"] = f"127.0.0.1:{free_ports(1)[0]}"
-    cfg.pop("admin_listen", None)
+    cfg = cluster.recommended_config()
     for f in cfg["filters"]:
         if f["name"] == "watchcache":
             f["resources"] = ["*"]

@@ -26,11 +26,9 @@ from typing import Any
 
 import kcmlog
 import pytest
-import yaml
 
-from kproxy.testing.cluster import running_components
+from kproxy.testing.cluster import recommended_config, running_components
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -49,10 +47,7 @@ SETTLE_TIMEOUT = 120.0
 
 def _proxy_config() -> dict[str, Any]:
     """config.recommended.yaml, listening on a free port."""
-    cfg: dict[str, Any] = yaml.safe_load((REPO / "config.recommended.yaml").read_text())
-    cfg["listen"] = f"127.0.0.1:{free_ports(1)[0]}"
-    cfg.pop("admin_listen", None)
-    return cfg
+    return recommended_config()
 
 
 def _request(info: ControlPlaneInfo, method: str, path: str, body: Any = None, ct: str = "application/json") -> Any:

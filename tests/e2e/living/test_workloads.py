@@ -34,9 +34,8 @@ import yaml
 from graph import Masker, cluster_nodes, get_json, graph_diff, list_items, namespace_graph, unsettled
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing.cluster import proxy_kubeconfig, running_components
+from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl, KubectlError
-from kproxy.testing.processes import free_ports
 
 # Both runs happen in the first test's fixtures (a fresh control plane, then each side's components and workloads).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -497,10 +496,7 @@ def _kproxy_metrics(directory: Path) -> dict[tuple[str, tuple[tuple[str, str], .
 
 
 def _recommended_chain() -> dict[str, Any]:
-    cfg = yaml.safe_load((REPO / "config.recommended.yaml").read_text())
-    (port,) = free_ports(1)
-    cfg["listen"] = f"127.0.0.1:{port}"
-    return dict(cfg)
+    return recommended_config()
 
 
 @pytest.fixture(scope="module")
