@@ -18,7 +18,7 @@ mapfile -t tests < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' "$here/tests.txt" |
 mkdir -p "$root/.cache/compat"
 cd "$root"
 
-declare -A result
+summary=()
 failed=0
 for minor in "${minors[@]}"; do
   mod="$here/$minor/go.mod"
@@ -37,10 +37,10 @@ for minor in "${minors[@]}"; do
   env -u KPROXY_ENVTEST_DIR KPROXY_ENVTEST_BIN_DIR="$bin" \
     "$pytest" -q -ra -p no:cacheprovider --junitxml="$root/.cache/compat/$version.xml" \
     ${PYTEST_ARGS:-} "${tests[@]}" || rc=$?
-  if [ $rc -eq 0 ]; then result[$version]=passed; else result[$version]="FAILED (pytest exit $rc)"; failed=1; fi
+  if [ $rc -eq 0 ]; then summary+=("  $version: passed"); else summary+=("  $version: FAILED (pytest exit $rc)"); failed=1; fi
 done
 
 echo
 echo "compat: results ($(date -u +%Y-%m-%d))"
-for v in "${!result[@]}"; do echo "  $v: ${result[$v]}"; done
+printf '%s\n' "${summary[@]}"
 exit $failed
