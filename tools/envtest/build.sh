@@ -10,6 +10,8 @@
 # container runtime, with its stage definitions gathered into kwok-stages.yaml.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
 all="etcd kube-apiserver kubectl kube-controller-manager kube-scheduler standin-kubelet kwok"
 only=
 if [ "${1:-}" = --only ]; then only=${2:?usage: build.sh --only "NAME..." OUT_DIR}; shift 2; fi
@@ -23,29 +25,9 @@ out=$(cd "$out" && pwd)
 tmp=$(mktemp -d "$out/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# go build with a line of progress every 20 s (a cold build is quiet for minutes otherwise); its own
-# output is shown only if it fails.
-gobuild() {
-  local log="$tmp/go-build.log" started=$SECONDS rc=0
-  : > "$log"
-  ( while sleep 20; do
-      echo "build.sh:   ... $(grep -c '^[a-z]' "$log" 2>/dev/null || true) packages compiled, $((SECONDS - started)) s"
-    done ) &
-  local ticker=$!
-  CGO_ENABLED=0 go build -v "$@" 2>"$log" || rc=$?
-  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
-  if [ $rc -ne 0 ]; then tail -n 60 "$log" >&2; return $rc; fi
-  echo "build.sh:   done in $((SECONDS - started)) s"
-}
-
 cd "$here"
 k8s=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
-minor=$(echo "$k8s" | cut -d. -f2)
-now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-ld="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ld="$ld -X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$now"
-done
+ld=$(k8s_ldflags "$k8s")
 pkgs=()
 for b in $want; do
   case $b in
@@ -76,6 +58,5 @@ case " $want " in
     ;;
 esac
 
-rm -f "$tmp/go-build.log"
 for f in "$tmp"/*; do mv -f "$f" "$out/"; done
 [ -n "$only" ] || echo "$k8s" > "$out/VERSION"
