@@ -421,13 +421,15 @@ def test_rollout_converges_to_the_expected_graph(mode: str, request: pytest.Fixt
     assert run.mid_rollout == {"kill": True, "compaction while down": True, "compaction after restart": True}
     lost = run.facts.get("kwok stage steps lost to a cut connection", 0)
     if not run.converged and mode == "proxied" and lost:
-        # KWOK patched a pod's status while the apiserver was down: directly the connection is
-        # refused, which KWOK retries; through kproxy the write gets no answer (the connection is
-        # closed: EOF), which KWOK does not retry, and as its pod watch survives the outage (no
-        # relist replays the pod) the pod never starts and the rollout stalls.
+        # KWOK's status write to a pod was in flight when the apiserver was killed: it is cut off
+        # after it was sent (its outcome unknown), so kproxy closes the connection (EOF), as the
+        # dying apiserver does directly. KWOK retries only a refused connection, 429, 503 and
+        # timeouts, so it drops that step on both sides; directly the restarted apiserver's 410
+        # makes KWOK's informer relist and replay the pod, through kproxy its watch survives (no
+        # relist: the point of the cache) and the pod never starts. A kubelet resyncs its status.
         pytest.xfail(
-            "outage answers: a write kproxy cannot forward gets no answer (EOF), which KWOK does not retry "
-            f"(it retries a refused connection, 429, 503, timeouts): {lost} pod stage steps lost"
+            "KWOK does not retry a status write cut off by the apiserver's death, and through kproxy no "
+            f"relist replays the pod: {lost} pod stage steps lost"
         )
     assert run.converged, f"no convergence in {CONVERGE_TIMEOUT:.0f} s after the restart: {run.graph}"
     assert run.graph == EXPECTED_GRAPH
