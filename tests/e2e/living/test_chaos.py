@@ -67,13 +67,6 @@ def _proxy_config() -> dict[str, Any]:
 # --------------------------------------------------------------------------- the apiserver, as admin
 
 
-def _json(info: ControlPlaneInfo, method: str, path: str, body: Any = None, ct: str = "application/json") -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    code, out = info.request(method, path, body=data, content_type=ct)
-    assert code in (200, 201), f"{method} {path}: HTTP {code}: {out[:300]!r}"
-    return json.loads(out)
-
-
 def _deployment(image: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -139,9 +132,9 @@ def _complete(dep: dict[str, Any]) -> bool:
 
 def graph(info: ControlPlaneInfo, ns: str) -> dict[str, Any]:
     """The namespace's Deployment, ReplicaSets and pods with names, uids and times masked."""
-    dep = _json(info, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments/web")
-    rss = _json(info, "GET", f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
-    pods = _json(info, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    dep = info.json("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/web")
+    rss = info.json("GET", f"/apis/apps/v1/namespaces/{ns}/replicasets")["items"]
+    pods = info.json("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     revision = {rs["metadata"]["uid"]: rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"] for rs in rss}
     s = dep["status"]
     pod_rows: dict[str, int] = {}
@@ -239,10 +232,10 @@ def _served_kinds(info: ControlPlaneInfo) -> dict[str, str]:
     """resource label (``deployments.apps``) -> kind, for every preferred version in discovery."""
     out: dict[str, str] = {}
     paths = [("", "/api/v1")] + [
-        (g["name"], "/apis/" + g["preferredVersion"]["groupVersion"]) for g in _json(info, "GET", "/apis")["groups"]
+        (g["name"], "/apis/" + g["preferredVersion"]["groupVersion"]) for g in info.json("GET", "/apis")["groups"]
     ]
     for group, path in paths:
-        for r in _json(info, "GET", path)["resources"]:
+        for r in info.json("GET", path)["resources"]:
             if "/" not in r["name"]:
                 out[f"{r['name']}.{group}" if group else r["name"]] = r["kind"]
     return out
@@ -299,12 +292,12 @@ def _kwok_log(path: Path, offset: int, ns: str) -> dict[str, int]:
 
 def _nudge_unstarted(info: ControlPlaneInfo, ns: str) -> int:
     """Annotate the namespace's pods KWOK has not started (no IP, not deleted); how many."""
-    pods = _json(info, "GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    pods = info.json("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     stuck = [p for p in pods if not p["status"].get("podIP") and "deletionTimestamp" not in p["metadata"]]
     for pod in stuck:
         patch = {"metadata": {"annotations": {"chaos-test/nudged": "true"}}}
         path = f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}"
-        _json(info, "PATCH", path, patch, "application/merge-patch+json")
+        info.json("PATCH", path, patch, "application/merge-patch+json")
     return len(stuck)
 
 
@@ -344,15 +337,15 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
         dep_path = f"/apis/apps/v1/namespaces/{ns}/deployments/web"
 
         def dep() -> dict[str, Any]:
-            out: dict[str, Any] = _json(info, "GET", dep_path)
+            out: dict[str, Any] = info.json("GET", dep_path)
             return out
 
-        _json(info, "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        _json(info, "POST", f"/apis/apps/v1/namespaces/{ns}/deployments", _deployment("registry.invalid/web:1"))
+        info.json("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        info.json("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", _deployment("registry.invalid/web:1"))
         _wait("first rollout", lambda: _complete(dep()))
         t1 = time.monotonic()
         patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "registry.invalid/web:2"}]}}}}
-        _json(info, "PATCH", dep_path, patch, "application/strategic-merge-patch+json")
+        info.json("PATCH", dep_path, patch, "application/strategic-merge-patch+json")
         _wait("the second rollout part-way", lambda: _rolling(dep()))
         mid["kill"] = True
         info.stop_apiserver(kill=True)
@@ -376,7 +369,7 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
         if mode == "proxied":
             cached = _kproxy_cached(info)
         # Gone before the next run starts, so that neither run's counts include the other's cleanup.
-        _json(info, "DELETE", f"/api/v1/namespaces/{ns}")
+        info.json("DELETE", f"/api/v1/namespaces/{ns}")
         _settle(lambda: info.request("GET", f"/api/v1/namespaces/{ns}")[0] == 404, timeout=30)
     kinds = _served_kinds(info)
     log_facts, dropped = _kproxy_log(kproxy_log, kproxy_offset) if mode == "proxied" else ({}, set())

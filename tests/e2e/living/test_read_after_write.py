@@ -18,7 +18,6 @@ counted in the controller-manager's log (:mod:`kcmlog`).
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from pathlib import Path
@@ -50,13 +49,6 @@ def _proxy_config() -> dict[str, Any]:
     return recommended_config()
 
 
-def _request(info: ControlPlaneInfo, method: str, path: str, body: Any = None, ct: str = "application/json") -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    code, out = info.request(method, path, body=data, content_type=ct)
-    assert code in (200, 201), f"{method} {path}: HTTP {code}: {out[:300]!r}"
-    return json.loads(out)
-
-
 def _deployment(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -74,7 +66,7 @@ def _deployment(name: str) -> dict[str, Any]:
 
 
 def _settled(info: ControlPlaneInfo, ns: str, replicas: int) -> bool:
-    items = _request(info, "GET", f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]
+    items = info.json("GET", f"/apis/apps/v1/namespaces/{ns}/deployments")["items"]
     return len(items) == DEPLOYMENTS and all(
         d["status"].get("observedGeneration") == d["metadata"]["generation"]
         and d["status"].get("replicas") == replicas
@@ -94,15 +86,15 @@ def _churn(info: ControlPlaneInfo) -> None:
     """Deployments created, scaled up, scaled down, each step until every one has settled (as the
     admin, straight at the apiserver: the controllers' own requests are what is measured)."""
     ns = f"raw-{secrets.token_hex(3)}"
-    _request(info, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    info.json("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
     base = f"/apis/apps/v1/namespaces/{ns}/deployments"
     for i in range(DEPLOYMENTS):
-        _request(info, "POST", base, _deployment(f"d{i}"))
+        info.json("POST", base, _deployment(f"d{i}"))
     _wait_settled(info, ns, REPLICAS)
     for replicas in (2 * REPLICAS, 1):
         for i in range(DEPLOYMENTS):
             patch = {"spec": {"replicas": replicas}}
-            _request(info, "PATCH", f"{base}/d{i}", patch, "application/merge-patch+json")
+            info.json("PATCH", f"{base}/d{i}", patch, "application/merge-patch+json")
         _wait_settled(info, ns, replicas)
     info.request("DELETE", f"/api/v1/namespaces/{ns}")
 
