@@ -205,7 +205,12 @@ func main() {
 				emit(map[string]any{"kind": "watch-open-error", "error": err.Error()})
 				return nil, err
 			}
-			return watch.Filter(w, observe), nil
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				if ctx.Err() != nil { // stopping: the stream ends with the signal's cause, not a server's error
+					return e, true
+				}
+				return observe(e)
+			}), nil
 		},
 	}
 	informer := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{})
