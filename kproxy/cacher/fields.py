@@ -24,6 +24,7 @@ the v1.37.1 apiserver itself (``tests/e2e/test_selectors_apiserver.py`` asks it 
 
 from __future__ import annotations
 
+import copy
 import functools
 import operator
 import re
@@ -211,6 +212,7 @@ class _Spec:
     name: str
     path: tuple[str, ...]
     render: str = "str"  # "str" (string(x)), "bool" (FormatBool), "int" (strconv.Itoa)
+    since: int = 0  # the Kubernetes minor whose conversion function first accepts it (0: all supported)
 
     def getters(self) -> tuple[DictGetter, MessageGetter]:
         attr = operator.attrgetter(".".join(self.path))
@@ -264,7 +266,7 @@ class SelectableFields:
     as in the apiserver, where ``fields.Set.Get`` of a missing key is ``""``.
     """
 
-    __slots__ = ("_from_dict", "_from_message", "_reject", "accepted", "names", "protobuf")
+    __slots__ = ("_from_dict", "_from_message", "_reject", "_views", "accepted", "names", "newer", "protobuf")
 
     def __init__(
         self,
@@ -273,8 +275,12 @@ class SelectableFields:
         reject: Callable[[str], str],
         protobuf: bool = True,
         compiled: tuple[Callable[[Mapping[str, Any]], dict[str, str]], Callable[[Any], dict[str, str]]] | None = None,
+        newer: Mapping[str, int] | None = None,
     ) -> None:
         self.accepted: dict[str, str] = dict(accepted)
+        #: Accepted names an older supported minor refuses: name -> the minor that accepts it.
+        self.newer: dict[str, int] = dict(newer or {})
+        self._views: dict[frozenset[str], SelectableFields] = {}
         self.protobuf = protobuf  # False for custom resources: they have no protobuf form
         self._reject = reject
         filled = [(n, g) for n, g in getters if g is not None]
@@ -286,6 +292,27 @@ class SelectableFields:
             msg_getters = tuple((n, g[1]) for n, g in filled)
             self._from_dict = lambda obj: {n: g(obj) for n, g in dict_getters}
             self._from_message = lambda msg: {n: g(msg) for n, g in msg_getters}
+
+    def at(self, minor: int | None) -> SelectableFields:
+        """The same fields as an apiserver of 1.``minor`` accepts them (``None``: the newest);
+        objects' field sets are the same, only the names a selector may use differ."""
+        if minor is None or not self.newer:
+            return self
+        refused = frozenset(name for name, since in self.newer.items() if minor < since)
+        if not refused:
+            return self
+        view = self._views.get(refused)
+        if view is None:
+            view = self._views[refused] = copy.copy(self)
+            view.accepted = {k: v for k, v in self.accepted.items() if k not in refused}
+            view.newer, view._views = {}, {}
+        return view
+
+    def __copy__(self) -> SelectableFields:
+        clone = SelectableFields.__new__(SelectableFields)
+        for slot in SelectableFields.__slots__:
+            setattr(clone, slot, getattr(self, slot))
+        return clone
 
     def convert(self, label: str) -> str:
         """ConvertFieldLabel: the canonical name, or :class:`SelectorError` with the apiserver's text."""
@@ -382,12 +409,15 @@ def _kind(
     ``only_accepted`` when the API version names its fields differently from the storage's field set."""
     getters: list[tuple[str, tuple[DictGetter, MessageGetter] | None]] = list(_META)
     accepted = {NAME: NAME}
+    newer: dict[str, int] = {}
     if namespace:
         accepted[NAMESPACE] = NAMESPACE
     for f in fields:
         if isinstance(f, _Spec):
             getters.append((f.name, f.getters()))
             accepted[f.name] = f.name
+            if f.since:
+                newer[f.name] = f.since
         else:
             getters.append(f)
             accepted[f[0]] = f[0]
@@ -395,7 +425,7 @@ def _kind(
     if only_accepted is not None:
         accepted = dict(only_accepted)
     compiled = _compile([_META_SPECS[0], _META_SPECS[1], *fields])
-    return SelectableFields(accepted, getters, reject, compiled=compiled)
+    return SelectableFields(accepted, getters, reject, compiled=compiled, newer=newer)
 
 
 def _core_event_fields(prefix: str, reporting: str, source: tuple[str, ...]) -> list[_Spec | tuple[str, Any]]:
@@ -495,12 +525,12 @@ def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
             namespace=False,
         ),
         # pkg/apis/resource/v1/conversion.go (ResourceSlice: metadata.name, spec.nodeName (a *string: nil is
-        # ""), spec.driver, spec.pool.name), with its own error text.
+        # ""), spec.driver, spec.pool.name (from 1.37)), with its own error text.
         ("resource.k8s.io", "resourceslices"): lambda: _kind(
             [
                 _Spec("spec.nodeName", ("spec", "nodeName")),
                 _Spec("spec.driver", ("spec", "driver")),
-                _Spec("spec.pool.name", ("spec", "pool", "name")),
+                _Spec("spec.pool.name", ("spec", "pool", "name"), since=37),
             ],
             namespace=False,
             reject=lambda label: f"field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {label}",

@@ -131,6 +131,11 @@ class ProtobufCodec:
         """True for the built-in kinds the schema can encode (not CRs, not aggregated APIs)."""
         return self.schema.lookup_kind(api_version, kind) is not None
 
+    def newer_fields(self, api_version: str, kind: str) -> dict[str, int]:
+        """The kind's top-level fields that an older supported minor lacks although Go always
+        writes them (``schema.NEWER_FIELDS``): JSON key -> the minor that added it."""
+        return {f.json: f.since for f in self.schema.plan(self._message_name(api_version, kind)).fields if f.since}
+
     def _message_name(self, api_version: str, kind: str) -> str:
         full = self.schema.lookup_kind(api_version, kind)
         if full is None:

@@ -152,7 +152,8 @@ class MessageBuilder:
             elif go.kind == "bytes":
                 continue
             elif is_msg:
-                actions.append((1, fd.name, None))
+                # A field newer than an older supported minor: completed only when set (NEWER_FIELDS).
+                actions.append((2 if fp.since else 1, fd.name, None))
             else:
                 actions.append((0, fd.name, fd.default_value))
         return actions
@@ -199,7 +200,8 @@ class MessageBuilder:
     def _setter(self, fp: FieldPlan) -> Setter:
         fd, go = fp.proto, fp.go
         name = fd.name
-        is_ptr = go.kind == "ptr" or (go.kind == "slice" and not fd.is_repeated)
+        # A field newer than an older supported minor is written when set, as a pointer is.
+        is_ptr = go.kind == "ptr" or (go.kind == "slice" and not fd.is_repeated) or bool(fp.since)
         if go.kind == "ptr" and go.elem is not None:
             go = go.elem
         if fd.is_repeated:

@@ -23,6 +23,18 @@ from .gotypes import META, GoType, GoTypes
 
 TYPE_META = f"{META}.TypeMeta"
 
+#: Fields that Go always writes (a non-pointer struct: in protobuf and in JSON, ``{}`` when empty) but
+#: that an older supported minor's types lack, with the minor that added them: (message, JSON key) ->
+#: minor. An apiserver of that minor or newer always sends such a field, one of an older minor never
+#: does, so the codec writes it (both ways) only when the object carries it, and a watch bookmark
+#: (the kind's zero value) has it only when the upstream's minor does. From comparing the Go JSON
+#: tags of k8s.io/api v0.35 and v0.36 with the codec's (docs/compatibility.md); pointer, slice and
+#: omitempty fields need nothing here, they are absent when empty in every minor.
+NEWER_FIELDS: dict[tuple[str, str], int] = {
+    ("k8s.io.api.storage.v1.CSINode", "status"): 37,
+    ("k8s.io.api.storage.v1beta1.CSINode", "status"): 37,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class FieldPlan:
@@ -34,6 +46,9 @@ class FieldPlan:
     omitempty: bool
     omitzero: bool
     inline: bool
+    #: The Kubernetes minor that added this field, when that is newer than the oldest minor kproxy
+    #: supports and Go writes the field even when empty (:data:`NEWER_FIELDS`); else 0.
+    since: int = 0
 
 
 @dataclass(slots=True)
@@ -124,6 +139,7 @@ class Schema:
                         omitempty=bool(gf.get("omitempty")),
                         omitzero=bool(gf.get("omitzero")),
                         inline=bool(gf.get("embedded")) and gf["json"] == "",
+                        since=NEWER_FIELDS.get((full_name, gf["json"]), 0),
                     )
                 )
         self._plans[full_name] = plan

@@ -432,4 +432,6 @@ class JsonGenerator(TypeIds):
         conv = self._value(go, fd, get)
         if fp.omitzero:
             return [f"if {has} and {get}.ByteSize():", f"    d[{key!r}] = {conv}"]
+        if fp.since:  # newer than an older supported minor: printed when the sender wrote it
+            return [f"if {has}:", f"    d[{key!r}] = {conv}"]
         return [f"d[{key!r}] = {conv}"]

@@ -666,6 +666,8 @@ class WireJsonGenerator(TypeIds):
                 # Printed when present with a non-empty encoding (tojson: HasField and ByteSize).
                 read = [*_LD, *check, f"{slot} = {expr} if q > p else None", "p = q"]
                 emit = [f"if {slot} is not _U and {slot} is not None:", f"    d[{key!r}] = {slot}"]
+            elif fp.since:  # newer than an older supported minor: printed when the sender wrote it
+                emit = [f"if {slot} is not _U:", f"    d[{key!r}] = {slot}"]
             else:
                 empty_expr = self._message_value(go, fd, "0", "0")
                 emit = [f"d[{key!r}] = {slot} if {slot} is not _U else {empty_expr}"]

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -54,6 +53,7 @@ from kproxy.core.negotiation import JSON, PROTOBUF, YAML, media_type_of, negotia
 from kproxy.core.offload import run_body_work
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import StatusError, bad_request
+from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
 from kproxy.filters.validation.levels import Level, parse_level
 from kproxy.filters.validation.messages import create_update_error, warning_values
 from kproxy.filters.validation.openapi import SchemaCache, cancel
@@ -193,17 +193,13 @@ class Validation(FilterBase):
 
     async def _detect_upstream(self) -> None:
         assert self.ctx is not None
-        try:
-            status, version = await self.ctx.api.json("GET", "/version")
-        except Exception as err:
-            log.warning("validation: could not read the upstream /version (%s); assuming it validates", err)
-            return
-        if status == 200 and isinstance(version, dict):
-            minor = re.match(r"\d+", str(version.get("minor", "")))
-            major = str(version.get("major", ""))
-            if major == "1" and minor is not None and int(minor.group()) < 25:
-                self.upstream_validates = False
-                log.info("validation: the upstream (%s) predates fieldValidation; kproxy provides it", version)
+        version = self.ctx.shared(UPSTREAM_VERSION, UpstreamVersion)
+        await version.read(self.ctx.api)
+        if version.version is None:
+            log.warning("validation: could not read the upstream /version; assuming it validates")
+        elif not version.at_least(25):
+            self.upstream_validates = False
+            log.info("validation: the upstream (%s) predates fieldValidation; kproxy provides it", version.git_version)
 
     async def _list_crds(self) -> tuple[str, dict[str, tuple[str, str]]]:
         assert self.ctx is not None

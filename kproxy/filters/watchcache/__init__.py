@@ -33,6 +33,7 @@ from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import PROTOBUF_CODEC, FilterContext
 from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
+from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
@@ -50,7 +51,7 @@ from kproxy.filters.watchcache.resources import (
     parse_name,
     resolve,
 )
-from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
+from kproxy.filters.watchcache.watch_plan import WATCH_LIST_GZIP_SINCE, WatchRead, plan_watch
 from kproxy.filters.watchcache.watches import open_watch, too_large_rv
 from kproxy.filters.watchcache.writes import OBJECT_SUBRESOURCES, WRITE_VERBS, own_event_first
 from kproxy.identity.access import AccessReviewer, UndecidedError, access_reviewer, authorize
@@ -162,12 +163,14 @@ class WatchCacheFilter(FilterBase):
         self._crd_gone: set[str] = set()  # definitions deleted (``plural.group``), not created again
         self._tasks: set[asyncio.Task[None]] = set()
         self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
+        self._version = UpstreamVersion()  # the shared one once started
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         self._metrics = cache_metrics(ctx)
         self._codec = ctx.shared(PROTOBUF_CODEC, shared_codec)
+        self._version = ctx.shared(UPSTREAM_VERSION, UpstreamVersion)
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
@@ -272,6 +275,7 @@ class WatchCacheFilter(FilterBase):
         codec = self._codec
         # Asked before discovery: an apiserver ready then had discovery assembled when read.
         ready = await self._upstream_ready() is not False
+        await self._version.read(self.ctx.api)  # a few answers differ by minor (docs/compatibility.md)
         served = await discover(self._fetch, codec.knows)
         specs, missing = resolve(self.settings.resources, served, codec.knows)
         wanted = {s.key: s for s in specs if not self._definition_deleted(s)}
@@ -307,6 +311,7 @@ class WatchCacheFilter(FilterBase):
                 encode_ahead=s.encode_ahead,
                 watch_buffer=s.watch_buffer,
                 bookmark_interval=s.bookmark_interval,
+                version=self._version,
             )
             if key == _CRD_KEY:
                 rc.cache.add_listener(self._crds_changed)
@@ -430,7 +435,7 @@ class WatchCacheFilter(FilterBase):
             return await self._watch(ex, call_next, rc)
         reads = self._metrics.reads if self._metrics is not None else None
         label = rc.spec.label
-        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced)
+        decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.selectable, namespaced=rc.spec.namespaced)
         if isinstance(decided, Read) and not rc.cache.ready:
             decided = Pass("not ready")
         if isinstance(decided, Pass):
@@ -470,7 +475,11 @@ class WatchCacheFilter(FilterBase):
         reads = self._metrics.reads
         label = rc.spec.label
         decided: WatchRead | Pass = plan_watch(
-            ex, protobuf=rc.spec.kind.protobuf, selectable=rc.fields, namespaced=rc.spec.namespaced
+            ex,
+            protobuf=rc.spec.kind.protobuf,
+            selectable=rc.selectable,
+            namespaced=rc.spec.namespaced,
+            list_gzip=self._version.at_least(WATCH_LIST_GZIP_SINCE),
         )
         if isinstance(decided, WatchRead) and not rc.cache.ready:
             decided = Pass("not ready")

@@ -16,8 +16,10 @@ gogo writes for it (every non-pointer field present) and its JSON what ``encodin
 (``"spec":{"containers":null}`` for a Pod); both come from the codec, which builds exactly that
 zero value. Except that the zero struct the apiserver starts from is its INTERNAL type's, converted
 to the watched version: where a conversion fills something in for a zero value, the bookmark
-carries it (:data:`_CONVERTED_ZERO`). Checked against v1.37.1 for every built-in kind it serves
-(tests/e2e/test_watchcache_frames_apiserver.py). Custom resources are unstructured maps, so JSON
+carries it (:data:`_CONVERTED_ZERO`). And the zero value is the upstream's minor's: a field a newer
+minor added (``kproxy.codec.schema.NEWER_FIELDS``) is in it only from that minor. Checked against
+v1.37.1 for every built-in kind it serves (tests/e2e/test_watchcache_frames_apiserver.py), and
+against 1.35 and 1.36 by the compatibility run. Custom resources are unstructured maps, so JSON
 with sorted keys.
 
 ERROR events carry a ``metav1.Status`` (JSON as :mod:`kproxy.core.status` renders it; protobuf as the
@@ -37,6 +39,7 @@ from kproxy.cacher import CachedObject, Kind
 from kproxy.codec import MAGIC, ProtobufCodec
 from kproxy.codec.envelope import encode_varint, ld
 from kproxy.core.negotiation import JSON, PROTOBUF, PROTOBUF_WATCH
+from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.gocompat.jsonescape import go_json_dumps
 
 #: The watch response's Content-Type per media type: JSON gets no ``;stream=watch``.
@@ -72,13 +75,18 @@ class FrameEncoder:
         "_codec",
         "_env_head",
         "_json_heads",
+        "_newer",
         "_proto_heads",
+        "_version",
         "kind",
     )
 
-    def __init__(self, kind: Kind, codec: ProtobufCodec) -> None:
+    def __init__(self, kind: Kind, codec: ProtobufCodec, version: UpstreamVersion | None = None) -> None:
         self.kind = kind
         self._codec = codec
+        # Fields of the kind's zero value that depend on the upstream's minor (NEWER_FIELDS).
+        self._version = version or UpstreamVersion()
+        self._newer = codec.newer_fields(kind.api_version, kind.kind) if kind.protobuf else {}
         # The envelope up to the raw object's length: magic, typeMeta {apiVersion, kind}, raw's tag.
         type_meta = ld(1, kind.api_version.encode()) + ld(2, kind.kind.encode())
         self._env_head = MAGIC + ld(1, type_meta) + b"\x12"
@@ -185,6 +193,8 @@ class FrameEncoder:
         obj: dict[str, Any] = {"apiVersion": self.kind.api_version, "kind": self.kind.kind}
         if self.kind.protobuf:
             obj.update(copy.deepcopy(_CONVERTED_ZERO.get((self.kind.api_version, self.kind.kind), {})))
+            # A field Go always writes, in the zero value only where the upstream's minor has it.
+            obj.update({name: {} for name, since in self._newer.items() if self._version.at_least(since)})
         metadata: dict[str, Any] = obj.setdefault("metadata", {})
         metadata["resourceVersion"] = str(rv)
         if initial_events_end:

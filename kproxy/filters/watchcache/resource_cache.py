@@ -12,6 +12,7 @@ from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields
 from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
+from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
 from .frames import FrameEncoder
@@ -44,10 +45,12 @@ class ResourceCache:
         encode_ahead: bool = True,
         watch_buffer: int = 100,
         bookmark_interval: float = 60.0,
+        version: UpstreamVersion | None = None,
     ) -> None:
         self.spec = spec
         self.crd_paths = crd_paths
         self.fields = selectable_fields(spec, crd_paths)
+        self.version = version or UpstreamVersion()
         self.factory = ObjectFactory(spec.kind, self.fields, codec)
         self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
@@ -63,7 +66,7 @@ class ResourceCache:
             on_upstream_rv=self._upstream_rv,
         )
         self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
-        self.frames = FrameEncoder(spec.kind, codec)
+        self.frames = FrameEncoder(spec.kind, codec, self.version)
         self.broadcaster = Broadcaster(
             self.cache,
             self.frames,
@@ -78,6 +81,11 @@ class ResourceCache:
     def _upstream_rv(self, rv: int) -> None:
         self._objects.set(len(self.cache))
         self._progress.set_to_current_time()
+
+    @property
+    def selectable(self) -> SelectableFields:
+        """The field selectors the upstream's minor accepts (those of a newer minor pass upstream)."""
+        return self.fields.at(self.version.minor)
 
     def start(self) -> None:
         self.broadcaster.start()

@@ -85,7 +85,13 @@ def _media(ex: Exchange, protobuf: bool) -> str | Pass:
     return streamed.media_type
 
 
-def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool) -> WatchRead | Pass:
+#: The minor from which the apiserver gzips watch-list streams (``WatchListCompression``, beta and on).
+WATCH_LIST_GZIP_SINCE = 37
+
+
+def plan_watch(
+    ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespaced: bool, list_gzip: bool = True
+) -> WatchRead | Pass:
     info = ex.info
     q = ex.query
     if ex.upgrade and ex.method == "GET":
@@ -140,8 +146,9 @@ def plan_watch(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, na
         return media
     n = int(rv) if rv else 0
     # handlers/watch.go: watch-list streams (sendInitialEvents and bookmarks, after defaulting)
-    # are gzipped, one member per flush, when the first Accept-Encoding line has the exact token.
-    gzip = bool(send_initial) and bookmarks and _offers_gzip(ex.headers.get("Accept-Encoding", ""))
+    # are gzipped, one member per flush, when the first Accept-Encoding line has the exact token;
+    # from 1.37 (``list_gzip``: the upstream's minor has it).
+    gzip = list_gzip and bool(send_initial) and bookmarks and _offers_gzip(ex.headers.get("Accept-Encoding", ""))
     if send_initial:
         consistency = "consistent" if rv == "" else "any" if rv == "0" else "min"
         initial = True

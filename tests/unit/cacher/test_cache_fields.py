@@ -668,3 +668,18 @@ def test_cluster_scoped_crd_rejects_namespace() -> None:
 )
 def test_go_sprint(value: Any, text: str) -> None:
     assert F._go_sprint(value) == text
+
+
+@pytest.mark.parametrize(("minor", "accepted"), [(None, True), (37, True), (38, True), (36, False), (35, False)])
+def test_a_field_label_newer_than_the_upstream_is_refused_as_it_refuses_it(minor: int | None, accepted: bool) -> None:
+    """ResourceSlice's ``spec.pool.name`` came in 1.37: for an older upstream the cache refuses it
+    (and passes the request on, for the apiserver's own 400); its other fields stay."""
+    slices = builtin_fields("resource.k8s.io", "resourceslices").at(minor)
+    assert slices.convert("spec.driver") == "spec.driver"
+    if accepted:
+        assert parse_field_selector("spec.pool.name=p", slices).terms == (("spec.pool.name", "p", True),)
+    else:
+        with pytest.raises(SelectorError, match="Kind=ResourceSlice: spec.pool.name"):
+            parse_field_selector("spec.pool.name=p", slices)
+    assert builtin_fields("resource.k8s.io", "resourceslices").at(36) is slices.at(36)  # one view per minor
+    assert builtin_fields("", "pods").at(35) is builtin_fields("", "pods")  # nothing newer: itself

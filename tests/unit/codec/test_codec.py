@@ -476,3 +476,17 @@ def test_yaml_key_order_is_go_yamls() -> None:
 def test_yaml_errors() -> None:
     with pytest.raises(CodecError, match="error converting YAML to JSON"):
         from_yaml(b"a: [1, 2\n")
+
+
+@pytest.mark.parametrize("wire", [True, False])
+def test_a_field_newer_than_the_sender_is_printed_only_when_sent(wire: bool) -> None:
+    """CSINode.status came in 1.37, a struct Go always writes: a 1.37 apiserver sends it (``{}`` in
+    JSON when empty), a 1.36 one never does, and each one's JSON is kept as it wrote it."""
+    codec = ProtobufCodec(wire=wire)
+    head = {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "n"}, "spec": {}}
+    older = codec.from_json(head)
+    newer = codec.from_json({**head, "status": {}})
+    assert len(newer) == len(older) + 2  # field 3, empty
+    assert b'"status"' not in codec.to_json(older)
+    assert codec.to_json(newer).endswith(b',"status":{}}')
+    assert "status" not in codec.to_obj(older) and codec.to_obj(newer)["status"] == {}

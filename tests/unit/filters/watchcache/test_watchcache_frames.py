@@ -19,6 +19,7 @@ from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.codec.envelope import parse_watch_event, read_varint
 from kproxy.core.negotiation import JSON, PROTOBUF, YAML
 from kproxy.core.status import StatusCause, resource_expired, timeout
+from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
 
 POD = Kind("v1", "Pod", "PodList", True)
@@ -218,3 +219,23 @@ def test_events_joins_the_frames_of_many_objects(codec: ProtobufCodec) -> None:
     assert FrameEncoder(GIZMO, codec).events("ADDED", gizmos, JSON) == (
         b'{"type":"ADDED","object":{"kind":"Gizmo"}}\n' * 2
     )
+
+
+CSINODE = Kind("storage.k8s.io/v1", "CSINode", "CSINodeList", True)
+
+
+@pytest.mark.parametrize(("minor", "status"), [(None, True), (37, True), (36, False), (35, False)])
+def test_bookmark_is_the_zero_value_of_the_upstreams_minor(
+    codec: ProtobufCodec, minor: int | None, status: bool
+) -> None:
+    """CSINode.status is a struct Go always writes, added in 1.37: an older apiserver's bookmark has
+    none, in JSON and in protobuf (field 3)."""
+    version = UpstreamVersion(None if minor is None else (1, minor))
+    enc = FrameEncoder(CSINODE, codec, version)
+    doc = orjson.loads(enc.bookmark(5, JSON))["object"]
+    assert ("status" in doc) is status
+    if status:
+        assert doc["status"] == {}
+    _, envelope = parse_watch_event(enc.bookmark(5, PROTOBUF)[4:])
+    assert ("status" in codec.to_obj(envelope)) is status
+    assert ("status" in orjson.loads(codec.to_json(envelope))) is status

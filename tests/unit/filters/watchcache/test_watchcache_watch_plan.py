@@ -173,3 +173,10 @@ def test_watch_list_gzip_as_the_apiserver(query: str, encoding: str, gzip: bool)
     headers = {"Accept-Encoding": encoding} if encoding else {}
     read = _plan(f"/api/v1/pods?{query}", None, **headers)
     assert isinstance(read, WatchRead) and read.gzip is gzip
+
+
+def test_watch_list_gzip_only_from_the_minor_that_has_it() -> None:
+    """1.35 and 1.36 never compress a watch: kproxy answers as the upstream's minor would."""
+    ex = make_exchange("GET", "/api/v1/pods?watch=1&allowWatchBookmarks=true", {"Accept-Encoding": "gzip"})
+    older = plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True, list_gzip=False)
+    assert isinstance(older, WatchRead) and older.gzip is False
