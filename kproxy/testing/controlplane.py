@@ -6,6 +6,7 @@ import base64
 import contextlib
 import http.client
 import json
+import re
 import ssl
 import time
 import urllib.request
@@ -101,6 +102,12 @@ class ControlPlaneInfo:
     def __post_init__(self) -> None:
         self.apiserver_log = self.dir / "apiserver.log"
         self.etcd_log = self.dir / "etcd.log"
+
+    @property
+    def minor(self) -> int | None:
+        """The Kubernetes minor of its binaries (``version`` is ``v1.MINOR.PATCH``), None if unknown."""
+        found = re.match(r"v1\.(\d+)\.", self.version or "")
+        return int(found.group(1)) if found else None
 
     @property
     def etcd_url(self) -> str:
