@@ -45,9 +45,11 @@ case " $want " in
   *" kwok "*)
     cd "$here/../kwok"
     kwok=$(go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
-    kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
     echo "build.sh: go build sigs.k8s.io/kwok/cmd/kwok ($kwok)"
     gobuild -trimpath -ldflags "-s -w" -o "$tmp/" sigs.k8s.io/kwok/cmd/kwok
+    # The module's directory is known once it is downloaded (the build above did; a cold cache has none before).
+    kwokdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+    [ -n "$kwokdir" ] || { echo "build.sh: sigs.k8s.io/kwok not in the module cache after its build" >&2; exit 1; }
     # Nodes: initialised Ready, heartbeats through Leases. Pods: the general lifecycle (created, init containers,
     # Ready, Job pods Completed, deletions finished).
     stages=("$kwokdir"/kustomize/stage/node/fast/node-initialize.yaml
