@@ -14,6 +14,7 @@ import orjson
 
 from kproxy.cacher import CachedObject, Kind, object_key
 from kproxy.cacher.fields import SelectableFields
+from kproxy.cacher.objects import JsonEncoder
 from kproxy.codec import CodecError, Envelope, ProtobufCodec
 from kproxy.codec.envelope import iter_fields
 
@@ -31,6 +32,23 @@ def _rv(text: str) -> int:
         raise ObjectError(f"resourceVersion {text!r} is not a number") from None
 
 
+def item_json_encoder(codec: ProtobufCodec, kind: Kind) -> JsonEncoder:
+    """The apiserver's JSON of a message of ``kind`` as a list item (without kind and apiVersion),
+    made by the codec: what :class:`CachedObject` makes lazily for a JSON reader."""
+    head = kind.type_meta_json
+    bare = head[:-1] + b"}"
+
+    def encode(raw: bytes) -> bytes:
+        data = codec.envelope_to_json(Envelope(kind.api_version, kind.kind, raw))
+        if not data.startswith(head):
+            if data == bare:
+                return b"{}"
+            raise ObjectError("unexpected JSON head from the codec")
+        return b"{" + data[len(head) :]
+
+    return encode
+
+
 @dataclass
 class ObjectFactory:
     kind: Kind
@@ -43,7 +61,7 @@ class ObjectFactory:
             if full is None:
                 raise ObjectError(f"no protobuf schema for {self.kind.kind} {self.kind.api_version}")
             self._cls: Any = self.codec.schema.message_class(full)
-            self._head = self.kind.type_meta_json
+            self._encode = item_json_encoder(self.codec, self.kind)
         # Equal label sets and field values are held once (replicas share them): ~1.5 KB a pod.
         self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
@@ -56,15 +74,6 @@ class ObjectFactory:
             self._shared.clear()
         self._shared[key] = d
         return d
-
-    def _encode(self, raw: bytes) -> bytes:
-        data = self.codec.envelope_to_json(Envelope(self.kind.api_version, self.kind.kind, raw))
-        head = self._head
-        if not data.startswith(head):
-            if data == head[:-1] + b"}":
-                return b"{}"
-            raise ObjectError("unexpected JSON head from the codec")
-        return b"{" + data[len(head) :]
 
     def from_proto(self, raw: bytes) -> CachedObject:
         """A protobuf message (no envelope) of the kind."""

@@ -43,7 +43,7 @@ class Kind:
 class CachedObject:
     """One object at one resource version. Immutable once made, except for the lazily added JSON."""
 
-    __slots__ = ("_encode", "_json", "fields", "key", "labels", "name", "namespace", "proto", "rv")
+    __slots__ = ("_encode", "_json", "_partial", "fields", "key", "labels", "name", "namespace", "proto", "rv")
 
     def __init__(
         self,
@@ -69,6 +69,7 @@ class CachedObject:
         self.proto = proto
         self._json = json
         self._encode = encode
+        self._partial: CachedObject | None = None
 
     @property
     def item_json(self) -> bytes:
@@ -97,6 +98,26 @@ class CachedObject:
         data = json_with_resource_version(self._json, rv)
         return CachedObject(self.key, self.namespace, self.name, rv, self.labels, self.fields, json=data)
 
+    def partial(self, encode: JsonEncoder) -> CachedObject:
+        """The object's metadata alone, as a ``PartialObjectMetadata`` message (a built-in kind's
+        field 1, which every top-level kind gives its ``ObjectMeta``: the same bytes Go writes for
+        the PartialObjectMetadata the apiserver makes of it); made once, on the first ask.
+        ``encode`` is the JSON encoder of that kind."""
+        found = self._partial
+        if found is None:
+            assert self.proto is not None, "a custom resource has no protobuf metadata"
+            found = self._partial = CachedObject(
+                self.key,
+                self.namespace,
+                self.name,
+                self.rv,
+                self.labels,
+                self.fields,
+                proto=metadata_field(self.proto),
+                encode=encode,
+            )
+        return found
+
     def object_json(self, kind: Kind) -> bytes:
         """The object as a GET returns it (compact, no trailing newline)."""
         item = self.item_json
@@ -113,3 +134,19 @@ class CachedObject:
 def object_key(namespace: str, name: str) -> str:
     """The store key, ordered as the apiserver's etcd keys are (``namespace/name``, or ``name``)."""
     return f"{namespace}/{name}" if namespace else name
+
+
+def metadata_field(message: bytes) -> bytes:
+    """Field 1 (``metadata``) of a Kubernetes object's protobuf message, tag and length included:
+    the whole of a ``PartialObjectMetadata`` message with that metadata (empty when absent)."""
+    from kproxy.codec.envelope import read_varint, skip_field  # lazy, as in at_rv
+
+    pos, end = 0, len(message)
+    while pos < end:
+        start = pos
+        tag, pos = read_varint(message, pos, end)
+        if tag == 0x0A:
+            n, pos = read_varint(message, pos, end)
+            return message[start : pos + n]
+        pos = skip_field(message, tag & 7, pos, end)
+    return b""

@@ -1482,6 +1482,58 @@ async def test_watch_authorization_forward(
     assert not found, found.report()
 
 
+# --------------------------------------------------------------------------- metadata only
+
+
+#: What client-go's metadata client sends for a watch (the garbage collector's and the quota
+#: controller's informers), and the same in JSON alone.
+META_PB = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+META_JSON = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
+
+async def test_metadata_only_watches(ws: WatchSides, watch_proxy: RunningProxy, spaces: tuple[str, str]) -> None:
+    """``as=PartialObjectMetadata`` watches (metadata informers) served from the cache: every
+    event's object and every bookmark transformed as the apiserver transforms them, in protobuf
+    and JSON, with label selectors whose matches flip, DELETED events at the deletion's version;
+    a second wave from the middle of the history."""
+    a, b = spaces
+    w = Writer(ws)
+    for i in range(4):
+        await w.create(PODS, a, pod(f"m-{i}", {"app": ("web", "db")[i % 2]}))
+    await w.create(CONFIGMAPS, b, configmap("m-cm", {"app": "web"}, {"k": "v"}))
+    sc = Scenario(ws, PODS)
+    await sc.start()
+    try:
+        assert sc.oracle is not None
+        forms = rv_forms(sc.oracle.list_rv)
+        wave1 = [
+            make_spec(PODS, ns, f, forms[f], sel, accept)
+            for accept in (META_PB, META_JSON, f"{META_PB}, {META_JSON}, {PB_CLIENT_GO}")
+            for ns, f, sel in ((a, "unset+bm", EVERYTHING), (None, "N", POD_SELECTORS[0]), (a, "sie+bm", EVERYTHING))
+        ]
+
+        async def phase1() -> int:
+            mid = await w.patch(PODS, a, "m-0", relabel(app="db"))
+            await w.delete(PODS, a, "m-1")
+            assert mid is not None
+            return mid
+
+        async def phase2() -> None:
+            await w.create(PODS, a, pod("m-9", {"app": "web"}))
+            await w.patch(PODS, a, "m-2", relabel(app="web"))
+
+        def wave2(mid: int) -> list[Spec]:
+            return [
+                make_spec(PODS, a, f"{mid}", [("resourceVersion", str(mid))], EVERYTHING, accept)
+                for accept in (META_PB, META_JSON)
+            ]
+
+        found, _ = await run_waves(sc, w, watch_proxy, wave1, phase1, wave2, phase2)
+    finally:
+        await sc.close()
+    assert not found, found.report()
+
+
 # --------------------------------------------------------------------------- compression
 
 

@@ -37,6 +37,7 @@ from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
+from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.filters.watchcache.resource_cache import ResourceCache
 from kproxy.filters.watchcache.resources import (
@@ -512,7 +513,7 @@ class WatchCacheFilter(FilterBase):
             obj = cache.get(object_key(read.namespace, read.name))
             if obj is None:
                 raise not_found(rc.spec.group, rc.spec.resource, read.name)
-            return _reply(object_body(kind, obj, read.media_type, read.pretty), read.media_type)
+            return _reply(object_body(kind, obj, read.media_type, read.pretty, rc.partial_encode), read.media_type)
         if read.mode == "consistent":
             try:
                 want = await rc.reflector.current_rv()
@@ -545,12 +546,15 @@ class WatchCacheFilter(FilterBase):
         if read.limit == 0 and not start and snap.rv == cache.rv:
             # A whole list of the current state: its items are kept encoded until an object
             # changes; the body around them (resource version) is cheap to make again.
-            items_media = PROTOBUF if read.media_type == PROTOBUF else JSON  # YAML is made from JSON
+            base, partial = base_media(read.media_type)
+            items_media = PROTOBUF if base == PROTOBUF else JSON  # YAML is made from JSON
+            if partial:
+                items_media = partial_media(items_media)
             key = (items_media, read.namespace, read.label_text, read.field_text)
             found = cache.bodies.get(key)
             if not isinstance(found, _Whole):
                 page = select(snap, namespace=read.namespace, predicate=predicate)
-                found = _Whole(items_part(kind, page.items, items_media))
+                found = _Whole(items_part(kind, page.items, items_media, rc.partial_encode))
                 if len(cache.bodies) >= _MAX_BODIES:
                     cache.bodies.clear()
                 cache.bodies[key] = found
@@ -558,7 +562,9 @@ class WatchCacheFilter(FilterBase):
             return _reply(body, read.media_type)
         page = select(snap, namespace=read.namespace, predicate=predicate, limit=read.limit, start=start)
         remaining = page.remaining if not read.filtered else None
-        body = list_body(kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty)
+        body = list_body(
+            kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty, rc.partial_encode
+        )
         return _reply(body, read.media_type)
 
 

@@ -1,7 +1,8 @@
 """Bodies of what the cache serves, byte for byte as the apiserver writes them.
 
 JSON: ``encoding/json``'s Encoder output (compact, trailing newline) with ListMeta's fields in Go
-order; built-in list items without kind/apiVersion. Protobuf: the ``k8s\\0`` envelope around the
+order; built-in list items without kind/apiVersion (metadata-only lists' items with theirs:
+:mod:`.partial`). Protobuf: the ``k8s\\0`` envelope around the
 list message, ListMeta written as gogo-protobuf writes it (every string field, even empty, then
 ``remainingItemCount`` only when set), items as the upstream's own message bytes. YAML and pretty
 JSON are made from the JSON.
@@ -15,6 +16,7 @@ import orjson
 
 from kproxy import gctuning
 from kproxy.cacher import CachedObject, Kind
+from kproxy.cacher.objects import JsonEncoder
 from kproxy.codec import MAGIC, encode_envelope, to_yaml
 from kproxy.codec.envelope import encode_varint, ld
 from kproxy.codec.yamlcodec import go_yaml_error
@@ -22,6 +24,8 @@ from kproxy.core.negotiation import JSON, PROTOBUF, YAML
 from kproxy.core.status import generic
 from kproxy.gocompat.jsonescape import go_json_dumps
 from kproxy.gocompat.jsonindent import indent as go_indent
+
+from .partial import META_KIND, base_media, partial_media
 
 
 def list_meta_json(rv: int, cont: str, remaining: int | None) -> bytes:
@@ -40,9 +44,19 @@ def list_meta_proto(rv: int, cont: str, remaining: int | None) -> bytes:
     return out
 
 
-def items_part(kind: Kind, items: Sequence[CachedObject], media_type: str) -> bytes:
+def items_part(
+    kind: Kind, items: Sequence[CachedObject], media_type: str, partial_encode: JsonEncoder | None = None
+) -> bytes:
     """The items of a list, encoded and joined: what does not depend on the list's resource
-    version or continue token, so it can be kept while only the resource version moves."""
+    version or continue token, so it can be kept while only the resource version moves.
+    A metadata-only list's items (``partial_encode``: the JSON encoder of their kind) are the
+    objects' ``PartialObjectMetadata``, which in JSON carry their kind and apiVersion."""
+    media_type, partial = base_media(media_type)
+    if partial:
+        assert partial_encode is not None
+        items = [o.partial(partial_encode) for o in items]
+        if media_type != PROTOBUF:
+            return b",".join([o.object_json(META_KIND) for o in items])
     if media_type == PROTOBUF:
         parts = []
         for o in items:
@@ -54,15 +68,26 @@ def items_part(kind: Kind, items: Sequence[CachedObject], media_type: str) -> by
 
 
 def list_body(
-    kind: Kind, items: Sequence[CachedObject], rv: int, cont: str, remaining: int | None, media_type: str, pretty: bool
+    kind: Kind,
+    items: Sequence[CachedObject],
+    rv: int,
+    cont: str,
+    remaining: int | None,
+    media_type: str,
+    pretty: bool,
+    partial_encode: JsonEncoder | None = None,
 ) -> bytes:
-    return assemble(kind, items_part(kind, items, media_type), rv, cont, remaining, media_type, pretty)
+    items_data = items_part(kind, items, media_type, partial_encode)
+    return assemble(kind, items_data, rv, cont, remaining, media_type, pretty)
 
 
 def assemble(
     kind: Kind, items: bytes, rv: int, cont: str, remaining: int | None, media_type: str, pretty: bool
 ) -> bytes:
     """A whole list body around an :func:`items_part` (one copy of the items)."""
+    media_type, partial = base_media(media_type)
+    if partial:
+        kind = META_KIND
     if media_type == PROTOBUF:
         meta = ld(1, list_meta_proto(rv, cont, remaining))
         raw_len = len(meta) + len(items)
@@ -119,7 +144,13 @@ def _unstructured_list(kind: Kind, items: bytes, rv: int, cont: str, remaining: 
     )
 
 
-def object_body(kind: Kind, obj: CachedObject, media_type: str, pretty: bool) -> bytes:
+def object_body(
+    kind: Kind, obj: CachedObject, media_type: str, pretty: bool, partial_encode: JsonEncoder | None = None
+) -> bytes:
+    media_type, partial = base_media(media_type)
+    if partial:
+        assert partial_encode is not None
+        kind, obj = META_KIND, obj.partial(partial_encode)
     if media_type == PROTOBUF:
         assert obj.proto is not None
         return encode_envelope(kind.api_version, kind.kind, obj.proto)
@@ -153,3 +184,4 @@ def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
 
 
 CONTENT_TYPES = {JSON: "application/json", YAML: "application/yaml", PROTOBUF: PROTOBUF}
+CONTENT_TYPES.update({partial_media(m): t for m, t in CONTENT_TYPES.items()})  # the same, as the apiserver's

@@ -36,14 +36,20 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from kproxy.cacher import CachedObject, Kind
+from kproxy.cacher.ingest import item_json_encoder
+from kproxy.cacher.objects import JsonEncoder
 from kproxy.codec import MAGIC, ProtobufCodec
 from kproxy.codec.envelope import encode_varint, ld
 from kproxy.core.negotiation import JSON, PROTOBUF, PROTOBUF_WATCH
 from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.gocompat.jsonescape import go_json_dumps
 
+from .partial import META_KIND, base_media, partial_media
+
 #: The watch response's Content-Type per media type: JSON gets no ``;stream=watch``.
 CONTENT_TYPES: Final[dict[str, str]] = {JSON: JSON, PROTOBUF: PROTOBUF_WATCH}
+CONTENT_TYPES.update({partial_media(m): t for m, t in CONTENT_TYPES.items()})  # metadata-only: the same
+_DIRECT: Final = frozenset({JSON, PROTOBUF})
 
 #: ``metav1.InitialEventsAnnotationKey``.
 INITIAL_EVENTS_END: Final = "k8s.io/initial-events-end"
@@ -76,6 +82,8 @@ class FrameEncoder:
         "_env_head",
         "_json_heads",
         "_newer",
+        "_partial",
+        "_partial_encode",
         "_proto_heads",
         "_version",
         "kind",
@@ -87,6 +95,9 @@ class FrameEncoder:
         # Fields of the kind's zero value that depend on the upstream's minor (NEWER_FIELDS).
         self._version = version or UpstreamVersion()
         self._newer = codec.newer_fields(kind.api_version, kind.kind) if kind.protobuf else {}
+        # Metadata-only watches (:mod:`.partial`): their frames by an encoder of PartialObjectMetadata.
+        self._partial: FrameEncoder | None = None
+        self._partial_encode: JsonEncoder | None = None
         # The envelope up to the raw object's length: magic, typeMeta {apiVersion, kind}, raw's tag.
         type_meta = ld(1, kind.api_version.encode()) + ld(2, kind.kind.encode())
         self._env_head = MAGIC + ld(1, type_meta) + b"\x12"
@@ -108,7 +119,18 @@ class FrameEncoder:
         parts = self._parts
         return b"".join([p for obj in objects for p in parts(type_, obj, media_type)])
 
+    def _partial_frames(self) -> tuple[FrameEncoder, JsonEncoder]:
+        if self._partial is None or self._partial_encode is None:
+            self._partial = FrameEncoder(META_KIND, self._codec, self._version)
+            self._partial_encode = item_json_encoder(self._codec, META_KIND)
+        return self._partial, self._partial_encode
+
     def _parts(self, type_: str, obj: CachedObject, media_type: str) -> tuple[bytes | memoryview, ...]:
+        if media_type not in _DIRECT:
+            media_type, partial = base_media(media_type)
+            if partial:
+                frames, encode = self._partial_frames()
+                return frames._parts(type_, obj.partial(encode), media_type)
         if media_type == JSON:
             item = obj.item_json
             kind = self.kind
@@ -180,6 +202,10 @@ class FrameEncoder:
     # -- bookmarks --------------------------------------------------------------------------------
     def bookmark(self, rv: int, media_type: str, *, initial_events_end: bool = False) -> bytes:
         """A BOOKMARK at ``rv``; with ``initial_events_end`` the one that ends the initial events."""
+        if media_type not in _DIRECT:
+            base, partial = base_media(media_type)
+            if partial:  # an empty PartialObjectMetadata: what transforming the kind's bookmark gives
+                return self._partial_frames()[0].bookmark(rv, base, initial_events_end=initial_events_end)
         if rv != self._bookmark_rv:
             self._bookmarks.clear()
             self._bookmark_rv = rv
@@ -214,7 +240,9 @@ class FrameEncoder:
 
     # -- errors -----------------------------------------------------------------------------------
     def error(self, status: dict[str, Any], media_type: str) -> bytes:
-        """An ERROR event carrying ``status`` (a ``metav1.Status`` as ``StatusError.to_dict()`` gives)."""
+        """An ERROR event carrying ``status`` (a ``metav1.Status`` as ``StatusError.to_dict()`` gives);
+        a Status is never transformed (``doTransformObject``)."""
+        media_type = base_media(media_type)[0]
         if media_type == JSON:
             return self._json_frame(ERROR, go_json_dumps(status)[:-1])
         if media_type == PROTOBUF:

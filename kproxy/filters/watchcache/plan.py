@@ -19,6 +19,8 @@ from kproxy.codec.wellknown import parse_duration
 from kproxy.core.chain import Exchange
 from kproxy.core.negotiation import JSON, PROTOBUF, YAML, is_pretty, negotiate, parse_bool, router_accepts
 
+from .partial import partial_media, wants_partial
+
 RV_TEXT = re.compile(r"0|[1-9][0-9]{0,18}")
 INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 _INT64 = 1 << 63
@@ -70,16 +72,21 @@ class Read:
         return self.labels is not None or self.fields is not None
 
 
-def _media(ex: Exchange, protobuf: bool) -> tuple[str, bool] | Pass:
+def _media(ex: Exchange, protobuf: bool, target: str) -> tuple[str, bool] | Pass:
+    """The negotiated media type and pretty-printing; a metadata-only read of a built-in kind
+    (``target``: the transform's kind for this verb) gets :func:`partial_media`'s form."""
     accept = ex.headers.get("Accept")
     if not router_accepts(accept):
         return Pass("media type")
     served = (JSON, YAML, PROTOBUF) if protobuf else (JSON, YAML)
     chosen = negotiate(accept, served)
-    if chosen is None or chosen.convert is not None:
+    if chosen is None:
+        return Pass("media type")
+    partial = wants_partial(chosen, target)
+    if partial is None or (partial and not protobuf):
         return Pass("media type")
     pretty = chosen.pretty or is_pretty(ex.query.get("pretty"), ex.headers.get("User-Agent"))
-    return chosen.media_type, pretty
+    return partial_media(chosen.media_type) if partial else chosen.media_type, pretty
 
 
 def go_int64(text: str) -> int | None:
@@ -175,7 +182,7 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
             return Pass("get")
         if not valid_path_segment_name(info.name):
             return Pass("invalid")
-        media = _media(ex, protobuf)
+        media = _media(ex, protobuf, "PartialObjectMetadata")
         if isinstance(media, Pass):
             return media
         return Read("get", scope, info.name, "any", 0, 0, None, None, None, "", "", *media)
@@ -234,7 +241,7 @@ def plan(ex: Exchange, *, protobuf: bool, selectable: SelectableFields, namespac
             # continue to etcd, whose answer the cache does not model.
             return Pass("continue")
         limit = 0  # one storage key, read whole: no continue token, whatever the limit
-    media = _media(ex, protobuf)
+    media = _media(ex, protobuf, "PartialObjectMetadataList")
     if isinstance(media, Pass):
         return media
     return Read("list", scope, "", mode, min_rv, limit, cont, *selectors, label_text, field_text, *media)

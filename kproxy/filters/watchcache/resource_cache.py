@@ -9,7 +9,7 @@ import logging
 from kproxy.cacher import Reflector, WatchCache
 from kproxy.cacher.broadcaster import Broadcaster
 from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields
-from kproxy.cacher.ingest import ObjectFactory
+from kproxy.cacher.ingest import ObjectFactory, item_json_encoder
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
 from kproxy.core.upstreamversion import UpstreamVersion
@@ -17,6 +17,7 @@ from kproxy.core.upstreamversion import UpstreamVersion
 from .cachemetrics import CacheMetrics, WatchCounters
 from .frames import FrameEncoder
 from .listwatch import HttpListerWatcher
+from .partial import META_KIND
 from .resources import ResourceSpec
 
 log = logging.getLogger("kproxy.watchcache")
@@ -52,6 +53,8 @@ class ResourceCache:
         self.fields = selectable_fields(spec, crd_paths)
         self.version = version or UpstreamVersion()
         self.factory = ObjectFactory(spec.kind, self.fields, codec)
+        # The JSON of the metadata-only form of its objects (built-in kinds: .partial).
+        self.partial_encode = item_json_encoder(codec, META_KIND)
         self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
         self._objects = metrics.objects.labels(label)

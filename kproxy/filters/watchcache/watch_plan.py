@@ -27,6 +27,7 @@ from kproxy.core.chain import Exchange
 from kproxy.core.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
 from kproxy.core.requestinfo import param_bool
 
+from .partial import partial_media, wants_partial
 from .plan import RV_TEXT, Pass, common_scope, exact_match, go_int64, parse_selectors
 
 _WATCH_PARAMS = frozenset(
@@ -70,19 +71,24 @@ class WatchRead:
 
 
 def _media(ex: Exchange, protobuf: bool) -> str | Pass:
-    """``NegotiateOutputMediaType`` (406 and conversions pass through), then the stream
+    """``NegotiateOutputMediaType`` (406 and conversions other than metadata-only pass through), then the stream
     serializer (``NegotiateOutputMediaTypeStream``: YAML has none)."""
     accept = ex.headers.get("Accept")
     if not router_accepts(accept):
         return Pass("media type")
     served = SERVED if protobuf else (JSON, YAML)
     chosen = negotiate(accept, served)
-    if chosen is None or chosen.convert is not None:
+    if chosen is None:
+        return Pass("media type")
+    # The transform comes from that choice, the encoding from the stream serializer's (watch.go
+    # serveWatchHandler): a metadata-only watch of a built-in kind in JSON or protobuf.
+    partial = wants_partial(chosen, "PartialObjectMetadata")
+    if partial is None or (partial and not protobuf):
         return Pass("media type")
     streamed = negotiate(accept, (JSON, PROTOBUF) if protobuf else (JSON,))
-    if streamed is None or streamed.convert is not None:
+    if streamed is None or (streamed.convert is not None and not partial):
         return Pass("media type")
-    return streamed.media_type
+    return partial_media(streamed.media_type) if partial else streamed.media_type
 
 
 #: The minor from which the apiserver gzips watch-list streams (``WatchListCompression``, beta and on).

@@ -24,6 +24,7 @@ from kproxy.core.eventstream import EventStreamBody, Starter
 from kproxy.core.status import StatusCause, StatusError, resource_expired, timeout
 
 from .frames import CONTENT_TYPES
+from .partial import base_media
 from .resource_cache import ResourceCache
 from .watch_plan import WatchRead
 
@@ -74,7 +75,7 @@ async def open_watch(rc: ResourceCache, read: WatchRead, *, wait: float, min_tim
     if read.gzip:
         headers["Content-Encoding"] = "gzip"
         headers["Vary"] = "Accept-Encoding"
-    return Reply(200, headers, EventStreamBody(read.media_type, _starter(rc, read, seconds, error)))
+    return Reply(200, headers, EventStreamBody(base_media(read.media_type)[0], _starter(rc, read, seconds, error)))
 
 
 def _starter(rc: ResourceCache, read: WatchRead, seconds: float, error: StatusError | None) -> Starter:
