@@ -144,8 +144,8 @@ class ListView:
 def _json_list(body: bytes) -> ListView:
     doc = json.loads(body)
     meta = doc.get("metadata") or {}
-    # Compact (`,"items":[`) or pretty-printed (`,\n  "items": [`).
-    parts = re.split(rb',(\s*)"items":(\s*)\[', body, maxsplit=1)
+    # Compact (`,"items":[`) or pretty-printed (`,\n  "items": [`); `null` for a transformed empty list.
+    parts = re.split(rb',(\s*)"items":(\s*)(?=\[|null)', body, maxsplit=1)
     if len(parts) != 4:
         raise ValueError(f"no items array in {body[:200]!r}")
     head, tail = parts[0], b"".join(parts[1:])
@@ -239,7 +239,8 @@ def list_view(answer: Answer) -> ListView:
 
 def item_names(view: ListView) -> list[str]:
     return [
-        f"{(i.get('metadata') or {}).get('namespace', '')}/{(i.get('metadata') or {}).get('name')}" for i in view.items
+        f"{(i.get('metadata') or {}).get('namespace', '')}/{(i.get('metadata') or {}).get('name')}"
+        for i in view.items or ()  # a transformed empty list's items are null
     ]
 
 

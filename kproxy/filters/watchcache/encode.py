@@ -106,6 +106,9 @@ def assemble(
         )
     if not kind.protobuf:
         return _reshape(_unstructured_list(kind, items, rv, cont, remaining), media_type, pretty)
+    # A transformed list's items are appended one by one to a nil slice: none is ``null``
+    # (asPartialObjectMetadataList), where the apiserver sets an empty list's items to ``[]``.
+    items_json = (b"[", items, b"]") if items or not partial else (b"null",)
     data = b"".join(
         (
             b'{"kind":"',
@@ -114,9 +117,9 @@ def assemble(
             kind.api_version.encode(),
             b'","metadata":',
             list_meta_json(rv, cont, remaining),
-            b',"items":[',
-            items,
-            b"]}\n",
+            b',"items":',
+            *items_json,
+            b"}\n",
         )
     )
     return _reshape(data, media_type, pretty)

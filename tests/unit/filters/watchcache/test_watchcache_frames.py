@@ -21,6 +21,7 @@ from kproxy.core.negotiation import JSON, PROTOBUF, YAML
 from kproxy.core.status import StatusCause, resource_expired, timeout
 from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
+from kproxy.filters.watchcache.partial import partial_media
 
 POD = Kind("v1", "Pod", "PodList", True)
 CONFIGMAP = Kind("v1", "ConfigMap", "ConfigMapList", True)
@@ -45,7 +46,13 @@ def _configmap(codec: ProtobufCodec, name: str, data: dict[str, str]) -> tuple[C
 
 def test_content_types() -> None:
     # JSON watches are plain application/json; protobuf ones say stream=watch.
-    assert CONTENT_TYPES == {JSON: "application/json", PROTOBUF: "application/vnd.kubernetes.protobuf;stream=watch"}
+    assert CONTENT_TYPES[JSON] == "application/json"
+    assert CONTENT_TYPES[PROTOBUF] == "application/vnd.kubernetes.protobuf;stream=watch"
+    # Metadata-only watches (as=PartialObjectMetadata) say the same: the apiserver's Content-Type
+    # is the serializer's, without the transform.
+    assert CONTENT_TYPES[partial_media(JSON)] == "application/json"
+    assert CONTENT_TYPES[partial_media(PROTOBUF)] == "application/vnd.kubernetes.protobuf;stream=watch"
+    assert len(CONTENT_TYPES) == 4
 
 
 @pytest.mark.parametrize("size", [0, 10, 100, 127, 128, 200, 16_000, 16_384, 70_000, 2_100_000])

@@ -6,6 +6,7 @@ import pytest
 
 from kproxy.cacher import encode_continue
 from kproxy.cacher.fields import builtin_fields
+from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.testing.exchange import make_exchange
 
@@ -138,3 +139,49 @@ def test_paths_the_apiserver_does_not_route_are_its_own_to_answer(target: str) -
     route for them (404 page not found), so the cache must not answer them."""
     assert _plan(target) == Pass("scope")
     assert isinstance(_plan("/api/v1/namespaces/ns/pods/"), Read)  # a trailing slash is routed
+
+
+META = "application/{};as={};g=meta.k8s.io;v={}"
+
+
+@pytest.mark.parametrize(
+    ("target", "accept", "media"),
+    [
+        ("/api/v1/pods", META.format("json", "PartialObjectMetadataList", "v1"), "application/json"),
+        ("/api/v1/pods", META.format("yaml", "PartialObjectMetadataList", "v1"), "application/yaml"),
+        (
+            "/api/v1/pods",
+            f"{META.format('vnd.kubernetes.protobuf', 'PartialObjectMetadataList', 'v1')}, application/json",
+            "application/vnd.kubernetes.protobuf",
+        ),
+        (
+            "/api/v1/namespaces/a/pods/p?resourceVersion=0",
+            META.format("json", "PartialObjectMetadata", "v1"),
+            "application/json",
+        ),
+    ],
+)
+def test_metadata_only_reads_are_served(target: str, accept: str, media: str) -> None:
+    read = _plan(target, accept)
+    assert isinstance(read, Read) and read.media_type == partial_media(media)
+    assert base_media(read.media_type) == (media, True)
+
+
+@pytest.mark.parametrize(
+    ("target", "accept"),
+    [
+        ("/api/v1/pods", META.format("json", "PartialObjectMetadata", "v1")),  # an object's form for a list: 406
+        ("/api/v1/namespaces/a/pods/p?resourceVersion=0", META.format("json", "PartialObjectMetadataList", "v1")),
+        ("/api/v1/pods", META.format("json", "PartialObjectMetadataList", "v1beta1")),
+        ("/api/v1/pods", META.format("json", "Table", "v1")),
+    ],
+)
+def test_other_transforms_pass(target: str, accept: str) -> None:
+    assert _plan(target, accept) == Pass("media type")
+
+
+def test_custom_resources_are_not_transformed_here() -> None:
+    ex = make_exchange(
+        "GET", "/apis/x.example/v1/gizmos", {"Accept": META.format("json", "PartialObjectMetadataList", "v1")}
+    )
+    assert plan(ex, protobuf=False, selectable=PODS) == Pass("media type")

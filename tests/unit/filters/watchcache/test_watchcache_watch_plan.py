@@ -6,6 +6,7 @@ import pytest
 
 from kproxy.cacher.fields import builtin_fields
 from kproxy.core.negotiation import JSON, PROTOBUF
+from kproxy.filters.watchcache.partial import partial_media
 from kproxy.filters.watchcache.plan import Pass
 from kproxy.filters.watchcache.watch_plan import WatchRead, plan_watch
 from kproxy.testing.exchange import make_exchange
@@ -180,3 +181,32 @@ def test_watch_list_gzip_only_from_the_minor_that_has_it() -> None:
     ex = make_exchange("GET", "/api/v1/pods?watch=1&allowWatchBookmarks=true", {"Accept-Encoding": "gzip"})
     older = plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True, list_gzip=False)
     assert isinstance(older, WatchRead) and older.gzip is False
+
+
+@pytest.mark.parametrize(
+    ("accept", "media"),
+    [
+        ("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1", JSON),
+        (
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json",
+            PROTOBUF,
+        ),
+        # The transform from NegotiateOutputMediaType, the encoding from the stream serializer's.
+        ("application/yaml;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json", JSON),
+    ],
+)
+def test_metadata_only_watches(accept: str, media: str) -> None:
+    read = _plan("/api/v1/pods?watch=1", accept)
+    assert isinstance(read, WatchRead) and read.media_type == partial_media(media)
+
+
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",  # the apiserver sends objects as they are
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+        "application/yaml;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",  # no stream serializer
+    ],
+)
+def test_other_watch_transforms_pass(accept: str) -> None:
+    assert _plan("/api/v1/pods?watch=1", accept) == Pass("media type")
