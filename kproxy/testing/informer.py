@@ -44,12 +44,15 @@ class Informer:
         env: dict[str, str] | None = None,
         event_retry_sleep: float | None = None,
         resource: str = "",
+        metadata: bool = False,
     ) -> None:
         args = [str(ensure_informer()), "-kubeconfig", str(kubeconfig)]
         if namespace:
             args += ["-namespace", namespace]
         if resource:  # GROUP/VERSION/RESOURCE through the dynamic client (default: pods)
             args += ["-resource", resource]
+        if metadata:  # with resource: its metadata alone, through the metadata client
+            args += ["-metadata"]
         if event_retry_sleep is not None:  # client-go's default: 10 s between an event's tries
             args += ["-event-retry-sleep", f"{event_retry_sleep}s"]
         self.proc = subprocess.Popen(

@@ -12,12 +12,17 @@ whose refusal the client gets. The watches are in ``test_watchcache_watch.py``
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from corpus.compare import Sides
 from watchcache_diff import diff as compare
 from watchcache_diff import gather_limited, query_path, reads_total
 from watchcache_population import Population, cache_proxy, population, wc_sides
 
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
@@ -127,3 +132,64 @@ async def test_other_transforms_reach_the_apiserver(
     )
     assert not found, found.report()
     assert _served(cache_proxy, "list", "upstream") + _served(cache_proxy, "get", "upstream") - before == 4
+
+
+def test_client_go_metadata_informer(
+    control_plane: ControlPlaneInfo, population: Population, cache_proxy: RunningProxy, namespace: str
+) -> None:
+    """client-go's metadata informer (what the garbage collector and the quota controller run for
+    every resource) through kproxy: it lists and watches from the cache, gets PartialObjectMetadata
+    objects, follows a relabel, a deletion and a creation, never sees a watch error, and ends with
+    the apiserver's state."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    for i in range(3):
+        _create_pod(control_plane, pods, f"meta-{i}")
+    served = _served(cache_proxy, "list", "cache") + _served(cache_proxy, "watch", "cache")
+    inf = Informer(cache_proxy.kubeconfig, namespace=namespace, resource="/v1/pods", metadata=True)
+    try:
+        inf.wait(lambda: bool(inf.of("synced")), 60, "first sync")
+        patch = b'{"metadata":{"labels":{"moved":"yes"}}}'
+        status, body = control_plane.request(
+            "PATCH", f"{pods}/meta-0", body=patch, content_type="application/merge-patch+json"
+        )
+        assert status == 200, body
+        assert control_plane.request("DELETE", f"{pods}/meta-1")[0] == 200
+        _create_pod(control_plane, pods, "meta-9")
+
+        def seen(kind: str, name: str) -> list[dict[str, Any]]:
+            return [e for e in inf.of("event") if e["type"] == kind and e["name"] == name]
+
+        inf.wait(
+            lambda: (
+                bool(seen("DELETED", "meta-1") and seen("ADDED", "meta-9"))
+                and any((e.get("labels") or {}).get("moved") == "yes" for e in seen("MODIFIED", "meta-0"))
+            ),
+            30,
+            "the relabel, the deletion and the creation",
+        )
+        events = inf.of("event")
+        assert {e["goType"] for e in events} == {"*v1.PartialObjectMetadata"}, events
+        status, body = control_plane.request("GET", pods)
+        assert status == 200
+        want = {
+            f"{namespace}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in json.loads(body)["items"]
+        }
+        inf.wait(lambda: inf.store() == want, 30, "the apiserver's state")
+    finally:
+        inf.stop()
+    bad = [line for line in inf.lines if line["kind"] in ("watch-error", "watch-error-event", "watch-open-error")]
+    assert not bad, bad
+    assert len(inf.of("list")) == 1, inf.of("list")
+    # Its list (or streaming list) and its watch were answered by the cache.
+    assert _served(cache_proxy, "list", "cache") + _served(cache_proxy, "watch", "cache") - served >= 1
+
+
+def _create_pod(cp: ControlPlaneInfo, path: str, name: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    status, body = cp.request("POST", path, body=json.dumps(pod).encode())
+    assert status == 201, body

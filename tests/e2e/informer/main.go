@@ -1,12 +1,13 @@
 // Command informer is a client-go shared informer on pods (or, with -resource GROUP/VERSION/RESOURCE, on any
-// resource through the dynamic client), used by kproxy's e2e tests to prove that a real controller keeps a
+// resource through the dynamic client, or its metadata alone through the metadata client with -metadata), used by kproxy's e2e tests to prove that a real controller keeps a
 // correct local copy through kproxy (apiserver restarts, etcd compaction, discovery blips).
 //
 // It prints one JSON line per thing it sees on stdout:
 //
 //	{"kind":"list","mode":"list"|"watchlist","resourceVersion":...}   every (re)list the reflector makes
 //	{"kind":"watch","resourceVersion":...,"sendInitialEvents":bool}   every watch it opens
-//	{"kind":"event","type":"ADDED"|"MODIFIED"|"DELETED","namespace":...,"name":...,"resourceVersion":...}
+//	{"kind":"event","type":"ADDED"|"MODIFIED"|"DELETED","namespace":...,"name":...,"resourceVersion":...,
+//	 "goType":"*v1.Pod"|...,"labels":{...}}
 //	{"kind":"bookmark","resourceVersion":...,"initialEventsEnd":bool}
 //	{"kind":"watch-error-event","code":410,"reason":"Expired","message":...}   an ERROR event on a watch
 //	{"kind":"watch-error","error":...}                                       the WatchErrorHandler's error
@@ -50,6 +51,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -80,24 +83,40 @@ func podEvent(kind string, obj any) {
 	}
 	emit(map[string]any{
 		"kind": "event", "type": kind, "namespace": o.GetNamespace(), "name": o.GetName(),
-		"resourceVersion": o.GetResourceVersion(),
+		"resourceVersion": o.GetResourceVersion(), "goType": fmt.Sprintf("%T", obj), "labels": o.GetLabels(),
 	})
 }
 
-// dynamicListWatch lists and watches -resource (GROUP/VERSION/RESOURCE) through the dynamic client.
-func dynamicListWatch(client *dynamic.DynamicClient, namespace, resource string) (
+// resourceListWatch lists and watches -resource (GROUP/VERSION/RESOURCE) through the dynamic client,
+// or with -metadata through the metadata client (PartialObjectMetadata, as the garbage collector's
+// and the quota controller's informers do).
+func resourceListWatch(cfg *rest.Config, namespace, resource string, metadataOnly bool) (
 	func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	runtime.Object,
 	error,
 ) {
 	parts := strings.Split(resource, "/")
 	if len(parts) != 3 {
-		return nil, nil, fmt.Errorf("-resource %q: want GROUP/VERSION/RESOURCE", resource)
+		return nil, nil, nil, fmt.Errorf("-resource %q: want GROUP/VERSION/RESOURCE", resource)
 	}
 	gvr := schema.GroupVersionResource{Group: parts[0], Version: parts[1], Resource: parts[2]}
+	if metadataOnly {
+		client, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ri := client.Resource(gvr).Namespace(namespace)
+		list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) }
+		return list, ri.Watch, &metav1.PartialObjectMetadata{}, nil
+	}
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ri := client.Resource(gvr).Namespace(namespace)
 	list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ri.List(ctx, o) }
-	return list, ri.Watch, nil
+	return list, ri.Watch, &unstructured.Unstructured{}, nil
 }
 
 // observe reports ERROR and BOOKMARK events before the reflector sees them (a 410 during a watch never
@@ -162,6 +181,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file")
 	namespace := flag.String("namespace", "", "namespace to watch (empty: all namespaces)")
 	resource := flag.String("resource", "", "GROUP/VERSION/RESOURCE to inform on through the dynamic client (empty: pods)")
+	metadataOnly := flag.Bool("metadata", false, "with -resource: inform on its objects' metadata alone (the metadata client)")
 	eventRetrySleep := flag.Duration("event-retry-sleep", 10*time.Second, "the event recorder's sleep between tries")
 	flag.Parse()
 
@@ -179,15 +199,11 @@ func main() {
 	listFn := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) }
 	watchFn, example := pods.Watch, runtime.Object(&corev1.Pod{})
 	if *resource != "" {
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err == nil {
-			listFn, watchFn, err = dynamicListWatch(dyn, *namespace, *resource)
-		}
+		listFn, watchFn, example, err = resourceListWatch(cfg, *namespace, *resource, *metadataOnly)
 		if err != nil {
 			emit(map[string]any{"kind": "fatal", "error": err.Error()})
 			os.Exit(2)
 		}
-		example = &unstructured.Unstructured{}
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
