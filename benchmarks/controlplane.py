@@ -111,6 +111,8 @@ class Side:
     kproxy_watch_reads: dict[str, float] = field(default_factory=dict)
     #: resources whose kproxy watches were passed to the apiserver, with the reasons kproxy gave
     kproxy_passed: dict[str, float] = field(default_factory=dict)
+    #: (group, resource) of every cache kproxy held at the end
+    kproxy_cached: set[tuple[str, str]] = field(default_factory=set)
 
     def seconds(self, step: str | None = None) -> list[float]:
         return sorted(r.seconds for r in self.rollouts if step is None or r.step == step)
@@ -155,10 +157,15 @@ def cached_resources(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def proxy_config(access_log: bool) -> dict[str, Any]:
-    """config.recommended.yaml on a free port; the access log off unless asked (its cost is not the chain's)."""
+def proxy_config(access_log: bool, cache_all: bool = False) -> dict[str, Any]:
+    """config.recommended.yaml on a free port; the access log off unless asked (its cost is not the chain's);
+    with ``cache_all`` the watch cache holds every resource (``resources: ["*"]``)."""
     cfg = recommended_config()
     cfg["log"] = {**(cfg.get("log") or {}), "level": "warning", "access_log": access_log}
+    if cache_all:
+        for f in cfg.get("filters") or []:
+            if isinstance(f, dict) and f.get("name") == "watchcache":
+                f["resources"] = ["*"]
     return cfg
 
 
@@ -389,6 +396,16 @@ async def _kproxy_metrics(info: envtest.ControlPlaneInfo) -> list[tuple[str, dic
         return parse_metrics(await r.text())
 
 
+def _cached_labels(samples: Sequence[tuple[str, dict[str, str], float]]) -> set[tuple[str, str]]:
+    """(group, resource) of kproxy's caches (``kproxy_watchcache_objects{resource="deployments.apps"}``)."""
+    out = set()
+    for name, labels, _ in samples:
+        if name == "kproxy_watchcache_objects":
+            resource, _, group = labels.get("resource", "").partition(".")
+            out.add((group, resource))
+    return out
+
+
 def _watch_reads(samples: Sequence[tuple[str, dict[str, str], float]]) -> dict[tuple[str, str, str], float]:
     out: dict[tuple[str, str, str], float] = {}
     for name, labels, value in samples:
@@ -448,7 +465,9 @@ async def churn(
         await asyncio.gather(*samplers)
         m1 = bytes_sent(await driver.apiserver_metrics())
         if proxied:
-            kp1 = _watch_reads(await _kproxy_metrics(info))
+            samples = await _kproxy_metrics(info)
+            side.kproxy_cached = _cached_labels(samples)
+            kp1 = _watch_reads(samples)
             for (resource, served, reason), d in kp1.items():
                 if d:
                     side.kproxy_watch_reads[served] = side.kproxy_watch_reads.get(served, 0.0) + d
@@ -569,7 +588,9 @@ def report(
         f"create at {args.replicas // 2}, scale to {args.replicas}, scale to {args.low}, rolling update at "
         f"{args.low}, scale to 0 (peak {args.deployments * args.replicas:,} pods if all were at the top at once)",
         "- sides: `direct` = components and driver on the apiserver; `kproxy` = components and driver through "
-        "`kproxy run` with config.recommended.yaml's chain (access log off), `credentials: forward`, HTTPS; "
+        "`kproxy run` with config.recommended.yaml's chain (access log off"
+        + (", every resource cached: `resources: [\"*\"]`" if args.cache_all else "")
+        + "), `credentials: forward`, HTTPS; "
         + ("one control plane per side, fresh" if args.envtest_dir is None else "one control plane for both sides"),
         "",
         "| side | rollouts | p50 s | p99 s | window s | apiserver CPU s | etcd CPU s | kproxy CPU s | "
@@ -673,6 +694,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--sides", default="direct,proxied", help="which sides, in order (direct,proxied)")
     p.add_argument("--access-log", action="store_true", help="keep kproxy's access log on")
     p.add_argument(
+        "--cache-all", action="store_true", help='cache every resource (watchcache resources: ["*"]), not the list'
+    )
+    p.add_argument(
         "--kwok-delays", action="store_true", help="keep KWOK's simulated container start-up (1-6 s a stage)"
     )
     p.add_argument("--envtest-dir", type=Path, help="run both sides on this control plane (default: a fresh one each)")
@@ -697,14 +721,16 @@ def _k8s(info: envtest.ControlPlaneInfo) -> str:
 
 def bench(args: argparse.Namespace) -> tuple[str, bool]:
     load0 = os.getloadavg()
-    proxy = proxy_config(args.access_log)
+    proxy = proxy_config(args.access_log, args.cache_all)
     sides: dict[str, Side] = {}
     k8s = "?"
     for mode in args.side_names:
         with control_plane(args.envtest_dir, mode) as info:
             k8s = _k8s(info)
             sides[mode] = run_side(args, info, mode, proxy)
-    return report(args, sides, cached_resources(proxy), k8s, load0)
+    proxied = sides.get(PROXIED)
+    cached = sorted(proxied.kproxy_cached) if args.cache_all and proxied is not None else cached_resources(proxy)
+    return report(args, sides, cached, k8s, load0)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
