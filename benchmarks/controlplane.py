@@ -75,6 +75,7 @@ _METRIC_PREFIXES = (
     "apiserver_response_sizes_sum{",
     "apiserver_watch_events_sizes_sum{",
     "kproxy_watchcache_reads_total{",
+    "kproxy_watchcache_objects{",
 )
 _REQUEST_TIMEOUT = 60.0
 
