@@ -59,6 +59,19 @@ class RunningProxy:
     def metrics(self) -> str:
         return self.get("/metrics", admin=True)[1].decode()
 
+    def wait_cached(self, path: str, resource: str, timeout: float = 30) -> None:
+        """Wait until kproxy answers a ``resourceVersion=0`` list of ``path`` from its cache of
+        ``resource`` (its metrics' label: ``configmaps``, ``deployments.apps``): the cache is ready."""
+        needle = f'kproxy_watchcache_reads_total{{reason="any",resource="{resource}",served="cache",verb="list"}}'
+        deadline = time.monotonic() + timeout
+        while True:
+            self.get(f"{path}?resourceVersion=0")
+            if needle in self.metrics():
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kproxy did not serve {path} from its cache of {resource} in {timeout}s")
+            time.sleep(0.2)
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

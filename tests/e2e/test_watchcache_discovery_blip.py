@@ -105,17 +105,6 @@ def cached_watches(rp: RunningProxy, resource: str) -> float:
     return 0.0
 
 
-def wait_cached(rp: RunningProxy, path: str, resource: str) -> None:
-    """Wait until kproxy answers lists of ``path`` from its cache of ``resource``."""
-    needle = f'kproxy_watchcache_reads_total{{reason="any",resource="{resource}",served="cache",verb="list"}}'
-
-    def cached() -> bool:
-        rp.get(f"{path}?resourceVersion=0")
-        return needle in rp.metrics()
-
-    wait_for(cached, 30, f"kproxy to cache {resource}", interval=0.2)
-
-
 def log_has(rp: RunningProxy, *needles: str) -> bool:
     text = rp.log_text()
     return any(n in text for n in needles)
@@ -246,8 +235,8 @@ def test_partial_discovery_while_restarting_drops_no_cache(
     for i in range(3):
         post(cp, widgets, widget("Widget", f"w{i}"))
         post(cp, deployments, deployment(f"d{i}"))
-    wait_cached(rp, widgets, f"widgets.{GROUP}")
-    wait_cached(rp, deployments, "deployments.apps")
+    rp.wait_cached(widgets, f"widgets.{GROUP}")
+    rp.wait_cached(deployments, "deployments.apps")
     api = config.new_client_from_config(str(rp.kubeconfig))
     py_widgets = PyWatcher(client.CustomObjectsApi(api).list_namespaced_custom_object, GROUP, "v1", ns, "widgets")
     py_deployments = PyWatcher(client.AppsV1Api(api).list_namespaced_deployment, ns)
@@ -307,7 +296,7 @@ def test_deleted_definition_drops_its_cache_and_ends_its_watches(
     gadgets = f"/apis/{GROUP}/v1/namespaces/{ns}/gadgets"
     for i in range(2):
         post(cp, gadgets, widget("Gadget", f"g{i}"))
-    wait_cached(rp, gadgets, name)
+    rp.wait_cached(gadgets, name)
     api = config.new_client_from_config(str(rp.kubeconfig))
     py = PyWatcher(client.CustomObjectsApi(api).list_namespaced_custom_object, GROUP, "v1", ns, "gadgets")
     inf = Informer(rp.kubeconfig, namespace=ns, resource=f"{GROUP}/v1/gadgets")
@@ -341,7 +330,7 @@ def test_progress_probe_left_behind_by_a_read_fails_quietly(
     fails later (the apiserver killed). That failure is the probe's own: no traceback."""
     cp, rp = own_cp, kproxy
     configmaps = f"/api/v1/namespaces/{ns}/configmaps"
-    wait_cached(rp, configmaps, "configmaps")
+    rp.wait_cached(configmaps, "configmaps")
     assert cp.apiserver_pid is not None
     os.kill(cp.apiserver_pid, signal.SIGSTOP)
     try:

@@ -111,6 +111,7 @@ def test_own_write_event_reaches_a_cached_watch_before_the_answer(
     control_plane: ControlPlaneInfo, proxy_factory: Any, namespace: str
 ) -> None:
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["configmaps"]}]})
+    rp.wait_cached(f"/api/v1/namespaces/{namespace}/configmaps", "configmaps")  # else the watch goes upstream
     code, body = control_plane.request(
         "POST",
         f"/api/v1/namespaces/{namespace}/configmaps",
