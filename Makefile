@@ -34,7 +34,7 @@ CLUSTER_BINS := etcd kube-apiserver kubectl kube-controller-manager kube-schedul
 envtest-bin:
 	@if [ "$$(cat $(ENVTEST_BIN)/VERSION 2>/dev/null)" != "$(K8S_VERSION)" ]; then \
 	  bash tools/check-prereqs.sh go || exit 1; \
-	  echo "building $(CLUSTER_BINS) $(K8S_VERSION) from Go modules into $(ENVTEST_BIN) (cold: about 17 CPU-minutes, 10-12 minutes on 2 idle cores)"; \
+	  echo "building $(CLUSTER_BINS) $(K8S_VERSION) from Go modules into $(ENVTEST_BIN) (cold: about 16 CPU-minutes, 8-9 minutes on 2 idle cores)"; \
 	  time bash tools/envtest/build.sh $(ENVTEST_BIN); \
 	else \
 	  missing=$$(for b in $(CLUSTER_BINS); do [ -x $(ENVTEST_BIN)/$$b ] || echo $$b; done; \
