@@ -146,9 +146,10 @@ class ControlPlaneInfo:
         token: str | None = None,
         content_type: str = "application/json",
         timeout: float = 10.0,
+        accept: str = "application/json",
     ) -> tuple[int, bytes]:
         """One synchronous request to the apiserver: as admin (client cert), or as the bearer ``token``."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         if token is not None:

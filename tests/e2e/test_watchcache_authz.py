@@ -20,9 +20,10 @@ from kproxy.testing.proxyproc import RunningProxy, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def _get(rp: RunningProxy, path: str, token: str) -> tuple[int, bytes]:
+def _get(rp: RunningProxy, path: str, token: str, accept: str | None = None) -> tuple[int, bytes]:
     ctx = ssl.create_default_context(cafile=str(rp.ca_file))
-    req = urllib.request.Request(rp.url + path, headers={"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}"} | ({"Accept": accept} if accept else {})
+    req = urllib.request.Request(rp.url + path, headers=headers)
     try:
         with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
             return r.status, r.read()
@@ -120,6 +121,38 @@ def test_denied_caller_gets_the_apiservers_403_then_is_served_after_a_rolebindin
     # Cluster-wide is still denied: the grant is for one namespace.
     direct = control_plane.request("GET", "/api/v1/configmaps?resourceVersion=0", token=token)
     assert _get(rp, "/api/v1/configmaps?resourceVersion=0", token) == direct
+
+
+@pytest.mark.parametrize("encoding", ["json", "vnd.kubernetes.protobuf"])
+def test_metadata_only_reads_are_authorized_like_any_read(
+    forward_cache: RunningProxy, control_plane: ControlPlaneInfo, namespace: str, encoding: str
+) -> None:
+    """Asking for objects' metadata alone (``as=PartialObjectMetadata[List]``, what a metadata
+    informer sends) changes nothing about who may read: a caller the apiserver refuses gets its
+    403 byte for byte from the cache, in the error's own negotiated encoding, for a list, a get and
+    a watch."""
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "meta-only"}, "data": {"k": "v"}}
+    status, _ = control_plane.request(
+        "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=json.dumps(cm).encode()
+    )
+    assert status == 201
+    rp, token = forward_cache, control_plane.user_token
+    as_list = f"application/{encoding};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    as_object = f"application/{encoding};as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    before = _served(rp, "cache", "status 403") + _served(rp, "cache", "status 403", "get")
+    before += _served(rp, "cache", "status 403", "watch")
+    for path, accept in (
+        (f"/api/v1/namespaces/{namespace}/configmaps?resourceVersion=0", as_list),
+        ("/api/v1/configmaps?resourceVersion=0", as_list),
+        (f"/api/v1/namespaces/{namespace}/configmaps/meta-only?resourceVersion=0", as_object),
+        (f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0", as_object),
+    ):
+        direct = control_plane.request("GET", path, token=token, accept=accept)
+        via = _get(rp, path, token, accept)
+        assert direct[0] == 403, direct
+        assert via == direct, (path, via, direct)
+    after = _served(rp, "cache", "status 403") + _served(rp, "cache", "status 403", "get")
+    assert after + _served(rp, "cache", "status 403", "watch") - before == 4
 
 
 def test_rejected_token_gets_the_apiservers_401(forward_cache: RunningProxy, control_plane: ControlPlaneInfo) -> None:
