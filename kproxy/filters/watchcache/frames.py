@@ -119,11 +119,18 @@ class FrameEncoder:
         parts = self._parts
         return b"".join([p for obj in objects for p in parts(type_, obj, media_type)])
 
-    def _partial_frames(self) -> tuple[FrameEncoder, JsonEncoder]:
-        if self._partial is None or self._partial_encode is None:
-            self._partial = FrameEncoder(META_KIND, self._codec, self._version)
+    @property
+    def partial_encode(self) -> JsonEncoder:
+        """The JSON encoder of the objects' metadata-only form (:meth:`CachedObject.partial`), one per
+        kind: the cache's lists and gets use it as these frames do."""
+        if self._partial_encode is None:
             self._partial_encode = item_json_encoder(self._codec, META_KIND)
-        return self._partial, self._partial_encode
+        return self._partial_encode
+
+    def _partial_frames(self) -> tuple[FrameEncoder, JsonEncoder]:
+        if self._partial is None:
+            self._partial = FrameEncoder(META_KIND, self._codec, self._version)
+        return self._partial, self.partial_encode
 
     def _parts(self, type_: str, obj: CachedObject, media_type: str) -> tuple[bytes | memoryview, ...]:
         if media_type not in _DIRECT:

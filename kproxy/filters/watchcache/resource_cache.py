@@ -9,7 +9,8 @@ import logging
 from kproxy.cacher import Reflector, WatchCache
 from kproxy.cacher.broadcaster import Broadcaster
 from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields
-from kproxy.cacher.ingest import ObjectFactory, item_json_encoder
+from kproxy.cacher.ingest import ObjectFactory
+from kproxy.cacher.objects import JsonEncoder
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
 from kproxy.core.upstreamversion import UpstreamVersion
@@ -17,7 +18,6 @@ from kproxy.core.upstreamversion import UpstreamVersion
 from .cachemetrics import CacheMetrics, WatchCounters
 from .frames import FrameEncoder
 from .listwatch import HttpListerWatcher
-from .partial import META_KIND
 from .resources import ResourceSpec
 
 log = logging.getLogger("kproxy.watchcache")
@@ -53,8 +53,6 @@ class ResourceCache:
         self.fields = selectable_fields(spec, crd_paths)
         self.version = version or UpstreamVersion()
         self.factory = ObjectFactory(spec.kind, self.fields, codec)
-        # The JSON of the metadata-only form of its objects (built-in kinds: .partial).
-        self.partial_encode = item_json_encoder(codec, META_KIND)
         self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
         self._objects = metrics.objects.labels(label)
@@ -84,6 +82,11 @@ class ResourceCache:
     def _upstream_rv(self, rv: int) -> None:
         self._objects.set(len(self.cache))
         self._progress.set_to_current_time()
+
+    @property
+    def partial_encode(self) -> JsonEncoder:
+        """The JSON encoder of its objects' metadata-only form (built-in kinds), the frames' own."""
+        return self.frames.partial_encode
 
     @property
     def selectable(self) -> SelectableFields:
