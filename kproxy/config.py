@@ -94,6 +94,20 @@ class ImpersonateConfig(Strict):
 
     token_cache_ttl: Duration = 10.0
     rejected_token_cache_ttl: Duration = 5.0
+    # Callers kproxy refuses to act as unless listed here (kproxy/identity/impersonate.py,
+    # PRIVILEGED_GROUPS, PRIVILEGED_USERS): a group system:masters or system:nodes, a user
+    # system:apiserver, system:kube-controller-manager, system:kube-scheduler or system:node:*.
+    allowed_privileged_groups: list[str] = []
+    allowed_privileged_users: list[str] = []
+
+
+class TokenReviewsConfig(Strict):
+    """TokenReviews kproxy sends for callers' tokens (forward and impersonate modes), which the
+    apiserver's priority and fairness charges to kproxy: bounded per client address and in
+    total, beyond which a caller is answered 429 with Retry-After (kproxy/identity/reviewlimit.py)."""
+
+    max_in_flight: int = Field(default=32, ge=1)
+    max_in_flight_per_client: int = Field(default=4, ge=1)
 
 
 def _go_regexp(value: str) -> str:
@@ -164,6 +178,18 @@ class ConnectionsConfig(Strict):
     # Memory held by heads received and not yet served, all connections together (estimated:
     # the bytes plus about 150 per header line); beyond it the connection reading longest is closed.
     max_unfinished_head_bytes: int = Field(default=64 << 20, ge=0)
+    # TLS handshakes in progress at once (each has read_header_timeout to finish, as Go's
+    # tlsHandshakeTimeout); beyond it the one in progress longest is closed.
+    max_tls_handshakes: int = Field(default=1024, ge=0)
+    # Kept-alive connections waiting for their next request; beyond it the one idle longest is closed.
+    max_idle_connections: int = Field(default=4096, ge=0)
+    # All client connections. 0: derived from the file-descriptor limit (RLIMIT_NOFILE) with room
+    # for upstream connections; a larger value is lowered to that. Beyond it a new connection takes
+    # the place of the one waiting longest on its client, or is closed when all are being served.
+    max_connections: int = Field(default=0, ge=0)
+    # Connections from one source address (0: no bound); beyond it a new one is closed at once.
+    # Leave it off where callers reach kproxy through a NAT or a load balancer that hides them.
+    max_connections_per_source: int = Field(default=0, ge=0)
 
 
 class LogConfig(Strict):
@@ -186,11 +212,20 @@ class FilterEntry(BaseModel):
 class Config(Strict):
     listen: Listen = ListenAddr(host="127.0.0.1", port=8001)
     admin_listen: Listen = ListenAddr(host="127.0.0.1", port=9099)
+    # Who may read the admin listener's /metrics: "authorized" (a bearer token the apiserver
+    # authenticates, allowed `get` on the non-resource URL /metrics, as for the apiserver's own
+    # /metrics), "anyone", or "auto": authorized unless admin_listen is a loopback address.
+    # The probes (/healthz, /livez, /readyz) are open to anyone, as the apiserver's are.
+    metrics_access: Literal["auto", "authorized", "anyone"] = "auto"
+    # Serve the admin listener over TLS with the certificate of `tls` (so scrapers' bearer
+    # tokens do not cross the network in clear).
+    admin_tls: bool = False
     # With credentials: proxy every caller gets the proxy's own rights, so a non-loopback
     # listener must be asked for explicitly (the kubectl proxy model).
     allow_remote: bool = False
     credentials: Literal["proxy", "forward", "impersonate"] = "proxy"
     impersonate: ImpersonateConfig = ImpersonateConfig()
+    token_reviews: TokenReviewsConfig = TokenReviewsConfig()
     proxy: ProxyConfig = ProxyConfig()
     upstream: UpstreamConfig = UpstreamConfig()
     tls: TLSConfig | None = None
@@ -323,7 +358,16 @@ def parse_config(data: Mapping[str, Any] | None) -> Config:
             "tls.client_ca_file: client certificates identify callers only with credentials: impersonate "
             "(a certificate cannot be forwarded, and in proxy mode every caller is kproxy)"
         )
+    if cfg.admin_tls and cfg.tls is None:
+        raise ConfigError("admin_tls: serves the admin listener with the certificate of tls, which is not set")
     return cfg
+
+
+def metrics_authorized(cfg: Config) -> bool:
+    """Whether /metrics on the admin listener needs an authorized bearer token (``metrics_access``)."""
+    if cfg.metrics_access == "auto":
+        return not is_loopback(cfg.admin_listen.host)
+    return cfg.metrics_access == "authorized"
 
 
 def load_config(path: str | Path | None) -> Config:

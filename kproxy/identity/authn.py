@@ -45,6 +45,7 @@ from prometheus_client import Counter
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, internal_error, unauthorized
+from kproxy.identity.reviewlimit import review_limiter
 from kproxy.identity.ttlcache import TTLCache
 
 __all__ = [
@@ -200,10 +201,11 @@ class Authenticator:
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
         self._reviews, self._cache_hits = _metrics(ctx)
+        self._limit = review_limiter(ctx)  # TokenReviews in flight, per client and in total
 
     # ------------------------------------------------------------------ forward mode
 
-    async def authenticate_token(self, token: str) -> Identity | None:
+    async def authenticate_token(self, token: str, source: str = "") -> Identity | None:
         """The identity the apiserver gives ``token``, or ``None`` when it rejects the token.
 
         Raises :class:`TokenReviewError` when the apiserver cannot be asked (nothing is cached then).
@@ -216,6 +218,8 @@ class Authenticator:
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
+        # A review on behalf of client address ``source``: 429 when its bound is reached (reviewlimit).
+        release = self._limit.acquire(source)
         fut: asyncio.Future[Identity | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
@@ -233,6 +237,7 @@ class Authenticator:
             return result
         finally:
             del self._inflight[key]
+            release()
 
     async def _review(self, token: str) -> Identity | None:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
@@ -247,7 +252,7 @@ class Authenticator:
             return None
         return identity_from_user_info(result.get("user") or {})
 
-    async def authenticate_request(self, headers: Mapping[str, str]) -> tuple[Identity, bool]:
+    async def authenticate_request(self, headers: Mapping[str, str], source: str = "") -> tuple[Identity, bool]:
         """The identity the apiserver's token authenticators give a request with these headers, and
         whether it came from the WebSocket bearer protocol (the apiserver then removes that entry
         from ``Sec-WebSocket-Protocol``: :func:`without_token_protocol`).
@@ -259,7 +264,7 @@ class Authenticator:
         """
         tokens, failed = caller_tokens(headers)
         for token, by_protocol in tokens:
-            found = await self.authenticate_token(token)
+            found = await self.authenticate_token(token, source)
             if found is not None:
                 return found, by_protocol
             failed = True
@@ -301,7 +306,7 @@ class Authenticator:
             if self.ctx.credentials == "proxy":
                 identity = await self.own_identity()
             else:
-                identity, _ = await self.authenticate_request(ex.headers)
+                identity, _ = await self.authenticate_request(ex.headers, str(ex.client or ""))
         except TokenReviewError as err:
             raise _review_failed(err) from err
         ex.identity = identity

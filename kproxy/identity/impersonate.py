@@ -18,6 +18,29 @@ anonymous; ``pkg/kubeapiserver/authenticator/config.go``):
   even with its own anonymous auth off, so ``upstream.anonymous_auth: false`` (the operator says
   it is off) makes such a caller the apiserver's ``401`` instead.
 
+Some identities are the control plane's own, and an impersonation naming one is worth more than
+any RBAC grant: kproxy refuses to act as them unless the operator lists them
+(``impersonate.allowed_privileged_groups`` / ``allowed_privileged_users``), whichever way the
+caller authenticated. The caller gets ``403 Forbidden`` before any filter runs, and nothing is
+written upstream (:class:`PrivilegedIdentity`). The refused names (``PRIVILEGED_GROUPS``,
+``PRIVILEGED_USERS``, ``PRIVILEGED_USER_PREFIXES``; staging/src/k8s.io/apiserver/pkg/
+authentication/user/user.go names them):
+
+- group ``system:masters`` (``user.SystemPrivilegedGroup``): the apiserver's first authorizer
+  allows it everything, before RBAC or any webhook is asked (pkg/kubeapiserver/authorizer/
+  config.go, ``authorizerfactory.NewPrivilegedGroups``); no RBAC rule can restrict it;
+- group ``system:nodes`` and users ``system:node:<name>`` (``user.NodesGroup``): the Node
+  authorizer (plugin/pkg/auth/authorizer/node/node_authorizer.go) gives such a caller the
+  secrets, config maps and service-account tokens of every pod bound to that node, and node
+  status writes;
+- users ``system:kube-controller-manager`` and ``system:kube-scheduler``: the bootstrap policy's
+  roles for them (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) read every secret
+  and mint tokens for any service account (controller manager), bind any pod to any node
+  (scheduler);
+- user ``system:apiserver`` (``user.APIServerUser``): the apiserver's own loopback identity.
+
+Names are compared exactly, as the authorizers compare them.
+
 Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
 only one; the caller is told in a ``Warning``).
 
@@ -37,8 +60,8 @@ impersonation and the aggregator's ``X-Remote-Extra-`` headers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import aiohttp
 from multidict import CIMultiDict
@@ -46,7 +69,7 @@ from multidict import CIMultiDict
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.outage import NoAnswer, upstream_failed
-from kproxy.core.status import StatusError, internal_error, unauthorized
+from kproxy.core.status import StatusError, forbidden, internal_error, unauthorized
 from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
 
@@ -60,6 +83,60 @@ STRIPPED_WARNING = (
 # token table) pass, every other byte and '%' is percent-encoded; the apiserver undoes it with
 # url.PathUnescape.
 _KEY_BYTES = frozenset(ord(c) for c in TOKEN_CHARS) - {ord("%")}
+
+
+#: Identities kproxy does not impersonate unless the operator lists them (module docstring).
+PRIVILEGED_GROUPS = ("system:masters", "system:nodes")
+PRIVILEGED_USERS = ("system:apiserver", "system:kube-controller-manager", "system:kube-scheduler")
+PRIVILEGED_USER_PREFIXES = ("system:node:",)
+
+
+class PrivilegedAllowance(Protocol):
+    """The operator's exceptions (``impersonate:`` in the config)."""
+
+    @property
+    def allowed_privileged_groups(self) -> Sequence[str]: ...
+
+    @property
+    def allowed_privileged_users(self) -> Sequence[str]: ...
+
+
+class _NoneAllowed:
+    allowed_privileged_groups: Sequence[str] = ()
+    allowed_privileged_users: Sequence[str] = ()
+
+
+class PrivilegedIdentity(Exception):
+    """The caller is (or is in) a privileged identity the operator did not allow."""
+
+    def __init__(self, resource: str, name: str, key: str) -> None:
+        super().__init__(name)
+        self.resource, self.name, self.key = resource, name, key
+
+    def status(self) -> StatusError:
+        """``403 Forbidden``, shaped as the apiserver's refusal of an impersonation
+        (``NewForbidden`` on ``groups``/``users`` with the name)."""
+        what = "group" if self.resource == "groups" else "user"
+        return forbidden(
+            "",
+            self.resource,
+            self.name,
+            f'kproxy does not act as the privileged {what} "{self.name}" unless impersonate.{self.key} lists it',
+        )
+
+
+def check_privileged(identity: Identity, allowance: PrivilegedAllowance) -> None:
+    """Raise :class:`PrivilegedIdentity` if ``identity`` names a privileged user or group that
+    ``allowance`` does not list."""
+    users = allowance.allowed_privileged_users
+    if identity.user not in users and (
+        identity.user in PRIVILEGED_USERS or identity.user.startswith(PRIVILEGED_USER_PREFIXES)
+    ):
+        raise PrivilegedIdentity("users", identity.user, "allowed_privileged_users")
+    groups = allowance.allowed_privileged_groups
+    for group in identity.groups:
+        if group in PRIVILEGED_GROUPS and group not in groups:
+            raise PrivilegedIdentity("groups", group, "allowed_privileged_groups")
 
 
 class UnrepresentableIdentity(ValueError):
@@ -141,10 +218,18 @@ def identity_from_peercert(peercert: Any) -> Identity | None:
 class CallerAuthenticator:
     """Establishes ``ex.identity`` for every request in impersonate mode (before the chain runs)."""
 
-    def __init__(self, ctx: FilterContext, token_ttl: float, rejected_ttl: float) -> None:
+    def __init__(
+        self,
+        ctx: FilterContext,
+        token_ttl: float,
+        rejected_ttl: float,
+        allowance: Callable[[], PrivilegedAllowance] = _NoneAllowed,
+    ) -> None:
         # Shared with the policy filters, which then see the same identity without another review.
         self.tokens = Authenticator(ctx, success_ttl=token_ttl, failure_ttl=rejected_ttl)
         ctx.services[SERVICE_KEY] = self.tokens
+        # Asked on every request, so a reload that removes an allowance applies at once.
+        self.allowance = allowance
 
     async def identify(self, ex: Exchange, peercert: Any) -> Identity:
         """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, a 401 for an identity
@@ -154,7 +239,7 @@ class CallerAuthenticator:
         identity = identity_from_peercert(peercert)
         if identity is None:
             try:
-                identity, by_protocol = await self.tokens.authenticate_request(ex.headers)
+                identity, by_protocol = await self.tokens.authenticate_request(ex.headers, source=_source(ex))
             except TokenReviewError as err:
                 if isinstance(err.__cause__, (aiohttp.ClientConnectionError, OSError, TimeoutError)):
                     # The apiserver could not be asked: an outage, answered as one (kproxy.core.outage).
@@ -167,8 +252,17 @@ class CallerAuthenticator:
             impersonation_headers(identity)
         except UnrepresentableIdentity as err:
             raise err.status() from None
+        try:
+            check_privileged(identity, self.allowance())
+        except PrivilegedIdentity as err:
+            raise err.status() from None
         ex.identity = identity
         return identity
+
+
+def _source(ex: Exchange) -> str:
+    """The client's address, which token reviews are bounded by (kproxy.identity.reviewlimit)."""
+    return str(ex.client or "")
 
 
 def _outage(ex: Exchange, err: TokenReviewError) -> StatusError | NoAnswer:

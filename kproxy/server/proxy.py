@@ -26,7 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kproxy.config import Config, ConfigError, ListenAddr
+from kproxy.config import Config, ConfigError, ListenAddr, metrics_authorized
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
@@ -36,6 +36,8 @@ from kproxy.core.status import StatusError, generic, internal_error, request_ent
 from kproxy.gocompat.httpguts import valid_host_header
 from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
 from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
+from kproxy.identity.reviewlimit import review_limiter
+from kproxy.server.adminauth import MetricsAuthorizer
 from kproxy.server.connections import Connections
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
@@ -151,9 +153,13 @@ class ProxyServer:
             self.metrics.registry,
             anonymous_auth=self.cfg.upstream.anonymous_auth,
         )
+        reviews = self.cfg.token_reviews
+        review_limiter(self.context, reviews.max_in_flight, reviews.max_in_flight_per_client)
         if self.cfg.credentials == "impersonate":
             imp = self.cfg.impersonate
-            self.callers = CallerAuthenticator(self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl)
+            self.callers = CallerAuthenticator(
+                self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl, lambda: self.cfg.impersonate
+            )
         await self.chain.start(self.context)
         # GoServer: Go's limits on a request head and its answers to requests it cannot read.
         self.metrics.served.start(self.context.api)
@@ -186,7 +192,11 @@ class ProxyServer:
         admin.router.add_get("/readyz", self._readyz)
         self._admin_runner = web.AppRunner(admin, handle_signals=False, access_log=None)
         await self._admin_runner.setup()
-        asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
+        self._metrics_auth = MetricsAuthorizer(self.context)
+        admin_ssl = ssl_ctx if self.cfg.admin_tls else None
+        asite = web.TCPSite(
+            self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port, ssl_context=admin_ssl
+        )
         await _bind(asite, "admin_listen", self.cfg.admin_listen)
         self.admin_bound = _bound(asite)
         scheme = "https" if ssl_ctx else "http"
@@ -194,7 +204,7 @@ class ProxyServer:
             "kproxy listening",
             extra={
                 "listen": f"{scheme}://{_fmt(self.bound)}",
-                "admin": f"http://{_fmt(self.admin_bound)}",
+                "admin": f"{'https' if admin_ssl else 'http'}://{_fmt(self.admin_bound)}",
                 "upstream": str(self.upstream.base),
                 "upstream_from": self.upstream.target.source,
                 "credentials": self.cfg.credentials,
@@ -336,7 +346,7 @@ class ProxyServer:
             status = reply.status
             audit_id = reply.headers.get("Audit-Id", "")
             resp, sent = await self._write(request, ex, reply)
-            if close or self._stopping or client.closes_connection():
+            if close or self._stopping or client.closes_connection() or _refused_connect(ex, status):
                 resp.force_close()
             return resp
         except NoAnswer:
@@ -504,6 +514,10 @@ class ProxyServer:
     # ----------------------------------------------------------------- admin listener
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if metrics_authorized(self.cfg):
+            refused = await self._metrics_auth.refusal(request)
+            if refused is not None:
+                return refused
         data = generate_latest(self.metrics.registry)
         return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -594,6 +608,14 @@ class _ClientBody:
         (the upstream refused it early): Go's server then closes rather than read on."""
         content = self._request.content
         return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
+
+
+def _refused_connect(ex: Exchange, status: int) -> bool:
+    """An upgrade to a connect subresource (exec, attach, port-forward, proxy) that the upstream
+    refused: the apiserver hijacks the connection to copy the refusal and then closes it
+    (staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go tryUpgrade), so nothing the
+    client sent after the head is read as another request."""
+    return ex.upgrade and status >= 400 and ex.info.is_connect
 
 
 async def _stop_filters(filters: list[Filter]) -> None:
