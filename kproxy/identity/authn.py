@@ -19,10 +19,12 @@ Tokens are found exactly as the apiserver's token authenticators find them, and 
 authenticator, in a union that takes the first success; anonymous only when none of them failed):
 
 * ``bearertoken.Authenticator`` (staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/
-  bearertoken.go): the first ``Authorization`` header, trimmed, split on single spaces, scheme
-  ``bearer`` in any case, the second part the token; an empty token counts as none;
+  bearertoken.go): the first ``Authorization`` header, trimmed of Unicode white space, split on
+  single spaces, scheme ``bearer`` in any case, the second part the token; an empty token counts
+  as none;
 * ``websocket.ProtocolAuthenticator`` (.../request/websocket/protocol.go), for WebSocket requests
-  only (``Upgrade: websocket`` and ``Connection: upgrade``): a ``Sec-WebSocket-Protocol`` entry
+  only (``wsstream.IsWebSocketRequest``: ``Upgrade`` equal to ``websocket`` under Unicode simple
+  case folding, and a ``Connection`` value containing ``upgrade``): a ``Sec-WebSocket-Protocol`` entry
   ``base64url.bearer.authorization.k8s.io.<unpadded base64url token>`` next to at least one other
   protocol. A second such entry, bad base64, a token that is not UTF-8 or no other protocol is a
   failed authentication (``401``), not anonymity. On any other request the header means nothing.
@@ -31,10 +33,7 @@ authenticator, in a union that takes the first success; anonymous only when none
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -45,6 +44,7 @@ from prometheus_client import Counter
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, internal_error, unauthorized
+from kproxy.gocompat.strings import equal_fold, raw_url_decode, to_lower, trim_space
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.identity.ttlcache import TTLCache
 
@@ -54,8 +54,13 @@ __all__ = [
     "Authenticator",
     "TokenReviewError",
     "authenticator",
+    "bearer_token",
     "caller_tokens",
+    "header_values",
     "identity_from_user_info",
+    "is_upgrade_request",
+    "is_websocket_request",
+    "protocol_token",
     "without_token_protocol",
 ]
 
@@ -67,9 +72,6 @@ _SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
 SERVICE_KEY = "kproxy.identity.authn.Authenticator"
 _METRICS_KEY = "kproxy.identity.authn.metrics"
-
-# Go's strings.TrimSpace trims Unicode white space; Python's str.strip() agrees for these.
-_GO_SPACE = "\t\n\v\f\r \x85\xa0"
 
 
 class TokenReviewError(Exception):
@@ -83,11 +85,11 @@ def caller_tokens(headers: Mapping[str, str]) -> tuple[list[tuple[str, bool]], b
     request is then ``401`` unless a token succeeds)."""
     tokens: list[tuple[str, bool]] = []
     failed = False
-    token = _authorization_token(headers)
+    token = bearer_token(headers.get("Authorization", ""))
     if token is not None:
         tokens.append((token, False))
-    if _is_websocket(headers):
-        ws, failed = _websocket_token(_protocol_values(headers))
+    if is_websocket_request(headers):
+        ws, failed, _ = protocol_token(header_values(headers, "Sec-WebSocket-Protocol"))
         if ws is not None:
             tokens.append((ws, True))
     return tokens, failed
@@ -95,70 +97,74 @@ def caller_tokens(headers: Mapping[str, str]) -> tuple[list[tuple[str, bool]], b
 
 def without_token_protocol(headers: CIMultiDict[str]) -> None:
     """Drop the bearer-token entry from ``Sec-WebSocket-Protocol``, as ``ProtocolAuthenticator``
-    does once it has authenticated the request by it (the rest joined with ``,``)."""
-    kept = [
-        proto
-        for value in _protocol_values(headers)
-        for proto in (p.strip(_GO_SPACE) for p in value.split(","))
-        if not proto.startswith(_WS_TOKEN_PREFIX)
-    ]
+    does once it has authenticated the request by it (the others, trimmed, joined with ``,``)."""
+    _, _, kept = protocol_token(header_values(headers, "Sec-WebSocket-Protocol"))
     headers["Sec-WebSocket-Protocol"] = ",".join(kept)
 
 
-def _authorization_token(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("Authorization", "").strip(_GO_SPACE)
-    if auth:
-        parts = auth.split(" ")
-        if len(parts) >= 2 and parts[0].lower() == "bearer" and parts[1]:
-            return parts[1]
-    return None
-
-
-# wsstream.IsWebSocketRequest: Upgrade is "websocket" (any case) and the first Connection value,
-# lower-cased, names "upgrade" between commas.
-_CONNECTION_UPGRADE = re.compile(r"(^|.*,\s*)upgrade($|\s*,)")
-
-
-def _is_websocket(headers: Mapping[str, str]) -> bool:
-    if headers.get("Upgrade", "").strip(_GO_SPACE).lower() != "websocket":
-        return False
-    return _CONNECTION_UPGRADE.search(headers.get("Connection", "").strip(_GO_SPACE).lower()) is not None
-
-
-def _protocol_values(headers: Mapping[str, str]) -> list[str]:
+def header_values(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of header ``name``, in order (Go's ``req.Header[name]``)."""
     getall = getattr(headers, "getall", None)
     if getall is not None:
-        return [str(v) for v in getall("Sec-WebSocket-Protocol", ())]
-    value = headers.get("Sec-WebSocket-Protocol")
+        return [str(v) for v in getall(name, ())]
+    value = headers.get(name)
     return [value] if value is not None else []
 
 
-def _websocket_token(values: list[str]) -> tuple[str | None, bool]:
-    """(token, failed) as ``ProtocolAuthenticator`` reads ``Sec-WebSocket-Protocol``."""
+def bearer_token(authorization: str) -> str | None:
+    """The token ``bearertoken.Authenticator`` (staging/src/k8s.io/apiserver/pkg/authentication/
+    request/bearertoken/bearertoken.go) reviews for this first ``Authorization`` value, or None:
+    ``strings.TrimSpace`` (Unicode white space), ``strings.SplitN(auth, " ", 3)``, the scheme
+    ``strings.ToLower``-ed equal to ``bearer``, the second part non-empty."""
+    auth = trim_space(authorization)
+    if not auth:
+        return None
+    parts = auth.split(" ", 2)
+    if len(parts) < 2 or to_lower(parts[0]) != "bearer" or not parts[1]:
+        return None
+    return parts[1]
+
+
+def is_upgrade_request(headers: Mapping[str, str]) -> bool:
+    """``httpstream.IsUpgradeRequest`` (staging/src/k8s.io/streaming/pkg/httpstream/httpstream.go):
+    some ``Connection`` value, ``strings.ToLower``-ed, contains ``upgrade`` anywhere."""
+    return any("upgrade" in to_lower(v) for v in header_values(headers, "Connection"))
+
+
+def is_websocket_request(headers: Mapping[str, str]) -> bool:
+    """``wsstream.IsWebSocketRequest`` (staging/src/k8s.io/streaming/pkg/httpstream/wsstream/
+    conn.go): the first ``Upgrade`` value ``strings.EqualFold`` ``websocket`` (so ``websocket``
+    spelled with U+017F LATIN SMALL LETTER LONG S is one), and :func:`is_upgrade_request`."""
+    return equal_fold(headers.get("Upgrade", ""), "websocket") and is_upgrade_request(headers)
+
+
+def protocol_token(values: list[str]) -> tuple[str | None, bool, list[str]]:
+    """(token, failed, the other protocols) as ``ProtocolAuthenticator`` (staging/src/k8s.io/
+    apiserver/pkg/authentication/request/websocket/protocol.go) reads ``Sec-WebSocket-Protocol``:
+    every value split on ``,``, each entry ``strings.TrimSpace``-d; at most one
+    ``base64url.bearer.authorization.k8s.io.`` entry, ``base64.RawURLEncoding`` of UTF-8."""
     token = ""
     seen = False
-    others = 0
+    others: list[str] = []
     for value in values:
         for proto in value.split(","):
-            proto = proto.strip(_GO_SPACE)
+            proto = trim_space(proto)
             if not proto.startswith(_WS_TOKEN_PREFIX):
-                others += 1
+                others.append(proto)
                 continue
             if seen:
-                return None, True  # "multiple base64.bearer.authorization tokens specified"
+                return None, True, others  # "multiple base64.bearer.authorization tokens specified"
             seen = True
-            # base64.RawURLEncoding: no padding, URL alphabet only; Go's decoder skips CR and LF.
-            encoded = proto[len(_WS_TOKEN_PREFIX) :].replace("\r", "").replace("\n", "")
-            if "=" in encoded or len(encoded) % 4 == 1:
-                return None, True
+            raw = raw_url_decode(proto[len(_WS_TOKEN_PREFIX) :])
+            if raw is None:
+                return None, True, others  # "invalid base64.bearer.authorization token encoding"
             try:
-                raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
-                token = raw.decode("utf-8")
-            except (binascii.Error, ValueError):
-                return None, True  # bad encoding, or a token that is not UTF-8
-    if token and others == 0:
-        return None, True  # "missing additional subprotocol"
-    return (token or None), False
+                token = raw.decode("utf-8")  # utf8.Valid: no surrogates, no overlong forms
+            except UnicodeDecodeError:
+                return None, True, others  # "invalid base64.bearer.authorization token"
+    if token and not others:
+        return None, True, others  # "missing additional subprotocol"
+    return (token or None), False, others
 
 
 def identity_from_user_info(info: Mapping[str, Any]) -> Identity:

@@ -16,6 +16,7 @@ from kproxy.gocompat.httpguts import (
     valid_host_header,
 )
 from kproxy.gocompat.strconv import go_quote
+from kproxy.gocompat.strings import to_lower
 
 #: How header bytes become text and back: aiohttp's server decodes them as UTF-8 with
 #: ``surrogateescape`` (a byte that is not UTF-8 becomes a lone surrogate), and the request-head
@@ -40,16 +41,29 @@ HOP_BY_HOP = frozenset(
 
 
 def connection_tokens(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> set[str]:
-    """Header names listed in Connection (they are hop-by-hop too)."""
+    """Header names listed in Connection (they are hop-by-hop too), lower-cased, as Go's
+    ``httputil.ReverseProxy`` finds them (net/http/httputil/reverseproxy.go
+    ``removeHopByHopHeaders``): each value split on ``,``, ``textproto.TrimString`` (ASCII white
+    space only), non-empty. ``Header.Del`` matches names in ASCII case only, and a name that is
+    not a token matches no header, so only token names are kept (``str.lower`` would fold U+212A
+    KELVIN SIGN into ``k`` and name a header Go leaves in place)."""
     out: set[str] = set()
     for value in headers.getall("Connection", ()):
-        out.update(t.strip().lower() for t in value.split(",") if t.strip())
+        for t in value.split(","):
+            name = t.strip(" \t\r\n")
+            if name and TOKEN_CHARS.issuperset(name):
+                out.add(name.lower())
     return out
 
 
 def is_upgrade(headers: CIMultiDict[str] | CIMultiDictProxy[str]) -> bool:
-    """The apiserver's IsUpgradeRequest: Connection contains "upgrade" (any case) and Upgrade is set."""
-    return "upgrade" in connection_tokens(headers) and bool(headers.get("Upgrade"))
+    """Whether the request goes upstream as an upgrade (its Connection and Upgrade kept, the
+    connection spliced after a 101): the apiserver's ``httpstream.IsUpgradeRequest``
+    (staging/src/k8s.io/streaming/pkg/httpstream/httpstream.go, which its upgrade-aware proxy
+    and WebSocket detection use: some Connection value, ``strings.ToLower``-ed, contains
+    ``upgrade``), with an Upgrade header to ask for. Any other request loses both headers, so the
+    apiserver sees no upgrade either."""
+    return bool(headers.get("Upgrade")) and any("upgrade" in to_lower(v) for v in headers.getall("Connection", ()))
 
 
 Headers = CIMultiDict[str] | CIMultiDictProxy[str] | list[tuple[str, str]]
