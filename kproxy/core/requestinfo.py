@@ -129,6 +129,28 @@ class RequestInfo:
         return self.verb in _MUTATING_VERBS
 
     @property
+    def namespace_in_path(self) -> bool:
+        """Whether the resource follows a ``namespaces/{namespace}/`` prefix in the path: the routes
+        the apiserver's installer registers for namespaced resources only
+        (``staging/src/k8s.io/apiserver/pkg/endpoints/installer.go``, ``registerResourceHandlers``:
+        ``namespaces/{namespace}/{resource}`` when the storage is namespace scoped). The
+        ``namespace`` field alone cannot say: NewRequestInfo also sets it from the name of a
+        ``namespaces`` object (``/api/v1/namespaces/x`` and ``/api/v1/namespaces/x/namespaces/x``
+        give the same RequestInfo, and only the first is a route)."""
+        if not self.is_resource_request or not self.parts:
+            return False
+        segments = self.path.strip("/").split("/")
+        start = len(segments) - len(self.parts)  # where the resource is
+        first = 2 if self.api_prefix in _GROUPLESS_API_PREFIXES else 3  # after the version
+        return start - 2 >= first and segments[start - 2] == "namespaces"
+
+    @property
+    def name_in_path(self) -> bool:
+        """Whether the name comes from the path (``{resource}/{name}``), not a ``metadata.name``
+        field selector on a list."""
+        return len(self.parts) > 1
+
+    @property
     def is_connect(self) -> bool:
         """True for connect-style subresources (streams/upgrades rather than objects).
 

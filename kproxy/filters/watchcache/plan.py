@@ -129,21 +129,26 @@ def utf8_query(raw_query: str) -> bool:
 
 
 def request_scope(ex: Exchange, namespaced: bool) -> str | Pass:
-    """The namespace the read is in, or Pass for a path the apiserver has no route for (a
-    cluster-scoped resource under a namespace, a namespaced object by name without one)."""
+    """The namespace the read is in, or Pass for a path the apiserver has no route for.
+
+    The routes are the installer's (``staging/src/k8s.io/apiserver/pkg/endpoints/installer.go``
+    ``registerResourceHandlers``): a namespaced resource has ``namespaces/{namespace}/{resource}``
+    and ``.../{name}``, and across namespaces only the list and watch ``{resource}`` (no
+    ``{resource}/{name}``); a cluster-scoped one has ``{resource}`` and ``{resource}/{name}`` and
+    nothing under ``namespaces/{namespace}/`` (``/api/v1/namespaces/x/namespaces/x`` and
+    ``/api/v1/namespaces/x/nodes`` are 404s). The deprecated ``watch/`` prefix has the same shapes."""
     info = ex.info
     if "//" in info.path or any(seg in (".", "..") for seg in info.path.split("/")):
         # The apiserver's RequestInfo reads such a path as the resource, but its router has no
         # route for it (404 page not found): only the apiserver can give that answer.
         return Pass("scope")
-    ns = info.namespace
+    in_path = info.namespace_in_path
     if namespaced:
-        if info.verb == "get" and not ns:
+        if not in_path and info.name_in_path:
             return Pass("scope")
-        return ns
-    if info.resource == "namespaces" and ns == info.name:
-        return ""  # /api/v1/namespaces/NAME: the request info names the namespace twice
-    return Pass("scope") if ns else ""
+        return info.namespace if in_path else ""
+    # /api/v1/namespaces/NAME: the request info names the namespace twice, not as a scope
+    return Pass("scope") if in_path else ""
 
 
 def common_scope(ex: Exchange, namespaced: bool) -> str | Pass:

@@ -113,6 +113,23 @@ def test_impersonation_goes_to_the_apiserver() -> None:
         assert plan(ex, protobuf=True, selectable=PODS) == Pass("impersonation")
 
 
+@pytest.mark.parametrize(
+    ("target", "namespaced"),
+    [
+        ("/api/v1/namespaces/x/namespaces/x?resourceVersion=0", False),
+        ("/api/v1/namespaces/x/namespaces?resourceVersion=0&fieldSelector=metadata.name%3Dx", False),
+        ("/api/v1/namespaces/x/namespaces?resourceVersion=0", False),
+        ("/api/v1/namespaces/x/nodes/n1?resourceVersion=0", False),
+        ("/apis/rbac.authorization.k8s.io/v1/namespaces/x/clusterroles?resourceVersion=0", False),
+        ("/api/v1/configmaps/c1?resourceVersion=0", True),
+    ],
+)
+def test_routes_the_installer_does_not_register_are_the_apiservers(target: str, namespaced: bool) -> None:
+    """A cluster-scoped resource under ``namespaces/{ns}/`` (namespaces itself included) and a
+    namespaced object by name without a namespace have no route (installer.go): 404 upstream."""
+    assert _plan(target, namespaced=namespaced) == Pass("scope")
+
+
 def test_methods_and_scopes() -> None:
     assert _plan("/api/v1/pods", method="HEAD") == Pass("method")
     assert _plan("/api/v1/namespaces/ns/nodes?resourceVersion=0", namespaced=False) == Pass("scope")

@@ -210,3 +210,11 @@ def test_metadata_only_watches(accept: str, media: str) -> None:
 )
 def test_other_watch_transforms_pass(accept: str) -> None:
     assert _plan("/api/v1/pods?watch=1", accept) == Pass("media type")
+
+
+def test_a_watch_of_a_namespaced_object_by_name_needs_its_namespace() -> None:
+    """``/api/v1/watch/pods/NAME`` has no route (the installer registers the cross-namespace
+    watch only for the collection): the apiserver's 404, not a watch of every pod so named."""
+    assert _plan("/api/v1/watch/pods/p1") == Pass("scope")
+    assert isinstance(_plan("/api/v1/watch/namespaces/ns/pods/p1"), WatchRead)
+    assert isinstance(_plan("/api/v1/watch/pods"), WatchRead)
