@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from typing import Any
 
@@ -23,7 +24,7 @@ from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessin
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler
 
-from kproxy.server.connections import HEADER_LINE_COST, Connections
+from kproxy.server.connections import HEADER_LINE_COST, IDLE, TLS_HANDSHAKE, Connections
 
 log = logging.getLogger("kproxy")
 
@@ -168,14 +169,21 @@ def _next_head(data: bytes) -> bytes:
     return data[end:]
 
 
-# Where a connection is (kproxy.server.connections): reading a head (the read-header deadline runs),
-# being served (no deadline), idle between requests (the idle deadline runs), closed.
-_NEW, _HEAD, _BUSY, _IDLE, _CLOSED = range(5)
+# Where a connection is (kproxy.server.connections): accepted, not yet admitted; in its TLS
+# handshake (Go's tlsHandshakeTimeout runs); reading a head (the read-header deadline runs); being
+# served (no deadline); idle between requests (the idle deadline runs); closed.
+_NEW, _HANDSHAKE, _HEAD, _BUSY, _IDLE, _CLOSED = range(6)
+
+#: How long closing a TLS connection waits for the client's close_notify. Go's ``tls.Conn.Close``
+#: does not wait for it at all: it writes its own alert under a 5 s deadline and closes
+#: (crypto/tls/conn.go ``closeNotify``); asyncio's default (30 s) would hold a file descriptor
+#: that long for a client that never answers.
+TLS_SHUTDOWN_TIMEOUT = 5.0
 
 
 class GoRequestHandler(RequestHandler):
     """aiohttp's request handler with Go's answers at the HTTP/1.1 level and Go's deadlines on
-    heads and idle connections (see above and ``kproxy.server.connections``)."""
+    handshakes, heads and idle connections (see above and ``kproxy.server.connections``)."""
 
     def __init__(self, manager: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(manager, *args, **kwargs)
@@ -191,12 +199,66 @@ class GoRequestHandler(RequestHandler):
         self._phase = _NEW
         self._deadline: asyncio.TimerHandle | None = None
         self._held = 0
+        self._raw: asyncio.Transport | None = None  # the socket's transport (under TLS, if any)
+        self._source = ""
+        self._admitted = False
 
     # -- where the connection is ------------------------------------------------------------------
 
+    def accepted(self, raw: asyncio.Transport, ssl_ctx: ssl.SSLContext | None) -> None:
+        """The listener accepted ``raw``: admit it against the bounds on connections (or close
+        it at once), then serve it, over TLS after a handshake with Go's deadline."""
+        self._raw = raw
+        peer = raw.get_extra_info("peername")
+        self._source = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else ""
+        refused = self._conns.admit(self._source)
+        if refused is not None:
+            self._phase = _CLOSED
+            log.debug("refusing client connection", extra={"reason": refused, "peer": self._source})
+            raw.abort()
+            return
+        self._admitted = True
+        if ssl_ctx is None:
+            raw.set_protocol(self)
+            self.connection_made(raw)
+            return
+        raw.pause_reading()  # start_tls reads once its protocol is in place
+        self._phase = _HANDSHAKE
+        deadline = self._conns.limits.read_header_timeout  # Go's tlsHandshakeTimeout()
+        self._arm(deadline, "tls_handshake_timeout")
+        self._conns.enter(self, TLS_HANDSHAKE)  # may close this connection, or an older one
+        if self._phase == _HANDSHAKE:
+            task = self._loop.create_task(self._handshake(raw, ssl_ctx, deadline))
+            _HANDSHAKES.add(task)
+            task.add_done_callback(_HANDSHAKES.discard)
+
+    async def _handshake(self, raw: asyncio.Transport, ssl_ctx: ssl.SSLContext, deadline: float) -> None:
+        try:
+            # kproxy's own deadline (``_arm`` above) closes the connection first; asyncio's is a backstop.
+            tls = await self._loop.start_tls(
+                raw,
+                self,
+                ssl_ctx,
+                server_side=True,
+                ssl_handshake_timeout=(deadline or 365 * 86400) + 1,
+                ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
+            )
+        except Exception as err:  # any failed handshake: the connection is gone
+            log.debug("TLS handshake failed", extra={"peer": self._source, "error": str(err)})
+            if self._phase == _HANDSHAKE:
+                self._release()
+            raw.abort()
+            return
+        if tls is None or self._phase != _HANDSHAKE:  # closed by a bound as the handshake completed
+            if tls is not None:
+                tls.abort()
+            return
+        self.connection_made(tls)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._conns.open += 1
+        if self._raw is None:  # served without GoServer's accept (no bounds on connections)
+            self._raw = transport  # type: ignore[assignment]
         self._start_head()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -215,7 +277,7 @@ class GoRequestHandler(RequestHandler):
         """A whole head arrived: the request is served with no deadline (Go sets none while a
         handler runs: watches, exec sessions, slowly streamed bodies take their time)."""
         if self._phase in (_HEAD, _IDLE):
-            self._conns.end_head(self)
+            self._conns.enter(self, None)
             self._disarm()
             self._phase = _BUSY
 
@@ -251,25 +313,36 @@ class GoRequestHandler(RequestHandler):
         else:
             self._phase = _IDLE
             self._arm(self._conns.limits.idle_timeout, "idle_timeout")
+            self._conns.enter(self, IDLE)  # may close the connection idle longest
 
     def close_for(self, reason: str) -> None:
-        """Close the connection without a word, as Go's server does when a read deadline passes
-        (and as kproxy does when a bound on unfinished heads is reached)."""
-        if self._phase == _CLOSED:
+        """Close the connection without a word, as Go's server does when a deadline passes
+        (and as kproxy does when a bound is reached). A connection waiting on its client (in a
+        handshake, reading a head, idle) is dropped at once, so its file descriptor is free when
+        this returns; one being served (its pipelined heads over the budget) closes after what
+        it was sent."""
+        phase = self._phase
+        if phase == _CLOSED:
             return
         self._release()
         self._conns.on_close(reason)
-        log.debug("closing client connection", extra={"reason": reason, "peer": str(self.peername)})
-        self.force_close()
+        log.debug("closing client connection", extra={"reason": reason, "peer": self._source})
+        if phase in (_HANDSHAKE, _HEAD, _IDLE) and self._raw is not None:
+            self._force_close = True
+            self._raw.abort()
+        else:
+            self.force_close()
 
     def _release(self) -> None:
         if self._phase == _CLOSED:
             return
-        if self._phase != _NEW:
-            self._conns.open -= 1
         self._phase = _CLOSED
         self._disarm()
-        self._conns.end_head(self)
+        if self._admitted:
+            self._admitted = False
+            self._conns.leave(self, self._source)
+        else:
+            self._conns.enter(self, None)
         self._conns.held -= self._held
         self._held = 0
 
@@ -306,8 +379,16 @@ class GoServer(web.Server):
     """``web.Server`` whose connections use GoRequestHandler, with Go's head limits and the
     deadlines and bounds of ``connections``."""
 
-    def __init__(self, handler: Any, connections: Connections | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        handler: Any,
+        connections: Connections | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.conns = connections or Connections()
+        #: Serve HTTPS: each accepted connection's TLS handshake is done here, under the bounds.
+        self.ssl_context = ssl_context
         kwargs.update(max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES, max_headers=MAX_HEADERS)
         # A request body goes upstream as the client sent it: aiohttp would otherwise inflate a
         # ``Content-Encoding: gzip`` body (the apiserver does not) and forward it under the
@@ -316,7 +397,34 @@ class GoServer(web.Server):
         super().__init__(handler, **kwargs)
 
     def __call__(self) -> RequestHandler:
+        """The protocol of a connection just accepted (the listening socket is plain TCP: TLS
+        starts once the connection is admitted, see ``GoRequestHandler.accepted``)."""
+        return _Accepted(self)  # type: ignore[return-value]  # the loop takes any protocol
+
+    def handler(self) -> GoRequestHandler:
         return GoRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+#: Handshakes in progress (their tasks, held until done).
+_HANDSHAKES: set[asyncio.Task[None]] = set()
+
+
+class _Accepted(asyncio.Protocol):
+    """A connection the listener accepted, handed at once to its request handler."""
+
+    __slots__ = ("_server",)
+
+    def __init__(self, server: GoServer) -> None:
+        self._server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._server.handler().accepted(transport, self._server.ssl_context)  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        """Never called: the handler takes the transport over before it reads."""
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """A connection refused at once."""
 
 
 def go_bad_request(why: str = "") -> web.StreamResponse:

@@ -21,6 +21,7 @@ count for a value no dashboard reads).
 
 from __future__ import annotations
 
+import functools
 import gc
 import platform
 from typing import Any
@@ -39,7 +40,7 @@ from prometheus_client import (
 import kproxy
 from kproxy.core.chain import ANSWERED_BY_FILTER
 from kproxy.core.requestinfo import RequestInfo
-from kproxy.server.connections import CLOSE_REASONS, Connections
+from kproxy.server.connections import CLOSE_REASONS, WAITING_STATES, Connections
 from kproxy.server.servedresources import OTHER, ServedResources
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -138,9 +139,10 @@ class Metrics:
         )
         self.connections_closed = Counter(
             "kproxy_connections_closed",
-            "Client connections kproxy closed itself, by reason: a deadline passed (read_header_timeout, "
-            "idle_timeout) or a bound on unfinished heads was reached "
-            "(max_unfinished_heads, max_unfinished_head_bytes).",
+            "Client connections kproxy closed itself, by reason: a deadline passed (tls_handshake_timeout, "
+            "read_header_timeout, idle_timeout) or a bound was reached (max_tls_handshakes, "
+            "max_unfinished_heads, max_unfinished_head_bytes, max_idle_connections, max_connections, "
+            "max_connections_per_source; the last two also refuse a new connection at once).",
             ["reason"],
             registry=r,
         )
@@ -156,6 +158,22 @@ class Metrics:
             "kproxy_unfinished_head_bytes",
             "Estimated memory of request heads received and not yet served, all client connections together.",
             registry=r,
+        )
+        self.client_connections = Gauge(
+            "kproxy_client_connections",
+            "Client connections by state: tls_handshake, reading_head, active (being served: a request, "
+            "a watch, an upgraded session), idle (kept alive between requests).",
+            ["state"],
+            registry=r,
+        )
+        self.max_client_connections = Gauge(
+            "kproxy_max_client_connections",
+            "The bound on client connections in force (connections.max_connections, or what the "
+            "file-descriptor limit leaves room for); 0: none.",
+            registry=r,
+        )
+        self.fd_limit = Gauge(
+            "kproxy_open_fds_limit", "The process's file-descriptor limit (RLIMIT_NOFILE) as read at start.", registry=r
         )
         #: The resources the apiserver serves (filled from its discovery once kproxy runs).
         self.served = ServedResources()
@@ -193,6 +211,11 @@ class Metrics:
         self.open_connections.set_function(lambda: conns.open)
         self.connections_reading_head.set_function(lambda: len(conns.reading))
         self.unfinished_head_bytes.set_function(lambda: conns.held)
+        for state in WAITING_STATES:
+            self.client_connections.labels(state).set_function(functools.partial(conns.count, state))
+        self.client_connections.labels("active").set_function(lambda: conns.active)
+        self.max_client_connections.set_function(lambda: conns.max_connections)
+        self.fd_limit.set_function(lambda: conns.fd_limit)
         closed = {reason: self.connections_closed.labels(reason) for reason in CLOSE_REASONS}
         conns.on_close = lambda reason: closed[reason].inc()
 

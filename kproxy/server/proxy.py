@@ -38,7 +38,7 @@ from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_reques
 from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
-from kproxy.server.connections import Connections
+from kproxy.server.connections import Connections, raise_fd_limit
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
 from kproxy.server.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
@@ -161,11 +161,7 @@ class ProxyServer:
                 self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl, lambda: self.cfg.impersonate
             )
         await self.chain.start(self.context)
-        # GoServer: Go's limits on a request head and its answers to requests it cannot read.
         self.metrics.served.start(self.context.api)
-        server = GoServer(self.handle, self.connections, handler_cancellation=True, access_log=None)
-        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
         ssl_ctx = None
         if self.cfg.tls is not None:
             ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -180,7 +176,14 @@ class ProxyServer:
                 # no way to take a certificate it does not verify (README, impersonate).
                 ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
                 ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
-        site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, ssl_context=ssl_ctx, backlog=1024)
+        # Connections are bounded below the file-descriptor limit (kproxy.server.connections).
+        self.connections.fd_limit = raise_fd_limit()
+        # GoServer: Go's limits on a request head and its answers to requests it cannot read.
+        server = GoServer(self.handle, self.connections, ssl_ctx, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        # The socket listens in plain TCP: GoServer admits each connection, then does its handshake.
+        site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, backlog=1024)
         await _bind(site, "listen", self.cfg.listen)
         self._sites.append(site)
         self.bound = _bound(site)
