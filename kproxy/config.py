@@ -192,6 +192,34 @@ class ConnectionsConfig(Strict):
     max_connections_per_source: int = Field(default=0, ge=0)
 
 
+class BodiesConfig(Strict):
+    """Request bodies: the time a caller has to send one, the memory bodies being read may hold,
+    and the workers that decode the bodies kproxy checks, shared fairly between callers (a caller
+    is its user when known, else its address). Past a bound: the apiserver's APF answer, 429 with
+    Retry-After. 0 = no limit. See kproxy/core/fairness.py, kproxy/core/bodybudget.py and
+    docs/performance.md (fair shares)."""
+
+    # Time a caller has to send a whole body, from the request's start (the apiserver's request
+    # timeout, --request-timeout, 60s; long-running requests such as exec and proxy have none):
+    # then the apiserver's 504 Timeout, and the connection closes.
+    read_timeout: Duration = 60.0
+    # Bytes all bodies being read may hold (a declared Content-Length is taken at once).
+    max_buffered_bytes: int = Field(default=64 << 20, ge=0)
+    # Bytes one caller's bodies may hold, all its connections together.
+    max_buffered_bytes_per_caller: int = Field(default=16 << 20, ge=0)
+    # Time a body waits for bytes to be given back before its 429.
+    buffer_wait: Duration = 1.0
+    # Threads decoding bodies at once (bodies over 8 KiB; smaller ones are decoded in place).
+    workers: int = Field(default=2, ge=1)
+    # Decodes one caller runs at once; below workers, another caller always finds one free.
+    workers_per_caller: int = Field(default=1, ge=1)
+    # Decodes one caller may have waiting, and all callers together.
+    queue_per_caller: int = Field(default=8, ge=0)
+    queue_total: int = Field(default=128, ge=0)
+    # Time a decode waits for a worker before its 429 (APF's: the request timeout / 4).
+    queue_wait: Duration = 15.0
+
+
 class LogConfig(Strict):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["text", "json"] = "text"
@@ -232,6 +260,7 @@ class Config(Strict):
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
     shutdown_timeout: Duration = 30.0
     connections: ConnectionsConfig = ConnectionsConfig()
+    bodies: BodiesConfig = BodiesConfig()
     # How often the config file is checked for changes (hot reload); 0 = only on SIGHUP.
     reload_interval: Duration = 2.0
     log: LogConfig = LogConfig()

@@ -238,8 +238,9 @@ class Reply:
         when nothing is acceptable (see :mod:`kproxy.core.errorreply`). Without ``ex`` (kept for
         callers written before it), compact JSON whatever the client asked for.
         """
-        if ex is None:
-            return cls(err.http_status, CIMultiDict(err.headers()), BytesBody(err.body(), "application/json"))
+        if ex is None or getattr(err, "plain_text", False):  # plain_text: APF's 429, never negotiated
+            headers = CIMultiDict(err.headers())
+            return cls(err.http_status, headers, BytesBody(err.body(), headers["Content-Type"]))
         status, headers, data, media = negotiated_status(err, ex.headers, ex.query)
         return cls(status, headers, BytesBody(data, media))
 

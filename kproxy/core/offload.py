@@ -1,39 +1,82 @@
-"""CPU-bound work on a request body, kept off the event loop.
+"""CPU-bound work on a request body, kept off the event loop and shared fairly between callers.
 
 Decoding a body a caller sent (YAML above all, and Go's JSON syntax check) costs time linear in
 its size, up to the 3 MiB the apiserver accepts: seconds of pure Python for a hostile body. Run
 on the event loop, that would stall every other request of the process. Small bodies are decoded
-in place (the thread hop would cost more than the work); larger ones on a worker thread, at most
-``MAX_CONCURRENT`` at a time per process (the rest wait without blocking the loop), so a stream of
-hostile bodies costs CPU but not responsiveness. A worker thread holds the GIL only between the
-interpreter's switch points (``sys.getswitchinterval()``, 5 ms), so the loop keeps running.
+in place (the thread hop would cost more than the work); larger ones on a worker thread. The
+workers are shared by every caller through a :class:`kproxy.core.fairness.FairPool`: each caller
+has its own bounded queue, a freed worker goes to the next caller in turn, one caller runs at most
+``per_caller`` decodes at once, and a full queue (or a wait past ``queue_wait``) is answered with
+the apiserver's APF 429. A stream of hostile bodies from one caller costs CPU, not other callers'
+turns. A worker thread holds the GIL only between the interpreter's switch points
+(``sys.getswitchinterval()``, 5 ms), so the loop keeps running.
+
+The server installs the pool with its configured limits (``bodies:`` in the config,
+:func:`install`); without one (unit tests, tools) a pool with the default limits is made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from kproxy.core.context import FilterContext
+from kproxy.core.fairness import FairLimits, FairPool, flow_of
 
-__all__ = ["INLINE_BYTES", "MAX_CONCURRENT", "run_body_work"]
+if TYPE_CHECKING:
+    from kproxy.core.chain import Exchange
+
+__all__ = ["INLINE_BYTES", "SERVICE", "install", "pool", "run_body_work"]
 
 T = TypeVar("T")
 
 #: Bodies up to this size are decoded on the loop (a few milliseconds at worst).
 INLINE_BYTES = 8 * 1024
-#: Body decodes running on worker threads at once, per process.
-MAX_CONCURRENT = 2
 
-_SERVICE = "kproxy.core.offload.body_work"
+#: ``ctx.services`` key of the process's one body-work pool.
+SERVICE = "kproxy.core.offload.body_work"
 
 
-async def run_body_work(ctx: FilterContext | None, size: int, fn: Callable[..., T], *args: object) -> T:
+def install(ctx: FilterContext, limits: FairLimits) -> FairPool:
+    """Set the body-work pool's limits (made now, or the running one updated on a reload)."""
+    current = ctx.services.get(SERVICE)
+    if isinstance(current, FairPool):
+        current.limits = limits
+        return current
+    made = FairPool(limits)
+    ctx.services[SERVICE] = made
+    return made
+
+
+def pool(ctx: FilterContext) -> FairPool:
+    made: FairPool = ctx.shared(SERVICE, FairPool)
+    return made
+
+
+async def run_body_work(
+    ctx: FilterContext | None, size: int, fn: Callable[..., T], *args: object, ex: Exchange | None = None
+) -> T:
     """``fn(*args)``: in place for a body of ``size`` bytes up to :data:`INLINE_BYTES`, else on a
-    worker thread under the process-wide limit."""
+    worker thread in the turn of ``ex``'s caller (raises the APF 429 when its queue is full)."""
     if size <= INLINE_BYTES or ctx is None:
         return fn(*args)
-    limit: asyncio.Semaphore = ctx.shared(_SERVICE, lambda: asyncio.Semaphore(MAX_CONCURRENT))
-    async with limit:
-        return await asyncio.to_thread(fn, *args)
+    shared = pool(ctx)
+    key = flow_of(ctx, ex)
+    await shared.acquire(key)
+    try:
+        work = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+    except BaseException:
+        shared.release(key)
+        raise
+    # The slot is the thread's until the work ends, even if the caller leaves first (a thread
+    # cannot be stopped): its worker is not free before.
+    work.add_done_callback(functools.partial(_done, shared, key))
+    return await asyncio.shield(work)
+
+
+def _done(shared: FairPool, key: str, work: asyncio.Future[object]) -> None:
+    shared.release(key)
+    if not work.cancelled():
+        work.exception()  # retrieved: a caller that left does not leave an unread error behind

@@ -17,7 +17,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +26,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kproxy.config import Config, ConfigError, ListenAddr, metrics_authorized
+from kproxy.config import BodiesConfig, Config, ConfigError, ListenAddr, metrics_authorized
+from kproxy.core import offload
+from kproxy.core.bodybudget import BodyBudget, BudgetLimits, Lease, body_timeout
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
+from kproxy.core.fairness import FairLimits, flow_of
 from kproxy.core.outage import NoAnswer
 from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
@@ -123,6 +126,7 @@ class ProxyServer:
         self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
+        self.bodies = BodyBudget(_budget_limits(cfg.bodies))
         self.connections = Connections(cfg.connections)
         self.guard = proxy_guard(cfg, self._guard_refused)
         self.metrics.watch_connections(self.connections)
@@ -153,6 +157,7 @@ class ProxyServer:
             self.metrics.registry,
             anonymous_auth=self.cfg.upstream.anonymous_auth,
         )
+        offload.install(self.context, _fair_limits(self.cfg.bodies))
         reviews = self.cfg.token_reviews
         review_limiter(self.context, reviews.max_in_flight, reviews.max_in_flight_per_client)
         if self.cfg.credentials == "impersonate":
@@ -240,6 +245,8 @@ class ProxyServer:
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self.connections.limits = cfg.connections
+        self.bodies.limits = _budget_limits(cfg.bodies)
+        offload.install(self.context, _fair_limits(cfg.bodies))
         self.guard = proxy_guard(self.cfg, self._guard_refused)
         logging.getLogger().setLevel(cfg.log.level.upper())
         old.retired = True
@@ -313,6 +320,8 @@ class ProxyServer:
         length = request.content_length
         expect = request.headers.get("Expect", "")
         client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
+        if not upgrade and not _long_running(info):
+            client.bound(self.bodies, self.cfg.bodies.read_timeout)
         ex = Exchange(
             request.method,
             uri.escaped_path,
@@ -324,6 +333,7 @@ class ProxyServer:
             upgrade=upgrade,
             host=uri.host or request.headers.get("Host", ""),
         )
+        client.caller = lambda: flow_of(self.context, ex)
         long_running = info.verb == "watch" or upgrade
         chain = self.chain  # a reload swaps self.chain; this request stays on the one it started on
         chain.active += 1
@@ -360,6 +370,7 @@ class ProxyServer:
                 request.transport.close()
             return web.Response()  # never written: aiohttp finds the transport closing
         finally:
+            client.close()
             chain.active -= 1
             if chain.retired and chain.active == 0:
                 self._background(self._retire(chain))
@@ -579,13 +590,28 @@ class _ClientBody:
     answer given without reading it (a 413, a policy refusal) is not preceded by one; the
     connection then closes after the answer, as Go closes it. A chunked body that turns
     malformed gets the apiserver's 500 Status with Go's chunked-reader error, and the
-    connection closes (nothing after it can be read)."""
+    connection closes (nothing after it can be read).
 
-    __slots__ = ("_continue", "_request")
+    Once :meth:`bound`, the body must arrive within ``read_timeout`` of the request's start (the
+    apiserver's request timeout: its 504 Timeout, then the connection closes), and the bytes it
+    holds are taken from the process's :class:`BodyBudget` (its declared length before the first
+    byte is read, or before ``100 Continue``), charged to its caller (``caller()``, asked at the
+    first read: its user once known, else its address), and given back by :meth:`close`."""
+
+    __slots__ = ("_budget", "_continue", "_deadline", "_lease", "_request", "caller")
 
     def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
         self._request = request
         self._continue = expect_continue and request.body_exists
+        self._budget: BodyBudget | None = None
+        self._deadline: float | None = None
+        self._lease: Lease | None = None
+        self.caller: Callable[[], str] = lambda: ""
+
+    def bound(self, budget: BodyBudget, read_timeout: float) -> None:
+        self._budget = budget
+        if read_timeout > 0:
+            self._deadline = asyncio.get_running_loop().time() + read_timeout
 
     def body(self, length: int | None, limit: int) -> BytesBody | StreamBody:
         request = self._request
@@ -595,15 +621,40 @@ class _ClientBody:
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         request = self._request
+        lease = None
+        if self._budget is not None:
+            lease = self._lease = self._budget.lease(self.caller())
+            await lease.cover(request.content_length or 0)
         if self._continue:
             self._continue = False
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0
+        received = 0
+        content = request.content
+        deadline = self._deadline
         try:
-            async for chunk in request.content.iter_any():
+            while True:
+                if deadline is None:
+                    chunk = await content.readany()
+                else:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            chunk = await content.readany()
+                    except TimeoutError:
+                        raise body_timeout() from None
+                if not chunk:
+                    return
+                received += len(chunk)
+                if lease is not None:
+                    await lease.cover(received)
                 yield chunk
         except MalformedBody as err:
             raise generic(500, "", str(err)) from None
+
+    def close(self) -> None:
+        """Give back the bytes the body held (the request has been answered)."""
+        if self._lease is not None:
+            self._lease.close()
 
     def closes_connection(self) -> bool:
         """Whether the answer must close the connection: the body was expected to wait for a
@@ -611,6 +662,29 @@ class _ClientBody:
         (the upstream refused it early): Go's server then closes rather than read on."""
         content = self._request.content
         return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
+
+
+#: ``BasicLongRunningRequestCheck`` as kube-apiserver configures it (``cmd/kube-apiserver/app/server.go``):
+#: the requests the request timeout does not apply to.
+_LONG_RUNNING_VERBS = frozenset(("watch", "proxy"))
+_LONG_RUNNING_SUBRESOURCES = frozenset(("attach", "exec", "proxy", "log", "portforward"))
+
+
+def _long_running(info: RequestInfo) -> bool:
+    """``staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go``."""
+    if info.verb in _LONG_RUNNING_VERBS:
+        return True
+    if info.is_resource_request:
+        return info.subresource in _LONG_RUNNING_SUBRESOURCES
+    return info.path.startswith("/debug/pprof/")
+
+
+def _budget_limits(cfg: BodiesConfig) -> BudgetLimits:
+    return BudgetLimits(cfg.max_buffered_bytes, cfg.max_buffered_bytes_per_caller, cfg.buffer_wait)
+
+
+def _fair_limits(cfg: BodiesConfig) -> FairLimits:
+    return FairLimits(cfg.workers, cfg.workers_per_caller, cfg.queue_per_caller, cfg.queue_total, cfg.queue_wait)
 
 
 def _refused_connect(ex: Exchange, status: int) -> bool:

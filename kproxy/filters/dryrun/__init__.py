@@ -455,7 +455,7 @@ class DryRun(FilterBase):
             return info, None
         data = await self._read_body(ex, info)
         content_type = ex.headers.get("Content-Type", "")
-        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type)
+        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type, ex=ex)
         if exact:
             return dataclasses.replace(info, namespace=name), None
         return info, name
@@ -467,7 +467,7 @@ class DryRun(FilterBase):
         if body:
             try:
                 values = await run_body_work(
-                    self.ctx, len(body), delete_body_dry_run, body, ex.headers.get("Content-Type", "")
+                    self.ctx, len(body), delete_body_dry_run, body, ex.headers.get("Content-Type", ""), ex=ex
                 )
             except BodyError:
                 return False  # not provably a dry run
@@ -487,7 +487,7 @@ class DryRun(FilterBase):
         if mt not in (_JSON, _YAML):
             return False
         try:
-            eviction = await run_body_work(self.ctx, len(data), _json_options, data, mt)
+            eviction = await run_body_work(self.ctx, len(data), _json_options, data, mt, ex=ex)
         except BodyError:
             return False
         options = eviction.get("deleteOptions") if isinstance(eviction, dict) else None
@@ -501,7 +501,7 @@ class DryRun(FilterBase):
         if body:
             try:
                 new_body, content_type, values = await run_body_work(
-                    self.ctx, len(body), enforce_delete_body, body, ex.headers.get("Content-Type", "")
+                    self.ctx, len(body), enforce_delete_body, body, ex.headers.get("Content-Type", ""), ex=ex
                 )
             except UnsupportedBodyType:
                 raise unsupported_media_type(_DELETE_MEDIA_TYPES) from None

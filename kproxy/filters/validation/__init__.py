@@ -334,7 +334,7 @@ class Validation(FilterBase):
         data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
         t0 = time.perf_counter()
         outcome = await run_body_work(
-            self.ctx, len(data), _validate, data, media, resolved.root, resolved.custom, resolved.meta
+            self.ctx, len(data), _validate, data, media, resolved.root, resolved.custom, resolved.meta, ex=ex
         )
         self.metrics.seconds.observe(time.perf_counter() - t0)
         endpoint = resolved.endpoint
@@ -347,7 +347,7 @@ class Validation(FilterBase):
             # afterwards.
             version = named
             if named != endpoint.version:
-                outcome = await self._check_other_version(data, media, info, named, endpoint.kind, resolved.meta)
+                outcome = await self._check_other_version(data, media, info, named, endpoint.kind, resolved.meta, ex)
         elif outcome.api_version not in (None, endpoint.api_version) or outcome.kind not in (None, endpoint.kind):
             outcome.fatal = outcome.fatal or "apiVersion/kind differ from the endpoint's"
         ex.state["validation.endpoint"] = endpoint
@@ -356,7 +356,7 @@ class Validation(FilterBase):
         return outcome
 
     async def _check_other_version(
-        self, data: bytes, media: str, info: RequestInfo, version: str, kind: str, meta: Node | None
+        self, data: bytes, media: str, info: RequestInfo, version: str, kind: str, meta: Node | None, ex: Exchange
     ) -> Outcome:
         """A custom resource body naming ``version`` of the endpoint's group, checked with that
         version's schema. A version /openapi/v3 does not publish (not served, or not in the CRD:
@@ -369,9 +369,9 @@ class Validation(FilterBase):
             log.warning("validation: schema lookup failed (%s); the apiserver validates alone", err)
             other = None
         if other is not None and other.custom and other.endpoint.kind == kind:
-            return await run_body_work(self.ctx, len(data), _validate, data, media, other.root, True, other.meta)
+            return await run_body_work(self.ctx, len(data), _validate, data, media, other.root, True, other.meta, ex=ex)
         if other is None and meta is not None and await self._crd_lacks_version(info, version):
-            return await run_body_work(self.ctx, len(data), _validate, data, media, no_schema_root(), True, meta)
+            return await run_body_work(self.ctx, len(data), _validate, data, media, no_schema_root(), True, meta, ex=ex)
         return Outcome(fatal=f"the body names version {version}, whose schema kproxy does not have")
 
     async def _crd_lacks_version(self, info: RequestInfo, version: str) -> bool:
@@ -435,7 +435,7 @@ class Validation(FilterBase):
             return info, None  # the apiserver refuses it first; no rule changes that
         data = await ex.body.read()  # type: ignore[union-attr]  # StatusError (413) goes to the caller
         content_type = ex.headers.get("Content-Type", "")
-        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type)
+        name, exact = await run_body_work(self.ctx, len(data), created_namespace, data, content_type, ex=ex)
         if exact:
             return dataclasses.replace(info, namespace=name), None
         return info, name
