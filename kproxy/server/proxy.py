@@ -245,6 +245,7 @@ class ProxyServer:
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self.connections.limits = cfg.connections
+        self.connections.fd_limit = raise_fd_limit()  # read again: `prlimit` may have changed it
         self.bodies.limits = _budget_limits(cfg.bodies)
         offload.install(self.context, _fair_limits(cfg.bodies))
         self.guard = proxy_guard(self.cfg, self._guard_refused)
