@@ -152,6 +152,15 @@ class Exchange:
     routes. ``host`` is Go's ``req.Host``: the authority of an absolute-form target, else the Host
     header. A filter that changes the query uses ``query`` (read as Go reads it, on first use) and
     ``set_query``, or ``kproxy.gocompat.url.with_param`` to enforce one parameter.
+
+    ``upgrade`` says the caller asked for a protocol upgrade (``Connection: upgrade`` and an
+    ``Upgrade`` header): the request goes upstream on a connection of its own, its headers as
+    sent, and is spliced only if the upstream answers 101. It says nothing about what the
+    apiserver does with the request: it upgrades only its connect subresources
+    (``info.is_connect``) and WebSocket watches, and serves any other request carrying such
+    headers as an ordinary one. A filter therefore never skips its work because of ``upgrade``
+    alone; it may leave a request to the apiserver untouched (its answer then being the
+    apiserver's own), never let a write through that the apiserver would judge otherwise.
     """
 
     __slots__ = (

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -40,8 +41,10 @@ class UpgradeTarget(Protocol):
     def target_of(self, ex: Exchange) -> str: ...
     def unreachable(self, err: BaseException) -> StatusError: ...
 
+
 MAX_HEAD = 64 * 1024
 _PIPE_HIGH_WATER = 1024 * 1024
+_PIECE = 65536
 
 
 async def dial_upgrade(up: UpgradeTarget, ex: Exchange) -> Reply:
@@ -77,16 +80,40 @@ async def dial_upgrade(up: UpgradeTarget, ex: Exchange) -> Reply:
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:
         writer.close()
         raise up.unreachable(err) from None
-    status, reason, resp_headers = _parse_head(answer)
+    try:
+        status, reason, resp_headers = _parse_head(answer)
+    except (ValueError, IndexError):
+        writer.close()
+        raise up.unreachable(ValueError("malformed upgrade response head")) from None
     if status == 101:
         return Reply(101, resp_headers, UpgradeBody(reader, writer), reason)
-    try:
-        data = await _read_body(reader, resp_headers)
-    finally:
-        writer.close()
-    for h in ("Transfer-Encoding", "Connection", "Upgrade", "Keep-Alive"):
+    # Not upgraded: the apiserver answered the request as an ordinary one (any route but its
+    # connect subresources and WebSocket watches), or refused the upgrade. The answer is streamed
+    # back as it arrives, as the apiserver's UpgradeAwareHandler copies a refusal
+    # (staging/src/k8s.io/apimachinery/pkg/util/proxy/upgradeaware.go tryUpgrade): never held
+    # whole, so a watch or a large list asked for with an Upgrade header costs no memory.
+    chunked = "chunked" in resp_headers.get("Transfer-Encoding", "").lower()
+    declared = resp_headers.get("Content-Length")
+    for h in ("Transfer-Encoding", "Connection", "Upgrade", "Keep-Alive", "Content-Length"):
         resp_headers.popall(h, None)
-    return Reply(status, resp_headers, BytesBody(data, resp_headers.get("Content-Type", "")), reason)
+    media_type = resp_headers.get("Content-Type", "")
+    if ex.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        writer.close()  # no body (RFC 9112 6.3), whatever Content-Length says
+        if declared is not None:
+            resp_headers["Content-Length"] = declared
+        return Reply(status, resp_headers, BytesBody(b"", media_type), reason)
+    length: int | None = None
+    if not chunked and declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            writer.close()
+            raise up.unreachable(ValueError("malformed upgrade response Content-Length")) from None
+        if length < 0:
+            writer.close()
+            raise up.unreachable(ValueError("malformed upgrade response Content-Length"))
+    source = _answer_chunks(reader, writer, chunked, length)
+    return Reply(status, resp_headers, StreamBody(source, length, media_type, on_abort=writer.close), reason)
 
 
 def _parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
@@ -102,20 +129,42 @@ def _parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str]]:
     return status, reason, headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: CIMultiDict[str]) -> bytes:
-    if "chunked" in headers.get("Transfer-Encoding", "").lower():
-        out = bytearray()
-        while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                await reader.readline()
-                return bytes(out)
-            out += await reader.readexactly(size)
-            await reader.readexactly(2)
-    length = headers.get("Content-Length")
-    if length is not None:
-        return await reader.readexactly(int(length))
-    return await reader.read()
+async def _answer_chunks(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chunked: bool, length: int | None
+) -> AsyncIterator[bytes]:
+    """The body of a response that did not upgrade, piece by piece as it arrives (chunked,
+    Content-Length or until the upstream closes); the upstream connection is closed at the end."""
+    try:
+        if chunked:
+            while True:
+                line = await reader.readuntil(b"\n")
+                size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\n")).strip():  # trailers, then the blank line
+                        pass
+                    return
+                while size > 0:
+                    data = await reader.read(min(size, _PIECE))
+                    if not data:
+                        raise asyncio.IncompleteReadError(b"", size)
+                    size -= len(data)
+                    yield data
+                if (await reader.readexactly(2)) != b"\r\n":
+                    raise ValueError("malformed chunk")
+        elif length is not None:
+            while length > 0:
+                data = await reader.read(min(length, _PIECE))
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", length)
+                length -= len(data)
+                yield data
+        else:
+            while data := await reader.read(_PIECE):
+                yield data
+    except (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as err:
+        raise ConnectionResetError(f"upstream answer cut short: {err}") from None
+    finally:
+        writer.close()
 
 
 class _ClientFeed:

@@ -229,13 +229,13 @@ class Validation(FilterBase):
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply:
         info = ex.info
         verb = info.verb
-        if (
-            not info.is_resource_request
-            or verb not in ("create", "update", "patch")
-            or info.is_connect
-            or ex.upgrade
-            or ex.method == "GET"
-        ):
+        # Passed through untouched only where the apiserver decodes no object either: a request
+        # that is not a write of a resource (requestinfo.go: POST/PUT/PATCH make create, update,
+        # patch), or a connect subresource, whose handler streams the request to the kubelet or
+        # the pod (handlers/rest.go ConnectResource). An Upgrade header changes neither: the
+        # apiserver upgrades only connect subresources and WebSocket watches, and answers any other
+        # request carrying one as an ordinary request (Go's net/http hands it to the handler).
+        if not info.is_resource_request or verb not in ("create", "update", "patch") or info.is_connect:
             return await call_next(ex)
         assert self.metrics is not None and self.ctx is not None
         values = ex.query.getall("fieldValidation", [])
