@@ -11,6 +11,14 @@ Two kproxy chains are fuzzed:
   persist anything (etcd is read after every request), no service-account token handed out, a
   write the apiserver warns about unknown or duplicate fields must not succeed, and no 5xx where
   the apiserver gave none. Status classes may differ (the twin namespace is really written).
+* ``identity`` (``credentials: forward``; dryrun enforce and Strict validation for the namespace's
+  service account, and a dryrun ``reject`` rule for its SelfSubjectReviews): requests carry the
+  service account's token in the spellings Go reads (Unicode white space around ``Bearer``,
+  scheme case, several ``Authorization`` lines, the WebSocket bearer protocol behind ``Upgrade``
+  and ``Connection`` spellings, protocol lists with white space, padding, two tokens). The judge
+  is the apiserver: a SelfSubjectReview sent straight to it names whom it saw; kproxy's rule
+  refusing the service account's review shows whom kproxy saw; the two must agree, and the
+  checks of ``policy`` hold (nothing persisted, Strict held).
 
 Each request is generated from ``random.Random(f"{seed}:{index}")`` alone, so any failure is
 reproduced from its seed and index; the report also prints the raw bytes as a Python literal.
@@ -54,11 +62,26 @@ CHAINS: dict[str, list[dict[str, Any]]] = {
         {"name": "dryrun", "rules": [{"name": "fuzz", "action": "enforce"}]},
         {"name": "validation", "rules": [{"name": "fuzz", "level": "Strict"}]},
     ],
-}
+    "identity": [
+        {"name": "dryrun", "rules": [
+            {"name": "fz-seen", "match": {"users": ["system:serviceaccount:fzk-*:fz-sa"],
+                                          "resources": ["selfsubjectreviews.authentication.k8s.io"]},
+             "action": "reject"},
+            {"name": "fz-sa", "match": {"users": ["system:serviceaccount:fzk-*:fz-sa"]}, "action": "enforce"},
+        ]},
+        {"name": "validation", "rules": [
+            {"name": "fz-sa", "match": {"users": ["system:serviceaccount:fzk-*:fz-sa"]}, "level": "Strict"},
+        ]},
+    ],
+}  # fmt: skip
+#: How each chain's kproxy authenticates upstream (the others: its own credentials).
+CREDENTIALS = {"identity": "forward"}
 
 SEEDS = ("s0", "s1", "s2", "s3")
 SA = "fz-sa"
 NS, NAME, SEED = "@NS@", "@NAME@", "@SEED@"
+#: The side's service-account token, as is and as the WebSocket bearer protocol's base64url.
+TOKEN, WSTOKEN = "@TOKEN@", "@WSTOKEN@"
 
 
 @dataclass
@@ -68,12 +91,17 @@ class Req:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes | None = None
     chunked: bool = False  # frame the body in one chunk once the placeholders are filled in
+    utf8: bool = False  # header values are text (UTF-8, surrogateescape for other bytes), not Latin-1
 
-    def render(self, ns: str, name: str) -> bytes:
+    def render(self, ns: str, name: str, token: str = "") -> bytes:
+        ws = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+
         def sub(s: str) -> str:
-            return s.replace(NS, ns).replace(NAME, name)
+            return s.replace(NS, ns).replace(NAME, name).replace(TOKEN, token).replace(WSTOKEN, ws)
 
         headers = [(sub(k), sub(v)) for k, v in self.headers]
+        if self.utf8:  # request_bytes writes Latin-1: one character per byte
+            headers = [(k, v.encode("utf-8", "surrogateescape").decode("latin-1")) for k, v in headers]
         body = self.body.replace(NS.encode(), ns.encode()).replace(NAME.encode(), name.encode()) if self.body else None
         if self.chunked:
             body = (f"{len(body):x}\r\n".encode() + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
@@ -266,13 +294,135 @@ MUTATORS: list[Callable[[random.Random, Req], Req]] = [
 ]  # fmt: skip
 
 
-def generate(seed: int, index: int) -> Req:
-    """Request ``index`` of the run with ``seed``: a template plus 0-3 mutations, from these two numbers alone."""
+def generate(seed: int, index: int, chain: str = "") -> Req:
+    """Request ``index`` of the run with ``seed``: a template plus 0-3 mutations, from these two
+    numbers alone (and the chain: ``identity`` has its own generator)."""
+    if chain == "identity":
+        return generate_identity(seed, index)
     rng = random.Random(f"{seed}:{index}")
     req = _templates(rng)
     for _ in range(rng.choice([0, 1, 1, 2, 2, 3])):
         req = rng.choice(MUTATORS)(rng, req)
     return req
+
+
+# --------------------------------------------------------------------------- identity headers
+
+SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+SSR_BODY = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
+WS_PREFIX = "base64url.bearer.authorization.k8s.io."
+#: Go's unicode.IsSpace beyond ASCII, and what Python or a reader might take for white space.
+GO_SPACES = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+NOT_GO_SPACES = "\x1c\x1f\u180e\u200b\ufeff\u2060"
+#: Bytes that are not UTF-8 (surrogateescape), which Go reads as RuneError, never white space.
+NOT_UTF8 = ("\udcff", "\udcc2", "\udce3\udc80", "\udcc0\udca0")
+#: Spellings of "websocket" and "upgrade": Go's EqualFold folds U+017F to s and U+212A to k, not
+#: the Turkish I's or look-alikes from other scripts.
+WEBSOCKETS = [
+    "websocket", "WebSocket", "WEBSOCKET", "web\u017focket", "WEB\u017fOCKET", "websoc\u212aet", "we\u0432socket",
+    "web\u0455ocket", " websocket", "websocket\u3000", "\u2003websocket", "websocket,x", "h2c", "x", "",
+]  # fmt: skip
+CONNECTIONS = [
+    "Upgrade", "upgrade", "UPGRADE", "keep-alive, Upgrade", "Upgrade, keep-alive", "\u3000Upgrade", "upgraded",
+    "keep-alive upgrade", "x-upgrade-y", "close", "keep-alive", "Upgr\u0430de", "UP\u0130GRADE", "",
+]  # fmt: skip
+BAD_TOKEN = "not-a-token"
+
+
+def _space(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.5:
+        return rng.choice(GO_SPACES)
+    if r < 0.7:
+        return rng.choice(" \t")
+    if r < 0.85:
+        return rng.choice(NOT_GO_SPACES)
+    return rng.choice(NOT_UTF8)
+
+
+def _pad(rng: random.Random, text: str) -> str:
+    """``text`` with white space (Go's, ASCII, or not Go's) before or after it, or neither."""
+    choice = rng.randrange(5)
+    if choice == 0:
+        return _space(rng) + text
+    if choice == 1:
+        return text + _space(rng)
+    if choice == 2:
+        return _space(rng) + text + _space(rng)
+    return text
+
+
+def _scheme(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return "Bearer"
+    return rng.choice(["bearer", "BEARER", "bEaReR", "Basic", "Bearer:", "B\u0435arer"])
+
+
+def h_authorization(rng: random.Random) -> list[tuple[str, str]]:
+    """One to three Authorization lines: Go reads only the first, trimmed of Unicode white space,
+    split on single spaces."""
+    lines = []
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        token = rng.choice([TOKEN, TOKEN, TOKEN, TOKEN, BAD_TOKEN, ""])
+        sep = " " if rng.random() < 0.7 else rng.choice(["  ", "\t", rng.choice(GO_SPACES)])
+        name = rng.choice(["Authorization", "authorization", "AUTHORIZATION"])
+        lines.append((name, _pad(rng, _scheme(rng) + sep + token)))
+    return lines
+
+
+def _protocol_entry(rng: random.Random) -> str:
+    r = rng.random()
+    if r < 0.55:
+        return _pad(rng, WS_PREFIX + WSTOKEN)
+    if r < 0.65:
+        return WS_PREFIX + rng.choice([WSTOKEN + "=", WSTOKEN + "==", "+" + WSTOKEN, "", "bm90LWEtdG9rZW4", "!"])
+    return _pad(rng, rng.choice(["v4.channel.k8s.io", "v5.channel.k8s.io", "x", "", "base64.binary.k8s.io"]))
+
+
+def h_websocket(rng: random.Random) -> list[tuple[str, str]]:
+    """An upgrade request (Upgrade, Connection in their spellings) whose token, if any, is in
+    Sec-WebSocket-Protocol, over one or two header lines."""
+    lines = []
+    if rng.random() < 0.9:
+        r = rng.random()
+        upgrade = "websocket" if r < 0.3 else rng.choice(WEBSOCKETS) if r < 0.8 else _pad(rng, "websocket")
+        lines.append(("Upgrade", upgrade))
+    for _ in range(rng.choice([0, 1, 1, 1, 1, 2])):
+        lines.append(("Connection", "Upgrade" if rng.random() < 0.4 else rng.choice(CONNECTIONS)))
+    for _ in range(rng.choice([1, 1, 2])):
+        entries = [_protocol_entry(rng) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.5:  # as clients send it: a channel protocol beside the token
+            entries.insert(rng.randrange(len(entries) + 1), "v4.channel.k8s.io")
+        lines.append(("Sec-WebSocket-Protocol", ",".join(entries)))
+    if rng.random() < 0.5:
+        lines += [("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")]
+    return lines
+
+
+def generate_identity(seed: int, index: int) -> Req:
+    """An identity request: a SelfSubjectReview (the judge of who the caller is), a create with or
+    without an unknown field, or a read; the token in Authorization, the WebSocket protocol, or both."""
+    rng = random.Random(f"{seed}:identity:{index}")
+    choice = rng.randrange(10)
+    j = [("Content-Type", b.JSON)]
+    if choice < 5:
+        req = Req("POST", SSR_PATH, j, SSR_BODY, utf8=True)
+    elif choice < 8:
+        req = Req("POST", COLL, j, json.dumps(_obj(rng, choice == 7)).encode(), utf8=True)
+    else:
+        req = Req("GET", f"{COLL}/{rng.choice(SEEDS)}", utf8=True)
+    where = rng.randrange(4)
+    headers = []
+    if where in (0, 2):
+        headers += h_authorization(rng)
+    if where in (1, 2, 3):
+        headers += h_websocket(rng)
+    if where == 3:  # the protocol on a request that is not an upgrade: it means nothing to Go
+        headers = [(k, v) for k, v in headers if k not in ("Upgrade", "Connection")]
+    if rng.random() < 0.2:
+        headers.append(("Connection", rng.choice(CONNECTIONS)))
+    rng.shuffle(headers)
+    return replace(req, headers=req.headers + headers)
 
 
 # --------------------------------------------------------------------------- checking
@@ -287,6 +437,9 @@ class Side:
     cp: ControlPlaneInfo
     via_ns: str
     direct_ns: str
+    #: ``identity``: each namespace's service-account token, which its requests carry.
+    via_token: str = ""
+    direct_token: str = ""
 
     def resync(self) -> None:
         """Put the seed objects back as they started, on both sides: after a request that one side
@@ -373,13 +526,15 @@ KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
     ),
     "unknown-coding-order": (
         "kproxy's HTTP parser checks Transfer-Encoding before the target (its 501 where Go answers 400)",
-        lambda raw, via, direct: b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0]
-        and 501 in (via.status, direct.status),
+        lambda raw, via, direct: (
+            b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0] and 501 in (via.status, direct.status)
+        ),
     ),
 }
 #: The chains each KNOWN class must show in, in a full CI run (the others lack the filter it needs,
 #: or the class is too rare for 1,000 requests).
 KNOWN_IN = {"unknown-coding-order": ()}
+
 
 def _guarded(raw: bytes, via: Answer) -> bool:
     """`credentials: proxy` refuses a Host that is not a loopback name, as kubectl proxy does (its
@@ -391,7 +546,7 @@ def _guarded(raw: bytes, via: Answer) -> bool:
 LOOPBACK = (b"localhost", b"127.0.0.1", b"[::1]")
 
 #: Problems that are never excused by KNOWN.
-SECURITY = ("kproxy exited", "traceback", "persisted", "token", "Strict")
+SECURITY = ("kproxy exited", "traceback", "persisted", "token", "Strict", "identity")
 
 
 def explain(problems: list[str], raw: bytes, via: Answer, direct: Answer) -> str | None:
@@ -417,7 +572,9 @@ def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_ch
         problems.append("kproxy's error is not a Status")
     if side.target == "transparent" and via.status // 100 != direct.status // 100:
         problems.append("status class differs")
-    if side.target == "policy":
+    if side.target == "identity":
+        problems += _identity_problems(side, raw, via, direct)
+    if side.target in ("policy", "identity"):
         if keys_changed:
             problems.append(f"persisted through the policy: {keys_changed}")
         doc = via.json()
@@ -428,11 +585,68 @@ def check(side: Side, raw: bytes, via: Answer, direct: Answer, log: str, keys_ch
     return problems
 
 
+def _reviewed_user(a: Answer) -> str | None:
+    doc = a.json()
+    if a.status != 201 or not isinstance(doc, dict) or doc.get("kind") != "SelfSubjectReview":
+        return None
+    return str((doc.get("status") or {}).get("userInfo", {}).get("username"))
+
+
+def _identity_problems(side: Side, raw: bytes, via: Answer, direct: Answer) -> list[str]:
+    """Whom the apiserver saw (its SelfSubjectReview, sent straight to it) against whom kproxy saw
+    (its rule refusing the service account's reviews fired, or not), and, where kproxy let the
+    review through, whom the apiserver saw through kproxy."""
+    if SSR_PATH.encode() not in _request_line(raw) or via.status == 429:
+        return []  # not a review; or kproxy bounded its token reviews (nothing reached the apiserver)
+    sa = f"system:serviceaccount:{{}}:{SA}"
+    seen_direct = _reviewed_user(direct)
+    apiserver_saw_sa = seen_direct == sa.format(side.direct_ns)
+    kproxy_saw_sa = via.status == 403 and b"fz-seen" in via.body
+    if kproxy_saw_sa != apiserver_saw_sa:
+        who = "the service account" if kproxy_saw_sa else "another caller"
+        return [f"identity: kproxy took the caller for {who}; the apiserver saw {seen_direct or direct.status}"]
+    if kproxy_saw_sa:
+        return []
+    seen_via = _reviewed_user(via)
+    if seen_via is not None and seen_direct is not None:
+        seen_via = seen_via.replace(side.via_ns, side.direct_ns)
+    if (seen_via, via.status) != (seen_direct, direct.status):
+        saw = f"through kproxy the apiserver saw {seen_via or via.status}"
+        return [f"identity: {saw}, directly {seen_direct or direct.status}"]
+    return []
+
+
 def _apiserver_down(side: Side, via: Answer, direct: Answer) -> bool:
     """Whether the shared apiserver was unreachable (another test restarting it), not kproxy's doing."""
     if direct.error.startswith("connect:") or b"upstream kube-apiserver is unavailable" in via.body:
         return True
     return direct.status in (CLOSED, TIMEOUT) and not side.cp.readyz()
+
+
+def service_account_tokens(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) -> tuple[str, str]:
+    """For ``identity``: the service account of each namespace may do anything with ConfigMaps
+    there; its token (a TokenRequest)."""
+    tokens = []
+    for ns in (via_ns, direct_ns):
+        rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+        role = {"metadata": {"name": SA}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]}
+        binding = {
+            "metadata": {"name": SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA},
+            "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": ns}],
+        }
+        for path, body in ((f"{rbac}/roles", role), (f"{rbac}/rolebindings", binding)):
+            code, resp = cp.request("POST", path, body=json.dumps(body).encode())
+            assert code in (201, 409), resp
+        tr = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}}
+        code, resp = cp.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{SA}/token",
+                                body=json.dumps(tr).encode())  # fmt: skip
+        assert code == 201, resp
+        token = str(json.loads(resp)["status"]["token"])
+        path = f"/api/v1/namespaces/{ns}/configmaps"
+        wait_for(lambda: cp.request("GET", path, token=token)[0] == 200, 30, "the service account's binding")  # noqa: B023
+        tokens.append(token)
+    return tokens[0], tokens[1]
 
 
 def seed_namespaces(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) -> None:
@@ -472,13 +686,16 @@ class Result:
 def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str], None] = print) -> Result:
     """Send ``count`` generated requests to both sides and check each (failures are reported as they come)."""
     via_ep = Endpoint.from_url(side.proxy.url)
-    direct_ep = Endpoint("127.0.0.1", side.cp.apiserver_port, side.cp.ssl_context())
+    # The identity chain's callers are their tokens alone: no client certificate to the apiserver.
+    direct_tls = side.cp.ssl_context(client_cert=side.target != "identity")
+    direct_ep = Endpoint("127.0.0.1", side.cp.apiserver_port, direct_tls)
     result = Result()
-    keys = side.etcd_keys() if side.target == "policy" else {}
+    keys = side.etcd_keys() if side.target in ("policy", "identity") else {}
     for index in range(start, start + count):
-        req = generate(seed, index)
+        req = generate(seed, index, side.target)
         name = f"fz{index}"
-        via_raw, direct_raw = req.render(side.via_ns, name), req.render(side.direct_ns, name)
+        via_raw = req.render(side.via_ns, name, side.via_token)
+        direct_raw = req.render(side.direct_ns, name, side.direct_token)
         log_from = side.proxy.log.stat().st_size
         via = exchange(via_ep, via_raw, timeout=5)
         direct = exchange(direct_ep, direct_raw, timeout=5)
@@ -486,7 +703,7 @@ def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str
             f.seek(log_from)
             log = f.read().decode(errors="replace")
         changed: list[str] = []
-        if side.target == "policy":
+        if side.target in ("policy", "identity"):
             now = side.etcd_keys()
             changed = sorted(k for k in now.keys() | keys.keys() if now.get(k) != keys.get(k))
             keys = now
@@ -519,6 +736,16 @@ def twin_names() -> tuple[str, str]:
     return f"fzk-{tag}", f"fzd-{tag}"
 
 
+def start_side(target: str, cp: ControlPlaneInfo, tmp: Path, starter: Callable[..., RunningProxy]) -> Side:
+    """Twin namespaces (and for ``identity`` their service accounts' tokens) and a kproxy with
+    ``target``'s chain, started by ``starter(tmp, cp, credentials=..., extra=...)``."""
+    via_ns, direct_ns = twin_names()
+    seed_namespaces(cp, via_ns, direct_ns)
+    tokens = service_account_tokens(cp, via_ns, direct_ns) if target == "identity" else ("", "")
+    rp = starter(tmp, cp, credentials=CREDENTIALS.get(target, "proxy"), extra={"filters": CHAINS[target]})
+    return Side(target, rp, cp, via_ns, direct_ns, *tokens)
+
+
 def main(argv: list[str] | None = None) -> int:
     from kproxy.testing.envtest import DIR_ENV, load
     from kproxy.testing.proxyproc import start_proxy
@@ -540,13 +767,12 @@ def main(argv: list[str] | None = None) -> int:
     cp = load(Path(directory))
     total = 0
     for target in CHAINS if args.target == "all" else [args.target]:
-        via_ns, direct_ns = twin_names()
-        seed_namespaces(cp, via_ns, direct_ns)
         with tempfile.TemporaryDirectory() as tmp:
-            rp = start_proxy(Path(tmp), cp.admin_kubeconfig, extra={"filters": CHAINS[target]})
+            side = start_side(target, cp, Path(tmp), lambda t, c, **kw: start_proxy(t, c.admin_kubeconfig, **kw))
+            rp = side.proxy
             try:
                 began = time.monotonic()
-                result = run(Side(target, rp, cp, via_ns, direct_ns), args.seed, args.count, args.start)
+                result = run(side, args.seed, args.count, args.start)
                 took = time.monotonic() - began
             finally:
                 rp.stop()

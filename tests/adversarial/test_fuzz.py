@@ -12,7 +12,7 @@ import pytest
 from kproxy.testing.envtest import ControlPlaneInfo
 
 from .conftest import start_capped
-from .fuzz import CHAINS, KNOWN, KNOWN_IN, Side, run, seed_namespaces, twin_names
+from .fuzz import CHAINS, KNOWN, KNOWN_IN, run, start_side
 
 pytestmark = pytest.mark.e2e
 
@@ -23,12 +23,11 @@ SEED = int(os.environ.get("KPROXY_FUZZ_SEED", "1"))
 @pytest.mark.timeout(max(300, COUNT // 5))
 @pytest.mark.parametrize("target", list(CHAINS))
 def test_fuzz(target: str, control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> None:
-    via_ns, direct_ns = twin_names()
-    seed_namespaces(control_plane, via_ns, direct_ns)
-    rp = start_capped(tmp_path_factory.mktemp(f"fuzz-{target}"), control_plane, extra={"filters": CHAINS[target]})
+    side = start_side(target, control_plane, tmp_path_factory.mktemp(f"fuzz-{target}"), start_capped)
+    rp = side.proxy
     try:
         began = time.monotonic()
-        result = run(Side(target, rp, control_plane, via_ns, direct_ns), SEED, COUNT)
+        result = run(side, SEED, COUNT)
         took = time.monotonic() - began
     finally:
         rp.stop()

@@ -1,0 +1,190 @@
+"""`credentials: forward`: kproxy's policy sees exactly the caller the apiserver sees, however the
+caller spells its credentials.
+
+The apiserver finds a bearer token with Go's string functions (bearertoken.go: strings.TrimSpace,
+which trims all of Unicode's white space; websocket/protocol.go behind wsstream.IsWebSocketRequest:
+strings.EqualFold, which folds U+017F to s and U+212A to k, and httpstream.IsUpgradeRequest: a
+Connection value containing "upgrade"). A spelling kproxy read differently was a caller that
+kproxy's rules by user took for anonymous while the apiserver acted as the service account.
+
+For each spelling, at the apiserver: a SelfSubjectReview sent straight to it names the service
+account (so the spelling does authenticate there), the same review through kproxy names it too,
+a write through a kproxy whose `dryrun` rule enforces dry runs for the namespace's service
+accounts is not persisted, and a write with an unknown field through a kproxy whose Strict
+validation rule selects them is refused and not persisted."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import signal
+import ssl
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+from .conftest import start_capped
+from .wire import Answer, Endpoint, exchange
+
+pytestmark = pytest.mark.e2e
+
+SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
+PREFIX = "base64url.bearer.authorization.k8s.io."
+WS = [("Upgrade", "websocket"), ("Connection", "Upgrade")]
+
+
+def protocol(token: str) -> str:
+    return PREFIX + base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+
+
+#: id -> the header lines carrying ``token`` in that spelling.
+SPELLINGS: dict[str, Callable[[str], list[tuple[str, str]]]] = {
+    # bearertoken.go: strings.TrimSpace before the scheme, on every white space Unicode has.
+    "auth-lead-em-space": lambda t: [("Authorization", f"\u2003Bearer {t}")],
+    "auth-lead-ideographic-space": lambda t: [("Authorization", f"\u3000Bearer {t}")],
+    "auth-lead-line-separator": lambda t: [("Authorization", f"\u2028Bearer {t}")],
+    "auth-lead-ogham-space": lambda t: [("Authorization", f"\u1680Bearer {t}")],
+    "auth-lead-medium-math-space": lambda t: [("Authorization", f"\u205fBearer {t}")],
+    "auth-lead-next-line": lambda t: [("Authorization", f"\x85Bearer {t}")],
+    "auth-trail-ideographic-space": lambda t: [("Authorization", f"Bearer {t}\u3000")],
+    "auth-trail-paragraph-separator": lambda t: [("Authorization", f"bEaReR {t}\u2029")],
+    "auth-first-of-two": lambda t: [("Authorization", f"\u2000Bearer {t}"), ("Authorization", "Bearer x")],
+    # wsstream.IsWebSocketRequest: strings.EqualFold(Upgrade, "websocket").
+    "ws-upgrade-long-s": lambda t: [
+        ("Upgrade", "web\u017focket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Protocol", f"x, {protocol(t)}")
+    ],
+    "ws-upgrade-kelvin": lambda t: [
+        ("Upgrade", "WEBSOC\u212aET"), ("Connection", "Upgrade"), ("Sec-WebSocket-Protocol", f"{protocol(t)},x")
+    ],
+    # httpstream.IsUpgradeRequest: a Connection value containing "upgrade", anywhere.
+    "ws-connection-ideographic": lambda t: [
+        ("Upgrade", "websocket"), ("Connection", "\u3000Upgrade"), ("Sec-WebSocket-Protocol", f"x,{protocol(t)}")
+    ],
+    "ws-connection-substring": lambda t: [
+        ("Upgrade", "websocket"), ("Connection", "keep-alive upgraded"), ("Sec-WebSocket-Protocol", f"x,{protocol(t)}")
+    ],
+    # protocol.go: strings.TrimSpace on each comma-separated protocol.
+    "ws-protocol-ideographic": lambda t: [*WS, ("Sec-WebSocket-Protocol", f"x,\u3000{protocol(t)}")],
+    "ws-protocol-em-space-after": lambda t: [*WS, ("Sec-WebSocket-Protocol", f"{protocol(t)}\u2003,x")],
+    "ws-protocol-two-lines": lambda t: [
+        *WS, ("Sec-WebSocket-Protocol", "x"), ("Sec-WebSocket-Protocol", f"\u205f{protocol(t)}")
+    ],
+}  # fmt: skip
+
+
+@dataclass
+class Setup:
+    cp: ControlPlaneInfo
+    ns: str
+    token: str
+    enforce: RunningProxy
+    strict: RunningProxy
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.ns}:bot"
+
+
+def _create(cp: ControlPlaneInfo, path: str, obj: dict[str, Any]) -> None:
+    code, data = cp.request("POST", path, body=json.dumps(obj).encode())
+    assert code == 201, data
+
+
+@pytest.fixture(scope="module")
+def setup(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    cp = control_plane
+    ns = f"adv-spell-{secrets.token_hex(3)}"
+    _create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
+    _create(cp, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "bot"}})
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]
+    _create(cp, f"{rbac}/roles", {"metadata": {"name": "bot"}, "rules": rules})
+    _create(cp, f"{rbac}/rolebindings", {
+        "metadata": {"name": "bot"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bot"},
+        "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": ns}],
+    })  # fmt: skip
+    code, data = cp.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
+        body=json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}).encode(),
+    )
+    assert code == 201, data
+    token: str = json.loads(data)["status"]["token"]
+    wait_for(lambda: cp.request("GET", f"/api/v1/namespaces/{ns}/configmaps", token=token)[0] == 200, 20, "RBAC")
+    match = {"users": [f"system:serviceaccount:{ns}:*"]}
+    enforce = start_capped(tmp_path_factory.mktemp("spell-enforce"), cp, credentials="forward", tls=True, extra={
+        "filters": [{"name": "dryrun", "rules": [{"name": "sa", "match": match, "action": "enforce"}]}],
+    })  # fmt: skip
+    strict = start_capped(tmp_path_factory.mktemp("spell-strict"), cp, credentials="forward", tls=True, extra={
+        "filters": [{"name": "validation", "rules": [{"name": "sa", "match": match, "level": "Strict"}]}],
+    })  # fmt: skip
+    yield Setup(cp, ns, token, enforce, strict)
+    for rp in (enforce, strict):
+        rp.stop(signal.SIGKILL)
+    cp.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def _endpoint(rp: RunningProxy) -> Endpoint:
+    return Endpoint.from_url(rp.url, ssl.create_default_context(cafile=str(rp.ca_file)))
+
+
+def send(ep: Endpoint, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> Answer:
+    """One request with these header lines as UTF-8 bytes (Latin-1 cannot carry U+2003)."""
+    lines = [("Host", "localhost"), *headers, ("Content-Type", "application/json"), ("Accept", "application/json")]
+    lines += [("Content-Length", str(len(body)))]
+    if not any(k.lower() == "connection" for k, _ in headers):
+        lines.append(("Connection", "close"))
+    head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines) + "\r\n"
+    return exchange(ep, head.encode("utf-8") + body)
+
+
+def reviewed_user(answer: Answer) -> str | None:
+    doc = answer.json()
+    if answer.status != 201 or not isinstance(doc, dict):
+        return None
+    return str(doc.get("status", {}).get("userInfo", {}).get("username"))
+
+
+def _direct(cp: ControlPlaneInfo) -> Endpoint:
+    return Endpoint("127.0.0.1", cp.apiserver_port, cp.ssl_context(client_cert=False))
+
+
+def _persisted(cp: ControlPlaneInfo, ns: str, name: str) -> bool:
+    code, data = cp.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
+    assert code in (200, 404), data
+    return code == 200
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+def test_policy_by_user_holds_for_every_spelling(setup: Setup, spelling: str) -> None:
+    headers = SPELLINGS[spelling](setup.token)
+    ssr = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    # The spelling authenticates at the apiserver itself...
+    direct = send(_direct(setup.cp), "POST", ssr, headers, SSR)
+    assert reviewed_user(direct) == setup.user, direct.short()
+    # ... and through kproxy the apiserver sees the same caller.
+    via = send(_endpoint(setup.strict), "POST", ssr, headers, SSR)
+    assert reviewed_user(via) == setup.user, via.short()
+
+    # kproxy's rules by user saw it too: the enforce rule made the write a dry run...
+    name = f"cm-{spelling}"[:60]
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}
+    path = f"/api/v1/namespaces/{setup.ns}/configmaps"
+    answer = send(_endpoint(setup.enforce), "POST", path, headers, json.dumps(cm).encode())
+    assert answer.status == 201, answer.short()
+    assert not _persisted(setup.cp, setup.ns, name), f"{spelling}: persisted through the enforce rule"
+
+    # ... and the Strict rule refused an unknown field (the apiserver's default would store it).
+    strict_name = f"st-{spelling}"[:60]
+    bad = {**cm, "metadata": {"name": strict_name}, "bogus": 1}
+    answer = send(_endpoint(setup.strict), "POST", path, headers, json.dumps(bad).encode())
+    assert answer.status == 400 and answer.is_status(), answer.short()
+    assert b"bogus" in answer.body, answer.short()
+    assert not _persisted(setup.cp, setup.ns, strict_name), f"{spelling}: persisted through the Strict rule"
