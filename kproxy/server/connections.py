@@ -204,7 +204,9 @@ class Connections:
         waiting[conn] = time.monotonic()
         limit = self._bound(state)
         while limit and len(waiting) > limit:
-            next(iter(waiting)).close_for(_BOUND_REASON[state])
+            victim = next(iter(waiting))
+            del waiting[victim]  # out of the state whatever close_for does
+            victim.close_for(_BOUND_REASON[state])
 
     def _bound(self, state: str) -> int:
         if state == TLS_HANDSHAKE:
@@ -232,6 +234,7 @@ class Connections:
             return
         while self.held > limit:
             victim = next(iter(self.reading)) if conn in self.reading else conn
+            self.reading.pop(victim, None)
             victim.close_for("max_unfinished_head_bytes")
             if victim is conn:
                 return

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -222,36 +223,36 @@ class GoRequestHandler(RequestHandler):
             raw.set_protocol(self)
             self.connection_made(raw)
             return
-        raw.pause_reading()  # start_tls reads once its protocol is in place
         self._phase = _HANDSHAKE
         deadline = self._conns.limits.read_header_timeout  # Go's tlsHandshakeTimeout()
         self._arm(deadline, "tls_handshake_timeout")
         self._conns.enter(self, TLS_HANDSHAKE)  # may close this connection, or an older one
-        if self._phase == _HANDSHAKE:
-            task = self._loop.create_task(self._handshake(raw, ssl_ctx, deadline))
-            _HANDSHAKES.add(task)
-            task.add_done_callback(_HANDSHAKES.discard)
+        if self._phase != _HANDSHAKE:
+            return
+        # kproxy's own deadline (``_arm`` above) closes the connection first; asyncio's is a backstop.
+        handshake = self._loop.start_tls(
+            raw,
+            self,
+            ssl_ctx,
+            server_side=True,
+            ssl_handshake_timeout=(deadline or 365 * 86400) + 1,
+            ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
+        )
+        # Started here, not in a task: the loop begins reading the connection as soon as this
+        # returns, into whatever protocol it has then. start_tls puts the TLS protocol in place
+        # before its first wait; a task would run it one loop pass later, after the ClientHello
+        # went to the protocol the connection was accepted with.
+        _drive(handshake, lambda tls, err: self._handshake_done(raw, tls, err))
 
-    async def _handshake(self, raw: asyncio.Transport, ssl_ctx: ssl.SSLContext, deadline: float) -> None:
-        try:
-            # kproxy's own deadline (``_arm`` above) closes the connection first; asyncio's is a backstop.
-            tls = await self._loop.start_tls(
-                raw,
-                self,
-                ssl_ctx,
-                server_side=True,
-                ssl_handshake_timeout=(deadline or 365 * 86400) + 1,
-                ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
-            )
-        except Exception as err:  # any failed handshake: the connection is gone
+    def _handshake_done(self, raw: asyncio.Transport, tls: Any, err: BaseException | None) -> None:
+        if err is not None or tls is None:  # any failed handshake: the connection is gone
             log.debug("TLS handshake failed", extra={"peer": self._source, "error": str(err)})
             if self._phase == _HANDSHAKE:
                 self._release()
             raw.abort()
             return
-        if tls is None or self._phase != _HANDSHAKE:  # closed by a bound as the handshake completed
-            if tls is not None:
-                tls.abort()
+        if self._phase != _HANDSHAKE:  # closed by a bound as the handshake completed
+            tls.abort()
             return
         self.connection_made(tls)
 
@@ -405,8 +406,22 @@ class GoServer(web.Server):
         return GoRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-#: Handshakes in progress (their tasks, held until done).
-_HANDSHAKES: set[asyncio.Task[None]] = set()
+def _drive(coro: Any, done: Callable[[Any, BaseException | None], None]) -> None:
+    """Run ``coro`` now up to its first wait, then on as each future it waits for completes (what
+    a task does, without a task's first loop pass); ``done(result, error)`` at its end."""
+
+    def step(_: Any = None) -> None:
+        try:
+            waiting = coro.send(None)
+        except StopIteration as stop:
+            done(stop.value, None)
+        except Exception as err:  # handed on
+            done(None, err)
+        else:
+            waiting._asyncio_future_blocking = False  # as a task resets it
+            waiting.add_done_callback(step)
+
+    step()
 
 
 class _Accepted(asyncio.Protocol):
