@@ -1,0 +1,218 @@
+"""KNOWN HOLES: caller bytes on which kproxy and the apiserver disagree about who the caller is.
+
+Each test here states the agreement kproxy owes the apiserver and fails today; each is marked
+``xfail(strict=True)`` with the disagreement as its reason, so the suite stays green while the
+hole is open and turns red (an unexpected pass) the day it is closed: then drop the mark.
+The verdict is always the apiserver's: a SelfSubjectReview sent straight to it and through
+kproxy, and what it persisted.
+
+- ``test_impersonation_headers_decide_whom_rules_match``: in ``proxy`` and ``forward`` modes a
+  caller's own ``Impersonate-*`` headers go upstream (the apiserver then acts as the
+  impersonated user, after checking the caller may impersonate: staging/src/k8s.io/apiserver/
+  pkg/endpoints/filters/impersonation.go), but kproxy's policy rules match the identity before
+  impersonation: a dryrun rule naming the impersonated user does not apply, and the write is
+  persisted as that user.
+- ``test_certificate_groups_are_the_apiservers``: the x509 caller's ``system:authenticated``
+  group is added as the apiserver's AuthenticatedGroupAdder adds it
+  (staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go): not to
+  ``system:anonymous``, not when the certificate names ``system:unauthenticated``. kproxy adds it
+  whenever it is missing, so such a caller gets ``system:authenticated``'s rights through kproxy
+  and not directly.
+- ``test_certificate_callers_carry_the_apiservers_credential_id``: the apiserver gives an x509
+  caller the extra ``authentication.kubernetes.io/credential-id: X509SHA256=<hex of the
+  certificate's SHA-256>`` (audit, and authorizers or admission policies reading extras);
+  kproxy's impersonation omits it.
+- ``test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it``: the WebSocket bearer
+  protocol's token goes to the token authenticators whole
+  (staging/src/k8s.io/apiserver/pkg/authentication/request/websocket/protocol.go); a TokenReview
+  puts it behind ``Bearer `` in a fake Authorization header and the bearer-token authenticator
+  keeps only what precedes a space (pkg/registry/authentication/tokenreview/storage.go,
+  .../request/bearertoken/bearertoken.go). A protocol token ``<valid token> x`` is refused by the
+  apiserver (401) and authenticated by kproxy in ``impersonate`` mode.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
+
+from kproxy.testing import certs
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy
+
+from .bodies import cm_json
+from .conftest import start_capped
+from .inventory_support import CLIENT_AUTH, Seen, apiserver_client_ca, client_cert, self_subject_review, tls_with
+from .wire import Endpoint, exchange, request_bytes
+
+pytestmark = pytest.mark.e2e
+
+TARGET = "inv-impersonated"
+
+
+def _post(cp: ControlPlaneInfo, path: str, body: dict[str, object]) -> None:
+    code, resp = cp.request("POST", path, body=json.dumps(body).encode())
+    assert code == 201, resp
+
+
+@pytest.fixture
+def impersonator(control_plane: ControlPlaneInfo, namespace: str) -> str:
+    """A service account token in ``namespace`` that may impersonate the user TARGET (and nothing
+    else); TARGET may create ConfigMaps in ``namespace``, the service account may not."""
+    cp, ns, tag = control_plane, namespace, secrets.token_hex(3)
+    _post(cp, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "impersonator"}})
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    _post(cp, f"{rbac}/clusterroles", {
+        "metadata": {"name": f"inv-impersonate-{tag}"},
+        "rules": [{"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"], "resourceNames": [TARGET]}],
+    })  # fmt: skip
+    _post(cp, f"{rbac}/clusterrolebindings", {
+        "metadata": {"name": f"inv-impersonate-{tag}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"inv-impersonate-{tag}"},
+        "subjects": [{"kind": "ServiceAccount", "name": "impersonator", "namespace": ns}],
+    })  # fmt: skip
+    _post(cp, f"{rbac}/namespaces/{ns}/roles", {
+        "metadata": {"name": "cm"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}],
+    })  # fmt: skip
+    _post(cp, f"{rbac}/namespaces/{ns}/rolebindings", {
+        "metadata": {"name": "cm"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TARGET}],
+    })  # fmt: skip
+    out = cp.json("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/impersonator/token",
+                  {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})  # fmt: skip
+    token: str = out["status"]["token"]
+    return token
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: policy rules match the caller before its own Impersonate-* headers; the apiserver "
+    "acts as the impersonated user",
+)
+@pytest.mark.parametrize("mode", ["forward", "proxy"])
+def test_impersonation_headers_decide_whom_rules_match(
+    mode: str,
+    impersonator: str,
+    control_plane: ControlPlaneInfo,
+    capped_factory: Callable[..., RunningProxy],
+    namespace: str,
+) -> None:
+    """A dryrun ``enforce`` rule names the user TARGET. A write the apiserver performs as TARGET
+    (the caller impersonates it: in ``forward`` a service account allowed to, in ``proxy`` any
+    caller, with kproxy's rights) must be a dry run: nothing persisted."""
+    rules = [{"name": "target", "match": {"users": [TARGET], "namespaces": [namespace]}, "action": "enforce"}]
+    rp = capped_factory(
+        credentials=mode, tls=mode == "forward", extra={"filters": [{"name": "dryrun", "rules": rules}]}
+    )
+    ep = Endpoint.from_url(rp.url, tls_with(None, rp.ca_file, Path()) if rp.ca_file is not None else None)
+    headers = [("Impersonate-User", TARGET)]
+    if mode == "forward":
+        headers.append(("Authorization", f"Bearer {impersonator}"))
+    # Who the apiserver says the caller is, through kproxy with these headers.
+    seen = self_subject_review(ep, headers)
+    assert seen.user == TARGET, seen
+    raw = request_bytes(
+        "POST", f"/api/v1/namespaces/{namespace}/configmaps",
+        [("Content-Type", "application/json"), ("Accept", "application/json"), *headers], cm_json("by-impersonation"),
+    )  # fmt: skip
+    write = exchange(ep, raw)
+    code, _ = control_plane.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/by-impersonation")
+    assert code == 404, f"persisted as {TARGET}, whom the enforce rule names: {write.short()}"
+
+
+@pytest.fixture(scope="module")
+def imp_apiserver_ca(
+    control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """impersonate mode whose callers' CA is the apiserver's own client CA: one certificate
+    goes both ways."""
+    tmp = tmp_path_factory.mktemp("inv-holes")
+    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
+                      extra={"tls": {"client_ca_file": str(control_plane.ca_file)}})  # fmt: skip
+    yield rp
+    rp.stop(signal.SIGKILL)
+
+
+def _both_ways(
+    cp: ControlPlaneInfo, rp: RunningProxy, leaf: certs.CertKey | None, tmp: Path, headers: list[tuple[str, str]]
+) -> tuple[Seen, Seen]:
+    assert rp.ca_file is not None
+    direct = self_subject_review(
+        Endpoint("127.0.0.1", cp.apiserver_port, tls_with(leaf, cp.ca_file, tmp / "d")), headers
+    )
+    via = self_subject_review(Endpoint.from_url(rp.url, tls_with(leaf, rp.ca_file, tmp / "v")), headers)
+    return direct, via
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: kproxy adds system:authenticated to every certificate caller; the apiserver's "
+    "AuthenticatedGroupAdder skips system:anonymous and callers in system:unauthenticated",
+)
+@pytest.mark.parametrize(
+    "cn,orgs",
+    [("inv-unauth", ("system:unauthenticated",)), ("system:anonymous", ("inv-g",)), ("system:anonymous", ())],
+    ids=["o-system-unauthenticated", "cn-system-anonymous", "cn-system-anonymous-no-o"],
+)
+def test_certificate_groups_are_the_apiservers(
+    cn: str,
+    orgs: tuple[str, ...],
+    imp_apiserver_ca: RunningProxy,
+    control_plane: ControlPlaneInfo,
+    tmp_path: Path,
+) -> None:
+    name = x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # fmt: skip
+    leaf = client_cert(apiserver_client_ca(control_plane), name, CLIENT_AUTH)
+    direct, via = _both_ways(control_plane, imp_apiserver_ca, leaf, tmp_path, [])
+    # SelfSubjectReview is refused to a caller without system:authenticated (system:basic-user);
+    # the apiserver's verdict on the groups is then its 403 itself.
+    assert via.who() == direct.who(), f"through kproxy {via}, directly {direct}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: kproxy's impersonation of a certificate caller omits the apiserver's "
+    "authentication.kubernetes.io/credential-id extra (X509SHA256=...)",
+)
+def test_certificate_callers_carry_the_apiservers_credential_id(
+    imp_apiserver_ca: RunningProxy, control_plane: ControlPlaneInfo, tmp_path: Path
+) -> None:
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "inv-g"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, "inv-credential")])  # fmt: skip
+    leaf = client_cert(apiserver_client_ca(control_plane), name, CLIENT_AUTH)
+    direct, via = _both_ways(control_plane, imp_apiserver_ca, leaf, tmp_path, [])
+    fingerprint = hashlib.sha256(leaf.cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+    assert dict(direct.extra).get("authentication.kubernetes.io/credential-id") == (f"X509SHA256={fingerprint}",)
+    assert (via.who(), via.extra) == (direct.who(), direct.extra)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: a WebSocket protocol token '<token> x' is refused by the apiserver and, through a "
+    "TokenReview (which reads it behind 'Bearer '), authenticated by kproxy",
+)
+def test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it(
+    imp_apiserver_ca: RunningProxy, control_plane: ControlPlaneInfo, tmp_path: Path
+) -> None:
+    padded = control_plane.user_token + " x"
+    encoded = base64.urlsafe_b64encode(padded.encode()).decode().rstrip("=")
+    headers = [
+        ("Connection", "Upgrade"),
+        ("Upgrade", "websocket"),
+        ("Sec-WebSocket-Protocol", f"base64url.bearer.authorization.k8s.io.{encoded}, v4.channel.k8s.io"),
+    ]
+    direct, via = _both_ways(control_plane, imp_apiserver_ca, None, tmp_path, headers)
+    assert direct.status == 401, direct
+    assert via.status == 401, f"through kproxy the apiserver named {via.user}"
