@@ -55,6 +55,10 @@ SPELLINGS: dict[str, tuple[bytes, bytes]] = {
     "value-with-blanks": (b"Impersonate-User:  \t system:admin \t\r\n", b""),
     "empty-user-with-group": (b"Impersonate-User:\r\nImpersonate-Group: system:masters\r\n", b""),
     "chunked-trailer": (b"", ADMIN),
+    # An upgrade request goes upstream on its own connection (kproxy.server.upgrade), with the
+    # same headers; the apiserver serves a POST carrying Upgrade as an ordinary request.
+    "canonical-on-upgrade": (b"Connection: Upgrade\r\nUpgrade: websocket\r\n" + ADMIN, b""),
+    "lower-case-on-upgrade": (b"Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n" + ADMIN.lower(), b""),
 }
 
 
