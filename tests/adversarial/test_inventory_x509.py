@@ -137,3 +137,38 @@ def test_certificate_callers_are_who_the_apiserver_says(
     else:
         # The apiserver takes no identity from this certificate: neither may kproxy.
         assert not _accepted(via), (via, direct)
+
+
+UNTRUSTED = (
+    "stricter: a certificate the callers' CA did not sign fails kproxy's handshake; the apiserver "
+    "ignores it (its x509 authenticator fails) and authenticates the bearer token"
+)
+
+
+@pytest.mark.parametrize(
+    "signer",
+    ["apiserver-ca", pytest.param("other-ca", marks=pytest.mark.xfail(strict=True, reason=UNTRUSTED))],
+)
+def test_a_certificate_comes_before_a_bearer_token(
+    signer: str,
+    imp_apiserver_ca: RunningProxy,
+    apiserver_ca: certs.CertKey,
+    control_plane: ControlPlaneInfo,
+    tmp_path: Path,
+) -> None:
+    """A caller presenting a certificate and a bearer token is the certificate's user when the
+    certificate verifies (x509 runs before the token authenticators), the token's otherwise: the
+    same through kproxy as directly."""
+    ca = apiserver_ca if signer == "apiserver-ca" else certs.generate_ca("inv-other-ca")
+    leaf = client_cert(ca, x509.Name([x509.NameAttribute(CN, "inv-cert-and-token")]), CLIENT_AUTH)
+    token = [("Authorization", f"Bearer {control_plane.user_token}")]
+    direct = self_subject_review(
+        Endpoint("127.0.0.1", control_plane.apiserver_port, tls_with(leaf, control_plane.ca_file, tmp_path / "d")),
+        token,
+    )
+    assert imp_apiserver_ca.ca_file is not None
+    via = self_subject_review(
+        Endpoint.from_url(imp_apiserver_ca.url, tls_with(leaf, imp_apiserver_ca.ca_file, tmp_path / "v")), token
+    )
+    assert direct.user == ("inv-cert-and-token" if signer == "apiserver-ca" else control_plane.user_name), direct
+    assert via.who() == direct.who(), (via, direct)
