@@ -165,6 +165,14 @@ CASES: dict[str, dict[str, Any]] = {
         "tls": {"secretName": "kproxy-tls", "clientCASecretName": "kproxy-client-ca"},
         "config": {"credentials": "impersonate", "filters": [{"name": "validation"}, {"name": "dryrun", "rules": []}]},
     },
+    "gateway-impersonate-groups": {
+        "tls": {"secretName": "kproxy-tls", "clientCASecretName": "kproxy-client-ca"},
+        "rbac": {
+            "impersonateGroups": ["devs", "ops"],
+            "metricsReaders": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+        },
+        "config": {"credentials": "impersonate"},
+    },
     "gateway-proxy": {
         "config": {"credentials": "proxy", "allow_remote": True, "proxy": {"accept_hosts": [r"^kp-kproxy\.kproxy"]}},
         "tls": {"secretName": "kproxy-tls"},
@@ -272,8 +280,12 @@ def test_modes_render_their_workloads(helm: Helm) -> None:
     assert daemonset["Service"]["spec"]["internalTrafficPolicy"] == "Local"
     assert "topologySpreadConstraints" not in daemonset["DaemonSet"]["spec"]["template"]["spec"]
 
-    sidecar = kinds(helm.template(CASES["sidecar"]))
-    assert set(sidecar) == {"ConfigMap", "ServiceAccount"}  # proxy mode, no filters: no rules needed
+    sidecar_docs = helm.template(CASES["sidecar"])
+    sidecar = kinds(sidecar_docs)
+    # Proxy mode, no filters: only the reviews of an authorized /metrics (the admin listener is on
+    # every address, for the kubelet's probes), and the role that may read it.
+    assert set(sidecar) == {"ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    assert rules_of(sidecar_docs) == REVIEWS
     assert config_of(list(sidecar.values()))["listen"] == "127.0.0.1:8443"
 
 
@@ -289,9 +301,10 @@ def test_pod_is_locked_down(helm: Helm) -> None:
     assert pod["automountServiceAccountToken"] is False
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert mounts["/var/run/secrets/kubernetes.io/serviceaccount"] == "kproxy-token"
-    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "kproxy-admin"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
-    assert container["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin"}
+    # The admin listener serves the API listener's certificate (admin_tls): the probes use HTTPS.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "kproxy-admin", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin", "scheme": "HTTPS"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "kproxy-admin", "scheme": "HTTPS"}
     # Readiness follows the apiserver's: an apiserver restart of up to 30 s keeps the endpoints.
     readiness = container["readinessProbe"]
     assert readiness["failureThreshold"] * readiness["periodSeconds"] >= 30
@@ -642,8 +655,16 @@ def test_restricted_warning_is_detected(kubectl: Kubectl, restricted_namespace: 
 
 
 def rules_of(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    role = kinds(docs).get("ClusterRole")
-    return list(role["rules"]) if role else []
+    """The rules of kproxy's own ClusterRole (not the metrics-reader role the chart also makes)."""
+    roles = [d for d in docs if d["kind"] == "ClusterRole" and not d["metadata"]["name"].endswith("-metrics-reader")]
+    return list(roles[0]["rules"]) if roles else []
+
+
+#: What an authorized /metrics needs (and forward or impersonate mode anyway).
+REVIEWS = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
 
 
 def test_rbac_forward_mode(helm: Helm) -> None:
@@ -666,27 +687,33 @@ def test_rbac_watchcache_resource_forms(helm: Helm) -> None:
         return rules_of(helm.template({**CASES["gateway"], "config": config}))
 
     read = ["get", "list", "watch"]
+    # (Then the reviews of an authorized /metrics: test_rbac_proxy_mode_needs_only_the_metrics_reviews.)
     assert rules(["v1/configmaps", "apps/v1/deployments", "secrets"]) == [
         {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": read},
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": read},
+        *REVIEWS,
     ]
-    assert rules(["*"]) == [{"apiGroups": ["*"], "resources": ["*"], "verbs": read}]
+    assert rules(["*"]) == [{"apiGroups": ["*"], "resources": ["*"], "verbs": read}, *REVIEWS]
 
 
-def test_rbac_proxy_mode_needs_nothing_of_its_own(helm: Helm) -> None:
-    values = {
-        **CASES["gateway-proxy"],
-        "config": {**CASES["gateway-proxy"]["config"], "filters": [{"name": "dryrun", "rules": []}]},
-    }
-    assert rules_of(helm.template(values)) == []
+def test_rbac_proxy_mode_needs_only_the_metrics_reviews(helm: Helm) -> None:
+    """Proxy mode needs nothing for callers; an authorized /metrics (the default off loopback)
+    needs token and access reviews; `metrics_access: anyone` needs nothing at all."""
+    config = {**CASES["gateway-proxy"]["config"], "filters": [{"name": "dryrun", "rules": []}]}
+    values = {**CASES["gateway-proxy"], "config": config}
+    assert rules_of(helm.template(values)) == REVIEWS
+    open_metrics = {**values, "config": {**config, "metrics_access": "anyone"}}
+    docs = helm.template(open_metrics)
+    assert rules_of(docs) == []
+    assert not [d for d in docs if d["kind"] == "ClusterRole"]  # no metrics-reader role either
     extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
-    assert rules_of(helm.template({**values, "rbac": {"extraRules": [extra]}})) == [extra]
+    assert rules_of(helm.template({**open_metrics, "rbac": {"extraRules": [extra]}})) == [extra]
 
 
 def test_rbac_validation_filter_in_proxy_mode(helm: Helm) -> None:
     """The validation filter's own calls: CRD list/watch (watch_crds), SubjectAccessReviews
     (local_strict), the OpenAPI documents; each switched off with its option."""
-    proxy = {"mode": "sidecar", "config": {"credentials": "proxy"}}
+    proxy = {"mode": "sidecar", "config": {"credentials": "proxy", "metrics_access": "anyone"}}
     crds = {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
@@ -696,13 +723,81 @@ def test_rbac_validation_filter_in_proxy_mode(helm: Helm) -> None:
     openapi = {"nonResourceURLs": ["/openapi/v2", "/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]}
 
     def rules(**options: Any) -> list[dict[str, Any]]:
-        values = {**proxy, "config": {"credentials": "proxy", "filters": [{"name": "validation", **options}]}}
+        values = {**proxy, "config": {**proxy["config"], "filters": [{"name": "validation", **options}]}}
         return rules_of(helm.template(values))
 
     assert rules() == [crds, sar, openapi]
     assert rules(watch_crds=False) == [sar, openapi]
     assert rules(local_strict=False) == [crds, openapi]
     assert rules(watch_crds=False, local_strict=False) == [openapi]
+
+
+def test_rbac_impersonate_groups_by_name(helm: Helm) -> None:
+    rules = rules_of(helm.template(CASES["gateway-impersonate-groups"]))
+    assert rules == [
+        *REVIEWS,
+        {"apiGroups": [""], "resources": ["users", "serviceaccounts"], "verbs": ["impersonate"]},
+        {
+            "apiGroups": [""],
+            "resources": ["groups"],
+            "resourceNames": ["devs", "ops", "system:authenticated"],
+            "verbs": ["impersonate"],
+        },
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/*", "uids"], "verbs": ["impersonate"]},
+    ]
+
+
+def test_metrics_are_authorized_and_scraped_over_tls(helm: Helm) -> None:
+    """The default install: the admin listener serves the API listener's certificate and
+    authorizes /metrics (kproxy's `auto` off loopback); the ServiceMonitor scrapes over HTTPS,
+    verifying the certificate with the Secret's ca.crt, with Prometheus's own token."""
+    docs = helm.template({**CASES["gateway"], "tls": {}, "serviceMonitor": {"enabled": True}}, "team-a")
+    cfg = config_of(docs)
+    assert cfg["admin_tls"] is True and cfg["admin_listen"] == "0.0.0.0:9099" and "metrics_access" not in cfg
+    (endpoint,) = kinds(docs)["ServiceMonitor"]["spec"]["endpoints"]
+    assert endpoint == {
+        "port": "kproxy-admin",
+        "path": "/metrics",
+        "interval": "30s",
+        "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "scheme": "https",
+        "tlsConfig": {
+            "ca": {"secret": {"name": "kp-kproxy-tls", "key": "ca.crt"}},
+            "serverName": "kp-kproxy.team-a.svc",
+        },
+    }
+    reader = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-metrics-reader")]
+    assert [r["rules"] for r in reader] == [[{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]]
+    # Without TLS (plain HTTP on both listeners) the probes and the scrape use HTTP, still with a token.
+    plain = helm.template({"mode": "daemonset", "tls": {"allowPlaintext": True}, "serviceMonitor": {"enabled": True}})
+    assert "admin_tls" not in config_of(plain)
+    (endpoint,) = kinds(plain)["ServiceMonitor"]["spec"]["endpoints"]
+    assert "scheme" not in endpoint and endpoint["bearerTokenFile"]
+    probe = kinds(plain)["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
+    assert probe["scheme"] == "HTTP"
+
+
+def test_metrics_readers_may_get_metrics(helm: Helm, kubectl: Kubectl, namespace: str) -> None:
+    """rbac.metricsReaders are bound to the metrics-reader role: the apiserver lets them get
+    /metrics (kproxy's, and any component's: the right is one non-resource URL), nobody else."""
+    reader = f"prometheus-{namespace}"
+    values = {
+        **CASES["gateway"],
+        "rbac": {"metricsReaders": [{"kind": "User", "name": reader, "apiGroup": "rbac.authorization.k8s.io"}]},
+    }
+    docs = [d for d in helm.template(values, namespace=namespace) if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert len(docs) == 4
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    try:
+
+        def can_get_metrics(user: str) -> bool:
+            return kubectl(["auth", "can-i", "get", "/metrics", f"--as={user}"], check=False).stdout.strip() == "yes"
+
+        assert can_get_metrics(reader)
+        assert not can_get_metrics(f"someone-else-{namespace}")
+    finally:
+        for d in docs:
+            kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])
 
 
 def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
@@ -751,6 +846,24 @@ def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
             "gateway",
             ["create tokenreviews", "create subjectaccessreviews"],
             ["impersonate users", "impersonate groups", "list pods -A", "get /metrics"],
+        ),
+        (
+            # Groups by name: the apiserver refuses kproxy every other group, system:masters too.
+            "gateway-impersonate-groups",
+            [
+                "impersonate groups/devs",
+                "impersonate groups/ops",
+                "impersonate groups/system:authenticated",
+                "impersonate users/alice",
+                "impersonate serviceaccounts -n default",
+            ],
+            [
+                "impersonate groups/system:masters",
+                "impersonate groups/system:nodes",
+                "impersonate groups/admins",
+                "impersonate groups",
+                "get /metrics",
+            ],
         ),
     ],
 )
@@ -805,6 +918,8 @@ def test_rendered_rbac_grants_exactly_what_the_config_needs(
         ({"config": {"proxy": {"reject_paths": [1]}}}, "at '/config/proxy/reject_paths'"),
         ({"tls": {"generate": "letsencrypt"}}, "at '/tls/generate'"),
         ({"sidecar": {"native": "yes"}}, "at '/sidecar/native'"),
+        ({"rbac": {"metricsReaders": [{"kind": "Pod", "name": "x"}]}}, "at '/rbac/metricsReaders/0/kind'"),
+        ({"rbac": {"impersonateGroups": [""]}}, "at '/rbac/impersonateGroups/0'"),
     ],
 )
 def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], error: str) -> None:
@@ -830,6 +945,14 @@ def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], er
             "set config.proxy.accept_hosts to the names callers use",
         ),
         ({"mode": "sidecar", "networkPolicy": {"enabled": True}}, "give your chart its own NetworkPolicy"),
+        (
+            {
+                "tls": {"secretName": "t"},
+                "config": {"credentials": "impersonate"},
+                "rbac": {"impersonateGroups": ["system:masters"]},
+            },
+            'rbac.impersonateGroups: "system:masters" is a privileged group kproxy refuses to impersonate',
+        ),
         (
             {"tls": {"secretName": "t", "clientCASecretName": "ca"}},
             "client certificates identify callers only with config.credentials: impersonate",
@@ -1097,6 +1220,85 @@ def test_chart_service_account_impersonates_callers(
                     f'TokenReview answered 403: tokenreviews.authentication.k8s.io is forbidden: User "{me}"'
                     in (answer["message"])
                 )
+        finally:
+            rp.stop()
+    finally:
+        for d in applied:
+            if d["kind"] != "ServiceAccount":
+                kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])
+
+
+def test_chart_rbac_refuses_system_masters_even_if_kproxy_would_not(
+    helm: Helm, control_plane: ControlPlaneInfo, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """The two refusals are independent. Here kproxy is told to act as system:masters
+    (config.impersonate.allowed_privileged_groups) but the chart's RBAC lists the groups kproxy
+    may impersonate (rbac.impersonateGroups, without it): the apiserver itself refuses the
+    impersonation, and a caller certificate with O=system:masters creates nothing; one in a
+    listed group is served as itself."""
+    from kproxy.testing import certs
+
+    values = {
+        "tls": {"secretName": "unused", "clientCASecretName": "unused-ca"},
+        "rbac": {"impersonateGroups": ["devs"]},
+        "config": {"credentials": "impersonate", "impersonate": {"allowed_privileged_groups": ["system:masters"]}},
+    }
+    docs = helm.template(values, namespace=namespace)
+    applied = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in applied))
+    callers = certs.generate_ca("callers")
+    try:
+        sa = kinds(applied)["ServiceAccount"]["metadata"]["name"]
+        sa_dir = tmp_path / "serviceaccount"
+        sa_dir.mkdir()
+        (sa_dir / "token").write_text(kubectl(["create", "token", sa, "-n", namespace]).stdout.strip())
+        (sa_dir / "ca.crt").write_text(control_plane.ca_file.read_text())
+        env = {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(control_plane.apiserver_port),
+            "KPROXY_SERVICE_ACCOUNT_DIR": str(sa_dir),
+        }
+        client_ca = certs.write_pem(tmp_path / "callers.crt", callers.cert_pem, private=False)
+        rendered = config_of(docs)
+        rp = start_proxy(
+            tmp_path / "kproxy",
+            None,
+            credentials="impersonate",
+            tls=True,
+            extra={"tls": {"client_ca_file": str(client_ca)}, "impersonate": rendered["impersonate"]},
+            env=env,
+        )
+        try:
+
+            def post(user: str, group: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+                leaf = certs.generate_client_cert(callers, user, (group,))
+                crt = certs.write_pem(tmp_path / f"{user}.crt", leaf.cert_pem, private=False)
+                key = certs.write_pem(tmp_path / f"{user}.key", leaf.key_pem, private=True)
+                ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+                ctx.load_cert_chain(str(crt), str(key))
+                request = urllib.request.Request(
+                    rp.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+                )
+                try:
+                    with urllib.request.urlopen(request, context=ctx, timeout=10) as resp:
+                        return resp.status, json.loads(resp.read())
+                except urllib.error.HTTPError as err:
+                    return err.code, json.loads(err.read())
+
+            cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "by-masters"}}
+            code, answer = post("eve", "system:masters", f"/api/v1/namespaces/{namespace}/configmaps", cm)
+            me = f"system:serviceaccount:{namespace}:{sa}"
+            assert code == 403, answer
+            # The apiserver's refusal of the impersonation (v1.37 words it with its constrained-
+            # impersonation verbs, "cannot impersonate-on:user-info:create resource ..."; earlier
+            # releases 'groups "system:masters" is forbidden: ... cannot impersonate ...').
+            assert f'User "{me}" cannot impersonate' in answer["message"], answer
+            got = kubectl(["get", "configmap", "by-masters", "-n", namespace], check=False)
+            assert got.returncode == 1 and "NotFound" in got.stderr
+            ssr = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+            code, answer = post("alice", "devs", "/apis/authentication.k8s.io/v1/selfsubjectreviews", ssr)
+            assert code == 201, answer
+            assert answer["status"]["userInfo"]["groups"] == ["devs", "system:authenticated"]
         finally:
             rp.stop()
     finally:

@@ -90,7 +90,10 @@ mode, unless tls.allowPlaintext) the one the chart makes, <fullname>-tls, from t
 {{/*
 The kproxy config as YAML: chart-derived listeners (and TLS files) under the user's `config:`.
 A sidecar listens on loopback only (its app reaches it on localhost); the other modes on every
-address, since clients come through a Service.
+address, since clients come through a Service. The admin listener is on every address (the
+kubelet's probes come from the node), so kproxy authorizes /metrics (metrics_access: auto), and
+with TLS it serves the admin listener with the same certificate (admin_tls), so scrapers'
+tokens do not cross the network in clear.
 */}}
 {{- define "kproxy.config" -}}
 {{- $host := ternary "127.0.0.1" "0.0.0.0" (eq .Values.mode "sidecar") -}}
@@ -101,12 +104,30 @@ address, since clients come through a Service.
 {{- $_ := set $tls "client_ca_file" "/etc/kproxy-client-ca/ca.crt" -}}
 {{- end -}}
 {{- $_ := set $base "tls" $tls -}}
+{{- $_ := set $base "admin_tls" true -}}
 {{- end -}}
 {{- toYaml (mergeOverwrite $base (deepCopy (.Values.config | default dict))) -}}
 {{- end }}
 
 {{- define "kproxy.configChecksum" -}}
 {{- include "kproxy.config" . | sha256sum -}}
+{{- end }}
+
+{{/* HTTPS when the rendered config serves the admin listener over TLS, else HTTP (probes, ServiceMonitor). */}}
+{{- define "kproxy.adminScheme" -}}
+{{- ternary "HTTPS" "HTTP" (eq (toString (include "kproxy.config" . | fromYaml).admin_tls) "true") -}}
+{{- end }}
+
+{{/*
+"true" when kproxy asks for an authorized bearer token on /metrics (kproxy/config.py
+metrics_authorized): metrics_access authorized, or auto with an admin listener off loopback.
+*/}}
+{{- define "kproxy.metricsAuthorized" -}}
+{{- $cfg := include "kproxy.config" . | fromYaml -}}
+{{- $access := $cfg.metrics_access | default "auto" -}}
+{{- $host := regexReplaceAll ":[0-9]+$" (toString $cfg.admin_listen) "" | trimAll "[]" -}}
+{{- $loopback := or (eq $host "localhost") (hasPrefix "127." $host) (eq $host "::1") -}}
+{{- if or (eq $access "authorized") (and (eq $access "auto") (not $loopback)) }}true{{ end -}}
 {{- end }}
 
 {{/* The credentials mode the rendered config asks for (kproxy's default is proxy). */}}
@@ -147,6 +168,12 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- fail (printf "config.filters[%d]: filter %q is listed twice" $i (toString $f.name)) -}}
 {{- end -}}
 {{- $_ := set $seen (toString $f.name) true -}}
+{{- end -}}
+{{- $privileged := dig "impersonate" "allowed_privileged_groups" list $cfg -}}
+{{- range $g := (.Values.rbac.impersonateGroups | default list) -}}
+{{- if and (has $g (list "system:masters" "system:nodes")) (not (has $g $privileged)) -}}
+{{- fail (printf "rbac.impersonateGroups: %q is a privileged group kproxy refuses to impersonate; list it in config.impersonate.allowed_privileged_groups too if callers in it must be served" $g) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (ne $creds "proxy") (hasKey $cfg "proxy") -}}
 {{- fail "config.proxy: applies only with config.credentials: proxy (in the other modes each caller's own credentials reach the apiserver)" -}}
@@ -225,16 +252,19 @@ the kubelet rotates the token, which kproxy re-reads.
     httpGet:
       path: /readyz
       port: kproxy-admin
+      scheme: {{ include "kproxy.adminScheme" . }}
     {{- toYaml .Values.probes.startup | nindent 4 }}
   livenessProbe:
     httpGet:
       path: /livez
       port: kproxy-admin
+      scheme: {{ include "kproxy.adminScheme" . }}
     {{- toYaml .Values.probes.liveness | nindent 4 }}
   readinessProbe:
     httpGet:
       path: /readyz
       port: kproxy-admin
+      scheme: {{ include "kproxy.adminScheme" . }}
     {{- toYaml .Values.probes.readiness | nindent 4 }}
   {{- if .Values.preStopSleepSeconds }}
   # Keep serving while the endpoints controller and kube-proxy (or the app, in a sidecar) stop

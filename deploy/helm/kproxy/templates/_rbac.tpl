@@ -9,7 +9,13 @@ The service account's rules, computed from the rendered config (docs/security.md
 - credentials forward or impersonate: create on tokenreviews (who is the caller) and
   subjectaccessreviews (may the caller see what the cache would serve).
 - credentials impersonate: impersonate on users, groups, serviceaccounts and userextras/*
-  (and uids): kproxy acts as each caller.
+  (and uids): kproxy acts as each caller. With rbac.impersonateGroups, impersonate on groups is
+  granted for exactly those groups (and system:authenticated, which every authenticated caller
+  has): the apiserver then refuses kproxy any other group, system:masters included. RBAC only
+  grants, so without that list kproxy's own refusal (config.impersonate.allowed_privileged_*)
+  is what keeps system:masters out.
+- /metrics authorized (the admin listener off loopback, kproxy's default there): create on
+  tokenreviews and subjectaccessreviews, to ask who a scraper is and whether it may get /metrics.
 - a `validation` filter: get on /openapi/v2 and /openapi/v3/* (the schemas it validates with);
   with `watch_crds` (default true) get, list and watch on customresourcedefinitions (it notices
   schema changes); with `local_strict` (default true) create on subjectaccessreviews (it asks
@@ -24,6 +30,9 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- $rules := list -}}
 {{- $readable := dict -}}
 {{- $tokenReviews := or (eq $creds "forward") (eq $creds "impersonate") -}}
+{{- if include "kproxy.metricsAuthorized" . -}}
+{{- $tokenReviews = true -}}
+{{- end -}}
 {{- $accessReviews := $tokenReviews -}}
 {{- $openapi := false -}}
 {{- range $f := $filters -}}
@@ -63,7 +72,12 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- $rules = append $rules (dict "apiGroups" (list "authorization.k8s.io") "resources" (list "subjectaccessreviews") "verbs" (list "create")) -}}
 {{- end -}}
 {{- if eq $creds "impersonate" -}}
+{{- with .Values.rbac.impersonateGroups -}}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "users" "serviceaccounts") "verbs" (list "impersonate")) -}}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "groups") "resourceNames" (append . "system:authenticated" | uniq) "verbs" (list "impersonate")) -}}
+{{- else -}}
 {{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "users" "groups" "serviceaccounts") "verbs" (list "impersonate")) -}}
+{{- end -}}
 {{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" (list "userextras/*" "uids") "verbs" (list "impersonate")) -}}
 {{- end -}}
 {{- if $openapi -}}
