@@ -82,14 +82,22 @@ def delete(id: str, target: str = SEED, *, body: Body | None = None, ctype: str 
     return Case(id, "modify", "DELETE", target, ctype, body, headers, DRYRUN, known or {})
 
 
-def token(id: str, target: str = TOKEN, *, method: str = "POST", known: dict[str, str] | None = None) -> Case:
+def token(id: str, target: str = TOKEN, *, method: str = "POST", headers: tuple[tuple[str, str], ...] = (),
+          known: dict[str, str] | None = None) -> Case:  # fmt: skip
     tr = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}).encode()
-    return Case(id, "token", method, target, b.JSON, lambda ns, name: tr, (), DRYRUN, known or {})
+    return Case(id, "token", method, target, b.JSON, lambda ns, name: tr, headers, DRYRUN, known or {})
 
 
 def _const(data: bytes) -> Body:
     return lambda ns, name: data
 
+
+
+UPGRADE_WS = (("Connection", "Upgrade"), ("Upgrade", "websocket"))
+
+
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
 
 
 METHOD_CASE = ("kproxy's HTTP parser refuses a method that is not upper case with a text 400; Go's server takes any "
@@ -162,6 +170,22 @@ CASES: list[Case] = [
     delete("delete-override-get", headers=(("X-HTTP-Method-Override", "GET"),)),
     create("put-on-collection", method="PUT"),
     modify("method-lower-patch", "patch", known={"answer": METHOD_CASE}),
+    # --- upgrade headers (the apiserver upgrades only connect subresources and WebSocket watches) ----
+    create("upgrade-websocket-create", headers=UPGRADE_WS),
+    create("upgrade-h2c-create", headers=(("Connection", "Upgrade, HTTP2-Settings"), ("Upgrade", "h2c"))),
+    create("upgrade-x-create", headers=(("Connection", "Upgrade"), ("Upgrade", "x"))),
+    create("upgrade-yaml-create", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n", ctype=b.YAML,
+           headers=UPGRADE_WS),
+    create("upgrade-chunked-create", headers=(*UPGRADE_WS, ("Transfer-Encoding", "chunked")),
+           body=lambda ns, name: _chunked(_unknown(ns, name))),
+    create("upgrade-apply-create", "/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=adv", method="PATCH",
+           ctype=b.APPLY_YAML, body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n", headers=UPGRADE_WS),
+    modify("upgrade-merge-patch", "PATCH", headers=UPGRADE_WS),
+    modify("upgrade-strategic-patch", "PATCH", ctype=b.STRATEGIC, headers=UPGRADE_WS),
+    modify("upgrade-json-patch", "PATCH", ctype=b.JSON_PATCH, headers=UPGRADE_WS, body=_const(
+        b'[{"op":"add","path":"/data/k","value":"changed"},{"op":"add","path":"/bogusField","value":"x"}]')),
+    delete("upgrade-delete", headers=UPGRADE_WS),
+    token("upgrade-token", headers=UPGRADE_WS),
     # --- every body media type ------------------------------------------------------------------------
     create("yaml-create", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n", ctype=b.YAML),
     create("protobuf-create", body=lambda ns, name: b.cm_protobuf(name), ctype=b.PROTOBUF, policies=DRYRUN),
