@@ -23,6 +23,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kproxy.gocompat.strings import to_lower, trim_space
+
 JSON = "application/json"
 YAML = "application/yaml"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -219,7 +221,9 @@ def media_type_of(content_type: str | None) -> str:
     if not content_type:
         return ""
     base, _, rest = content_type.partition(";")
-    bare = base.strip().lower()
+    # mime.ParseMediaType, as the apiserver reads Content-Type: strings.TrimSpace(strings.ToLower(base)),
+    # so U+0130 is "i" and U+212A "k" to it (str.lower would make "application/json" with U+0130 another type).
+    bare = trim_space(to_lower(base))
     for param in rest.split(";"):
         key, _, value = param.partition("=")
         if key.strip().lower() == "stream" and value.strip().strip('"') == "watch":

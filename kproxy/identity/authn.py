@@ -45,6 +45,7 @@ from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, internal_error, unauthorized
 from kproxy.gocompat.strings import equal_fold, raw_url_decode, to_lower, trim_space
+from kproxy.gocompat.utf8 import replaced
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.identity.ttlcache import TTLCache
 
@@ -246,7 +247,10 @@ class Authenticator:
             release()
 
     async def _review(self, token: str) -> Identity | None:
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        # A token is any bytes to the apiserver's authenticators; JSON cannot carry those that are
+        # not UTF-8, and Go's encoding/json writes U+FFFD for each (as the apiserver's own webhook
+        # TokenReviews do), so kproxy sends what Go would (kproxy.gocompat.utf8.replaced).
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": replaced(token)}}
         try:
             status, answer = await self.ctx.api.json("POST", _TOKEN_REVIEWS, body)
         except Exception as err:  # OSError, TimeoutError, aiohttp.ClientError: the apiserver was not reached

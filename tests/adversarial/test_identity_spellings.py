@@ -51,6 +51,8 @@ SPELLINGS: dict[str, Callable[[str], list[tuple[str, str]]]] = {
     "auth-lead-line-separator": lambda t: [("Authorization", f"\u2028Bearer {t}")],
     "auth-lead-ogham-space": lambda t: [("Authorization", f"\u1680Bearer {t}")],
     "auth-lead-medium-math-space": lambda t: [("Authorization", f"\u205fBearer {t}")],
+    # Latin-1 white space was always trimmed; trailing white space reaches the token, which the
+    # apiserver's JWT parser strips again (go-jose): both keep kproxy's reading honest.
     "auth-lead-next-line": lambda t: [("Authorization", f"\x85Bearer {t}")],
     "auth-trail-ideographic-space": lambda t: [("Authorization", f"Bearer {t}\u3000")],
     "auth-trail-paragraph-separator": lambda t: [("Authorization", f"bEaReR {t}\u2029")],
@@ -85,6 +87,8 @@ class Setup:
     token: str
     enforce: RunningProxy
     strict: RunningProxy
+    #: Strict validated by kproxy alone (``upstream_validates: "no"``, as for an apiserver before 1.25).
+    strict_own: RunningProxy
 
     @property
     def user(self) -> str:
@@ -125,8 +129,12 @@ def setup(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFact
     strict = start_capped(tmp_path_factory.mktemp("spell-strict"), cp, credentials="forward", tls=True, extra={
         "filters": [{"name": "validation", "rules": [{"name": "sa", "match": match, "level": "Strict"}]}],
     })  # fmt: skip
-    yield Setup(cp, ns, token, enforce, strict)
-    for rp in (enforce, strict):
+    strict_own = start_capped(tmp_path_factory.mktemp("spell-own"), cp, credentials="forward", tls=True, extra={
+        "filters": [{"name": "validation", "upstream_validates": "no",
+                     "rules": [{"name": "sa", "match": match, "level": "Strict"}]}],
+    })  # fmt: skip
+    yield Setup(cp, ns, token, enforce, strict, strict_own)
+    for rp in (enforce, strict, strict_own):
         rp.stop(signal.SIGKILL)
     cp.request("DELETE", f"/api/v1/namespaces/{ns}")
 
@@ -136,13 +144,16 @@ def _endpoint(rp: RunningProxy) -> Endpoint:
 
 
 def send(ep: Endpoint, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> Answer:
-    """One request with these header lines as UTF-8 bytes (Latin-1 cannot carry U+2003)."""
-    lines = [("Host", "localhost"), *headers, ("Content-Type", "application/json"), ("Accept", "application/json")]
+    """One request with these header lines as UTF-8 bytes (Latin-1 cannot carry U+2003; a lone
+    surrogate is the byte it escapes)."""
+    lines = [("Host", "localhost"), *headers, ("Accept", "application/json")]
+    if not any(k.lower() == "content-type" for k, _ in headers):
+        lines.append(("Content-Type", "application/json"))
     lines += [("Content-Length", str(len(body)))]
     if not any(k.lower() == "connection" for k, _ in headers):
         lines.append(("Connection", "close"))
     head = f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines) + "\r\n"
-    return exchange(ep, head.encode("utf-8") + body)
+    return exchange(ep, head.encode("utf-8", "surrogateescape") + body)
 
 
 def reviewed_user(answer: Answer) -> str | None:
@@ -188,3 +199,35 @@ def test_policy_by_user_holds_for_every_spelling(setup: Setup, spelling: str) ->
     assert answer.status == 400 and answer.is_status(), answer.short()
     assert b"bogus" in answer.body, answer.short()
     assert not _persisted(setup.cp, setup.ns, strict_name), f"{spelling}: persisted through the Strict rule"
+
+
+@pytest.mark.parametrize("spelling", ["\udcff", "\udce3\udc80", "\udcc0\udcaf"])
+def test_a_token_that_is_not_utf8_is_the_apiservers_401(setup: Setup, spelling: str) -> None:
+    """Go hands the token's bytes to its authenticators as they are; kproxy's TokenReview carries
+    them as Go's JSON would (U+FFFD), so the caller gets the apiserver's 401, not kproxy's 500."""
+    headers = [("Authorization", f"Bearer {setup.token}{spelling}")]
+    ssr = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+    direct = send(_direct(setup.cp), "POST", ssr, headers, SSR)
+    via = send(_endpoint(setup.strict), "POST", ssr, headers, SSR)
+    assert direct.status == 401, direct.short()
+    assert (via.status, via.json()) == (direct.status, direct.json()), via.short()
+
+
+@pytest.mark.parametrize("content_type", ["appl\u0130cation/json", "\u3000application/json", "APPLICATION/JSON\u2003"])
+def test_strict_holds_for_content_type_spellings(setup: Setup, content_type: str) -> None:
+    """The apiserver reads Content-Type with mime.ParseMediaType (strings.ToLower, which lowers
+    U+0130 to "i", then strings.TrimSpace): these are JSON to it, and a Strict rule must hold, also
+    where kproxy validates alone (it tells the apiserver to ignore unknown fields then)."""
+    path = f"/api/v1/namespaces/{setup.ns}/configmaps"
+    headers = [("Authorization", f"Bearer {setup.token}"), ("Content-Type", content_type)]
+    for i, rp in enumerate((setup.strict, setup.strict_own)):
+        name = f"ct{i}-{abs(hash(content_type)) % 10**8}"
+        bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}, "bogus": 1}
+        answer = send(_endpoint(rp), "POST", path, headers, json.dumps(bad).encode())
+        assert answer.status == 400 and b"bogus" in answer.body, answer.short()
+        assert not _persisted(setup.cp, setup.ns, name), f"{content_type!r}: persisted through the Strict rule"
+    name = f"ct-{abs(hash(content_type)) % 10**8}"
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}, "bogus": 1}
+    # The apiserver itself decodes it as JSON (and stores it, warning about the unknown field).
+    direct = send(_direct(setup.cp), "POST", path, headers, json.dumps(bad).encode())
+    assert direct.status == 201 and "unknown field" in (direct.header("Warning") or ""), direct.short()

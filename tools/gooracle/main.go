@@ -13,6 +13,7 @@
 //	["rawurl", s]           base64.RawURLEncoding.DecodeString: {"err": bool, "out"}
 //	["containstoken", token, value, ...]
 //	                        httpguts.HeaderValuesContainsToken(values, token): {"in": bool}
+//	["mediatype", v]        mime.ParseMediaType (how the apiserver reads Content-Type): {"err": bool, "type"}
 //	["unicode"]             the unicode tables: {"space": [r...], "lower": [[r, l]...], "fold": [[r, f]...]}
 //	                        (unicode.IsSpace; unicode.ToLower and unicode.SimpleFold where they differ from r)
 //	["request", name, value, name, value, ...]
@@ -35,6 +36,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -166,6 +168,9 @@ func main() {
 			_ = out.Encode(map[string]any{"err": err != nil, "out": decoded})
 		case "containstoken":
 			_ = out.Encode(map[string]any{"in": httpguts.HeaderValuesContainsToken(args[1:], args[0])})
+		case "mediatype":
+			mt, _, err := mime.ParseMediaType(args[0])
+			_ = out.Encode(map[string]any{"err": err != nil, "type": []byte(mt)})
 		case "unicode":
 			_ = out.Encode(unicodeTables())
 		case "request":

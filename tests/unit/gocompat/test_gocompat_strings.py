@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 from multidict import CIMultiDict
 
+from kproxy.core.negotiation import media_type_of
 from kproxy.gocompat import strings
 from kproxy.gocompat._unicodetables import FOLD, LOWER, SPACE
 from kproxy.identity.authn import (
@@ -300,3 +301,18 @@ def test_kproxy_upgrade_is_is_upgrade_request(go: GoOracle) -> None:
         headers: CIMultiDict[str] = CIMultiDict(h)
         assert is_upgrade(headers) == (want["upgrade"] and bool(headers.get("Upgrade"))), h
     assert connection_tokens(CIMultiDict([("Connection", "\u212aeep-Alive, Upgrade ,x\u3000")])) == {"upgrade"}
+
+
+def test_media_type_is_mime_parse_media_type(go: GoOracle) -> None:
+    """The Content-Type media type kproxy's filters select on (JSON and YAML are Strict-validated,
+    others passed to the apiserver) is the one the apiserver decodes by (mime.ParseMediaType:
+    strings.ToLower then strings.TrimSpace; U+0130 lowers to "i", U+212A to "k")."""
+    rng = random.Random(SEED)
+    types = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf", "application/cbor"]
+    params = ["", "; charset=utf-8", ";stream=watch"]
+    inputs = [variants(rng.choice(types), rng) + rng.choice(params) for _ in range(1500)]
+    inputs += ["appl\u0130cation/json", "application/vnd.\u212aubernetes.protobuf", "\u3000application/yaml\u2003"]
+    for v, want in zip(inputs, go.ask_many("mediatype", inputs), strict=True):
+        if not want["err"]:  # the apiserver refuses the others (415) before any filter's choice matters
+            got = media_type_of(v).partition(";")[0]
+            assert got.encode("utf-8", "surrogateescape") == b64(want["type"]), repr(v)
