@@ -173,16 +173,18 @@ class ConnectionsConfig(Strict):
     read_header_timeout: Duration = 32.0
     # Time a kept-alive connection may wait for its next request before it is closed.
     idle_timeout: Duration = 90.0
-    # Connections reading a head at once; beyond it the one reading longest is closed.
-    max_unfinished_heads: int = Field(default=4096, ge=0)
+    # Connections reading a head at once; beyond it the one reading longest is closed. (About
+    # 6 KiB each, 48 KiB over TLS: docs/capacity.md.)
+    max_unfinished_heads: int = Field(default=1024, ge=0)
     # Memory held by heads received and not yet served, all connections together (estimated:
     # the bytes plus about 150 per header line); beyond it the connection reading longest is closed.
     max_unfinished_head_bytes: int = Field(default=64 << 20, ge=0)
     # TLS handshakes in progress at once (each has read_header_timeout to finish, as Go's
     # tlsHandshakeTimeout); beyond it the one in progress longest is closed.
-    max_tls_handshakes: int = Field(default=1024, ge=0)
-    # Kept-alive connections waiting for their next request; beyond it the one idle longest is closed.
-    max_idle_connections: int = Field(default=4096, ge=0)
+    max_tls_handshakes: int = Field(default=512, ge=0)
+    # Kept-alive connections waiting for their next request; beyond it the one idle longest is
+    # closed. (About 12 KiB each, 54 KiB over TLS.)
+    max_idle_connections: int = Field(default=2048, ge=0)
     # All client connections. 0: derived from the file-descriptor limit (RLIMIT_NOFILE) with room
     # for upstream connections; a larger value is lowered to that. Beyond it a new connection takes
     # the place of the one waiting longest on its client, or is closed when all are being served.
