@@ -215,3 +215,24 @@ def test_connections_stay_below_the_descriptor_limit_and_a_flood_leaves_room_for
         assert _metric(proxy, "kproxy_max_client_connections") == 96
         assert _metric(proxy, "kproxy_open_connections") <= 96
     assert "Too many open files" not in proxy.log_text()
+
+
+def test_connections_from_one_source_are_bounded_and_others_are_served(
+    proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
+    """``max_connections_per_source``: one address (127.0.0.2 here) holding its share cannot
+    open more, each refused at once, while another address (127.0.0.1) is served."""
+    proxy = proxy_factory(extra={"connections": {"max_connections_per_source": 20}})
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            sock = socket.create_connection(_addr(proxy), timeout=10, source_address=("127.0.0.2", 0))
+            socks.append(sock)
+        wait_for(lambda: sum(_closed_by_server(s) for s in socks) == 20, 5, "the 20 over the bound to be closed")
+        assert not any(_closed_by_server(s) for s in socks[:20])
+        status, body = proxy.get(f"/api/v1/namespaces/{namespace}/configmaps")
+        assert status == 200 and b"ConfigMapList" in body
+        assert _metric(proxy, "kproxy_connections_closed_total", reason="max_connections_per_source") == 20
+    finally:
+        for sock in socks:
+            sock.close()
