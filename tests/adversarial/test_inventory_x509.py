@@ -71,6 +71,7 @@ CASES = [
     CertCase("groups-in-order", _s((ORG, "inv-b"), (ORG, "inv-a"), (CN, "inv-order"))),
     CertCase("o-after-cn", _s((CN, "inv-ocn"), (ORG, "inv-late"))),
     CertCase("o-system-authenticated", _s((ORG, "system:authenticated"), (CN, "inv-authd"))),
+    CertCase("service-account-name", _s((CN, "system:serviceaccount:default:inv-sa"))),
     CertCase("no-cn", _s((ORG, "inv-g1"),)),
     CertCase("empty-subject", ()),
     CertCase("bmpstring-cn", _s((CN, "inv-bmp-ü", _ASN1Type.BMPString))),
