@@ -29,6 +29,10 @@ kproxy, and what it persisted.
   keeps only what precedes a space (pkg/registry/authentication/tokenreview/storage.go,
   .../request/bearertoken/bearertoken.go). A protocol token ``<valid token> x`` is refused by the
   apiserver (401) and authenticated by kproxy in ``impersonate`` mode.
+- ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
+  from the callers' CA naming a kube-system controller's service account is impersonated; the
+  bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
+  every secret), and the apiserver never authenticates a service account by certificate.
 """
 
 from __future__ import annotations
@@ -216,3 +220,42 @@ def test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it(
     direct, via = _both_ways(control_plane, imp_apiserver_ca, None, tmp_path, headers)
     assert direct.status == 401, direct
     assert via.status == 401, f"through kproxy the apiserver named {via.user}"
+
+
+@pytest.fixture(scope="module")
+def imp_own_ca(
+    control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningProxy, certs.CertKey]]:
+    """impersonate mode whose callers' CA is a CA of its own (not the apiserver's), with its key."""
+    tmp = tmp_path_factory.mktemp("inv-own-ca")
+    ca = certs.generate_ca("inv-callers-ca")
+    ca_file = certs.write_pem(tmp / "callers-ca.crt", ca.cert_pem, private=False)
+    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
+                      extra={"tls": {"client_ca_file": str(ca_file)}})  # fmt: skip
+    yield rp, ca
+    rp.stop(signal.SIGKILL)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="HOLE: kproxy impersonates the kube-system controllers' service accounts (here the garbage "
+    "collector: get, list, update and delete on every resource, secrets included) for a certificate "
+    "from the callers' CA; only system:masters, system:nodes and three control-plane users are refused",
+)
+def test_a_callers_certificate_cannot_become_a_control_plane_service_account(
+    imp_own_ca: tuple[RunningProxy, certs.CertKey], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    """The bootstrap policy binds each controller's role to its service account in kube-system
+    (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/controller_policy.go); the garbage
+    collector's reads every secret. A certificate the callers' CA issued naming that service
+    account must get kproxy's refusal of privileged identities, not the secret."""
+    rp, ca = imp_own_ca
+    _post(control_plane, f"/api/v1/namespaces/{namespace}/secrets",
+          {"metadata": {"name": "inv-secret"}, "stringData": {"k": "v"}})  # fmt: skip
+    user = "system:serviceaccount:kube-system:generic-garbage-collector"
+    leaf = client_cert(ca, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user)]), CLIENT_AUTH)
+    assert rp.ca_file is not None
+    ep = Endpoint.from_url(rp.url, tls_with(leaf, rp.ca_file, tmp_path))
+    read = exchange(ep, request_bytes("GET", f"/api/v1/namespaces/{namespace}/secrets/inv-secret",
+                                      [("Accept", "application/json")]))  # fmt: skip
+    assert read.status == 403, f"the secret was read as {user}: {read.short()}"
