@@ -599,7 +599,7 @@ class _ClientBody:
     byte is read, or before ``100 Continue``), charged to its caller (``caller()``, asked at the
     first read: its user once known, else its address), and given back by :meth:`close`."""
 
-    __slots__ = ("_budget", "_continue", "_deadline", "_lease", "_request", "caller")
+    __slots__ = ("_budget", "_continue", "_deadline", "_expired", "_lease", "_request", "caller")
 
     def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
         self._request = request
@@ -607,6 +607,7 @@ class _ClientBody:
         self._budget: BodyBudget | None = None
         self._deadline: float | None = None
         self._lease: Lease | None = None
+        self._expired = False
         self.caller: Callable[[], str] = lambda: ""
 
     def bound(self, budget: BodyBudget, read_timeout: float) -> None:
@@ -642,6 +643,7 @@ class _ClientBody:
                         async with asyncio.timeout_at(deadline):
                             chunk = await content.readany()
                     except TimeoutError:
+                        self._expired = True
                         raise body_timeout() from None
                 if not chunk:
                     return
@@ -653,9 +655,15 @@ class _ClientBody:
             raise generic(500, "", str(err)) from None
 
     def close(self) -> None:
-        """Give back the bytes the body held (the request has been answered)."""
+        """Give back the bytes the body held (the request has been answered). A body that was
+        to wait for ``100 Continue`` and never got it is not coming: the connection closes once
+        the answer is out, without lingering over it (Go's server closes such a connection:
+        ``expectContinueReader`` not read, ``closeAfterReply``; net/http/server.go); nor is the
+        rest of a body whose deadline passed."""
         if self._lease is not None:
             self._lease.close()
+        if self._continue or self._expired:
+            self._request.content.feed_eof()
 
     def closes_connection(self) -> bool:
         """Whether the answer must close the connection: the body was expected to wait for a
