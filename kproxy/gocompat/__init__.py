@@ -10,5 +10,6 @@ Owns: ``url`` and ``net`` (net/url, net), ``httpguts`` (header rules), ``regexp`
 ``utf8``, ``yaml`` (yaml.v2/sigs.k8s.io/yaml decoding), ``jsondepth``, ``jsonindent``,
 ``jsonsyntax`` (encoding/json's syntax errors), ``jsonescape`` (encoding/json's string escaping),
 ``floatfmt`` (strconv float formatting), ``yamlquote`` (go-yaml's scalar resolution and quoting),
-``strconv`` (``strconv.Quote``).
+``strconv`` (``strconv.Quote``), ``strings`` (``strings.TrimSpace``, ``ToLower``, ``EqualFold``
+with Go's own ``unicode`` tables, ``base64.RawURLEncoding``, ``httpguts.HeaderValuesContainsToken``).
 """

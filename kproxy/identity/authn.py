@@ -62,6 +62,7 @@ __all__ = [
     "is_upgrade_request",
     "is_websocket_request",
     "protocol_token",
+    "reviewable",
     "without_token_protocol",
 ]
 
@@ -124,6 +125,16 @@ def bearer_token(authorization: str) -> str | None:
     if len(parts) < 2 or to_lower(parts[0]) != "bearer" or not parts[1]:
         return None
     return parts[1]
+
+
+def reviewable(token: str) -> bool:
+    """Whether a ``TokenReview`` of ``token`` reviews that token: the apiserver's TokenReview
+    handler (pkg/registry/authentication/tokenreview/storage.go) puts it behind ``Bearer `` in a
+    fake request and reads it back with ``bearertoken.Authenticator``, so a token with an ASCII
+    space, or with white space at its end (``strings.TrimSpace``), is reviewed as another one
+    (``<token> x`` as ``<token>``), while the apiserver's own authenticators get it whole (the
+    WebSocket protocol's token; an Authorization token followed by a space and more)."""
+    return bearer_token("Bearer " + token) == token
 
 
 def is_upgrade_request(headers: Mapping[str, str]) -> bool:
@@ -274,6 +285,11 @@ class Authenticator:
         """
         tokens, failed = caller_tokens(headers)
         for token, by_protocol in tokens:
+            if not reviewable(token):
+                # A TokenReview would review another token than the one the apiserver's
+                # authenticators get: kproxy cannot learn their verdict, and never guesses one.
+                failed = True
+                continue
             found = await self.authenticate_token(token, source)
             if found is not None:
                 return found, by_protocol

@@ -202,11 +202,6 @@ def test_certificate_callers_carry_the_apiservers_credential_id(
     assert (via.who(), via.extra) == (direct.who(), direct.extra)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a WebSocket protocol token '<token> x' is refused by the apiserver and, through a "
-    "TokenReview (which reads it behind 'Bearer '), authenticated by kproxy",
-)
 def test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it(
     imp_apiserver_ca: RunningProxy, control_plane: ControlPlaneInfo, tmp_path: Path
 ) -> None:
