@@ -100,11 +100,12 @@ def test_token_spray_is_bounded_and_a_new_caller_gets_through(
     sent = _metric(metrics, "kproxy_token_reviews_total")
     refused = _metric(metrics, "kproxy_token_reviews_refused_total", bound="client")
     sprayed = sum(codes.values())
+    print(f"sprayed {sprayed} ({dict(codes)}), reviews sent {sent:.0f}, legitimate caller {latency * 1000:.0f} ms")
 
     # The legitimate caller: through at once, and the apiserver saw exactly it.
     assert code == 201, body
     assert body["status"]["userInfo"]["username"] == control_plane.user_name
-    assert latency < 2.0, latency
+    assert latency < 3.0, latency  # not queued behind the sprayer (typically 0.25-0.5 s here)
     # The sprayer: only 401 (its token reviewed and rejected) or 429 (not reviewed), never a 5xx.
     assert set(codes) <= {401, 429}, codes
     assert codes[429] > 0 and retry == Counter({"1": codes[429]}), (codes, retry)
@@ -113,4 +114,3 @@ def test_token_spray_is_bounded_and_a_new_caller_gets_through(
     assert sent == codes[401] + 1, (sent, codes)
     assert sent < sprayed / 2, (sent, sprayed)
     assert _metric(metrics, "kproxy_token_reviews_total", result="error") == 0
-    print(f"sprayed {sprayed} ({dict(codes)}), reviews sent {sent:.0f}, legitimate caller {latency * 1000:.0f} ms")
