@@ -22,17 +22,20 @@ kproxy, and what it persisted.
   caller the extra ``authentication.kubernetes.io/credential-id: X509SHA256=<hex of the
   certificate's SHA-256>`` (audit, and authorizers or admission policies reading extras);
   kproxy's impersonation omits it.
+- ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
+  from the callers' CA naming a kube-system controller's service account is impersonated; the
+  bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
+  every secret), and the apiserver never authenticates a service account by certificate.
+
+Closed holes keep their test here, unmarked:
+
 - ``test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it``: the WebSocket bearer
   protocol's token goes to the token authenticators whole
   (staging/src/k8s.io/apiserver/pkg/authentication/request/websocket/protocol.go); a TokenReview
   puts it behind ``Bearer `` in a fake Authorization header and the bearer-token authenticator
   keeps only what precedes a space (pkg/registry/authentication/tokenreview/storage.go,
-  .../request/bearertoken/bearertoken.go). A protocol token ``<valid token> x`` is refused by the
-  apiserver (401) and authenticated by kproxy in ``impersonate`` mode.
-- ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
-  from the callers' CA naming a kube-system controller's service account is impersonated; the
-  bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
-  every secret), and the apiserver never authenticates a service account by certificate.
+  .../request/bearertoken/bearertoken.go). A protocol token ``<valid token> x`` is the
+  apiserver's 401; kproxy in ``impersonate`` mode authenticated it as ``<valid token>``.
 """
 
 from __future__ import annotations
