@@ -321,7 +321,9 @@ class ProxyServer:
         length = request.content_length
         expect = request.headers.get("Expect", "")
         client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
-        if not upgrade and not _long_running(info):
+        if not _long_running(info):
+            # An Upgrade header exempts nothing: the apiserver's request timeout spares only its
+            # long-running requests (connect subresources among them), whatever the headers say.
             client.bound(self.bodies, self.cfg.bodies.read_timeout)
         ex = Exchange(
             request.method,

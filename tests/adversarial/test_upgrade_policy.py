@@ -271,3 +271,24 @@ def test_bytes_after_a_declined_upgrade_are_a_request_the_filters_see(
     for name in (first, second):
         assert twins.get(f"{coll}/{name}") is None, f"{name} was persisted; kproxy answered {got[:800]!r}"
     assert not got.startswith(b"HTTP/1.1 101"), got[:300]
+
+
+@pytest.mark.parametrize("upgrade", [None, ("Upgrade", "x"), ("Upgrade", "websocket")], ids=["none", "x", "websocket"])
+def test_an_upgrade_header_does_not_lift_the_body_deadline(
+    upgrade: tuple[str, str] | None,
+    capped_factory: Callable[..., RunningProxy],
+    twins: Twins,
+    control_plane: ControlPlaneInfo,
+) -> None:
+    """A write whose body stalls gets the apiserver's 504 at the body read deadline, Upgrade
+    header or not: the apiserver's request timeout spares only its long-running requests
+    (staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go), never a write because of a
+    header; an exempt stalled body would be held, and its connection kept, for ever."""
+    rp = capped_factory(extra={"filters": POLICY_FILTERS["strict"], "bodies": {"read_timeout": "2s"}})
+    coll = f"/api/v1/namespaces/{twins.via}/configmaps"
+    headers = [("Accept", "application/json"), ("Content-Type", b.JSON), ("Content-Length", "100000")]
+    if upgrade is not None:
+        headers += [("Connection", upgrade[0]), upgrade]
+    raw = request_bytes("POST", coll, headers, b'{"apiVersion":"v1","kind":"ConfigMap",')
+    got = _read_until(Endpoint.from_url(rp.url), raw, b"\r\n\r\n", 12)
+    assert got.startswith(b"HTTP/1.1 504 "), got[:300] or "no answer in 12 s"
