@@ -95,9 +95,7 @@ class ProxyGuard:
         which the Host check alone cannot catch: the page's request names the loopback host it
         was sent to. kubectl, client-go and the Python client send none (or their target's)."""
         try:
-            # Only the ASCII white space Go's header reader trims (textproto.TrimString): a
-            # U+3000 before "http://localhost" leaves no origin a browser could have sent.
-            uri = parse_request_uri(origin.strip(" \t\r\n"))
+            uri = parse_request_uri(origin.strip())
         except InvalidRequestURIError:
             return False
         if not uri.host or uri.path or uri.raw_query:
