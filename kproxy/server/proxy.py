@@ -330,7 +330,7 @@ class ProxyServer:
             uri.escaped_path,
             uri.raw_query,
             headers,
-            client.body(length, self._limit),
+            _NO_BODY if request.method == "CONNECT" else client.body(length, self._limit),
             info,
             client=request.remote,
             upgrade=upgrade,
@@ -346,7 +346,11 @@ class ProxyServer:
         status = 500
         sent = 0
         audit_id = ""
-        close = False
+        # aiohttp takes what follows a CONNECT head as a tunnel, never as a body, so it cannot be
+        # read as Go reads it (by Content-Length, net/http/transfer.go); it goes upstream without
+        # one (no apiserver route serves CONNECT: its 405 or 404 comes before any body is read),
+        # and the connection closes after the answer, nothing after the head read as a request.
+        close = request.method == "CONNECT"
         try:
             if expect and not _expects_continue(expect):
                 # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
@@ -696,6 +700,9 @@ def _budget_limits(cfg: BodiesConfig) -> BudgetLimits:
 
 def _fair_limits(cfg: BodiesConfig) -> FairLimits:
     return FairLimits(cfg.workers, cfg.workers_per_caller, cfg.queue_per_caller, cfg.queue_total, cfg.queue_wait)
+
+
+_NO_BODY = BytesBody(b"")
 
 
 def _refused_connect(ex: Exchange, status: int) -> bool:

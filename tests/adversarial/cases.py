@@ -186,6 +186,12 @@ CASES: list[Case] = [
         b'[{"op":"add","path":"/data/k","value":"changed"},{"op":"add","path":"/bogusField","value":"x"}]')),
     delete("upgrade-delete", headers=UPGRADE_WS),
     token("upgrade-token", headers=UPGRADE_WS),
+    # --- verbs from the path prefix and methods without a verb: the apiserver routes no write there ---
+    create("watch-prefix-post", "/api/v1/watch/namespaces/{ns}/configmaps"),
+    create("proxy-prefix-post", "/api/v1/proxy/namespaces/{ns}/configmaps"),
+    create("method-options", method="OPTIONS"),
+    create("method-connect", method="CONNECT"),
+    create("method-propfind", method="PROPFIND"),
     # --- every body media type ------------------------------------------------------------------------
     create("yaml-create", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n", ctype=b.YAML),
     create("protobuf-create", body=lambda ns, name: b.cm_protobuf(name), ctype=b.PROTOBUF, policies=DRYRUN),
