@@ -103,6 +103,21 @@ def raise_fd_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 0
 
 
+def admin_limits(main: ConnectionsConfig, fd_limit: int) -> ConnectionsConfig:
+    """The admin listener's bounds: the main listener's deadlines, and a few connections (probes
+    and scrapes are short), taken from the descriptors ``reserved_fds`` keeps, a quarter of them."""
+    share = max(8, reserved_fds(fd_limit) // 4) if fd_limit else 256
+    return main.model_copy(
+        update={
+            "max_tls_handshakes": min(16, share),
+            "max_unfinished_heads": min(16, share),
+            "max_idle_connections": min(16, share),
+            "max_connections": share,
+            "max_connections_per_source": 0,
+        }
+    )
+
+
 class Closable(Protocol):
     def close_for(self, reason: str) -> None: ...
 

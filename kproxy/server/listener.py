@@ -406,6 +406,28 @@ class GoServer(web.Server):
         return GoRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
+class GoAppRunner(web.AppRunner):
+    """An aiohttp application (the admin listener) served by GoServer, under bounds of its own."""
+
+    def __init__(
+        self, app: web.Application, connections: Connections, ssl_context: ssl.SSLContext | None, **kwargs: Any
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._go = (connections, ssl_context)
+
+    async def _make_server(self) -> web.Server:
+        plain = await super()._make_server()  # the application started and frozen, its Server
+        connections, ssl_context = self._go
+        return GoServer(
+            plain.request_handler,
+            connections,
+            ssl_context,
+            request_factory=plain.request_factory,
+            handler_cancellation=plain.handler_cancellation,
+            **plain._kwargs,
+        )
+
+
 def _drive(coro: Any, done: Callable[[Any, BaseException | None], None]) -> None:
     """Run ``coro`` now up to its first wait, then on as each future it waits for completes (what
     a task does, without a task's first loop pass); ``done(result, error)`` at its end."""

@@ -41,10 +41,10 @@ from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_reques
 from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
-from kproxy.server.connections import Connections, raise_fd_limit
+from kproxy.server.connections import Connections, admin_limits, raise_fd_limit
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
-from kproxy.server.listener import GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
+from kproxy.server.listener import GoAppRunner, GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
 from kproxy.server.metrics import CHAIN_REPLIED, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
@@ -146,6 +146,7 @@ class ProxyServer:
         self._sites: list[web.BaseSite] = []
         self.bound: tuple[str, int] | None = None
         self.admin_bound: tuple[str, int] | None = None
+        self.admin_connections = Connections()  # the admin listener's own bounds
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -198,13 +199,15 @@ class ProxyServer:
         admin.router.add_get("/healthz", self._healthz)
         admin.router.add_get("/livez", self._healthz)
         admin.router.add_get("/readyz", self._readyz)
-        self._admin_runner = web.AppRunner(admin, handle_signals=False, access_log=None)
+        admin_ssl = ssl_ctx if self.cfg.admin_tls else None
+        # Bounded too, from the descriptors kept out of the main listener's bound.
+        self.admin_connections.limits = admin_limits(self.cfg.connections, self.connections.fd_limit)
+        self._admin_runner = GoAppRunner(
+            admin, self.admin_connections, admin_ssl, handle_signals=False, access_log=None
+        )
         await self._admin_runner.setup()
         self._metrics_auth = MetricsAuthorizer(self.context)
-        admin_ssl = ssl_ctx if self.cfg.admin_tls else None
-        asite = web.TCPSite(
-            self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port, ssl_context=admin_ssl
-        )
+        asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
         await _bind(asite, "admin_listen", self.cfg.admin_listen)
         self.admin_bound = _bound(asite)
         scheme = "https" if ssl_ctx else "http"
@@ -246,6 +249,7 @@ class ProxyServer:
         self._limit = cfg.max_request_body_bytes
         self.connections.limits = cfg.connections
         self.connections.fd_limit = raise_fd_limit()  # read again: `prlimit` may have changed it
+        self.admin_connections.limits = admin_limits(cfg.connections, self.connections.fd_limit)
         self.bodies.limits = _budget_limits(cfg.bodies)
         offload.install(self.context, _fair_limits(cfg.bodies))
         self.guard = proxy_guard(self.cfg, self._guard_refused)
