@@ -54,6 +54,9 @@ async def dial_upgrade(up: UpgradeTarget, ex: Exchange) -> Reply:
     every other upstream request: ``kproxy.server.httputil.request_head``."""
     headers = await up.request_headers(ex)
     body = await ex.body.read() if isinstance(ex.body, (BytesBody, StreamBody)) else b""
+    # The body is framed by what is sent, never by the caller's header (a filter may have
+    # replaced the body; a chunked one lost its Transfer-Encoding as hop-by-hop).
+    headers.popall("Content-Length", None)
     if body:
         headers["Content-Length"] = str(len(body))
     try:

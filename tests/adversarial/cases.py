@@ -192,6 +192,7 @@ CASES: list[Case] = [
     create("method-options", method="OPTIONS"),
     create("method-connect", method="CONNECT"),
     create("method-propfind", method="PROPFIND"),
+    create("method-connect-upgrade", method="CONNECT", headers=UPGRADE_WS),
     # --- every body media type ------------------------------------------------------------------------
     create("yaml-create", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n", ctype=b.YAML),
     create("protobuf-create", body=lambda ns, name: b.cm_protobuf(name), ctype=b.PROTOBUF, policies=DRYRUN),
