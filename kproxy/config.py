@@ -95,8 +95,9 @@ class ImpersonateConfig(Strict):
     token_cache_ttl: Duration = 10.0
     rejected_token_cache_ttl: Duration = 5.0
     # Callers kproxy refuses to act as unless listed here (kproxy/identity/impersonate.py,
-    # PRIVILEGED_GROUPS, PRIVILEGED_USERS): a group system:masters or system:nodes, a user
-    # system:apiserver, system:kube-controller-manager, system:kube-scheduler or system:node:*.
+    # PRIVILEGED_GROUPS, PRIVILEGED_USERS): a group system:masters, system:nodes or
+    # system:serviceaccounts:kube-system, a user system:apiserver, system:kube-controller-manager,
+    # system:kube-scheduler, system:node:* or system:serviceaccount:kube-system:*.
     allowed_privileged_groups: list[str] = []
     allowed_privileged_users: list[str] = []
 

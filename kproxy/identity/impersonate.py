@@ -37,6 +37,11 @@ authentication/user/user.go names them):
   roles for them (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go) read every secret
   and mint tokens for any service account (controller manager), bind any pod to any node
   (scheduler);
+- the service accounts of ``kube-system`` (users ``system:serviceaccount:kube-system:<name>``,
+  group ``system:serviceaccounts:kube-system``): the controller manager's powers, split by
+  controller (bootstrappolicy/controller_policy.go; the garbage collector's role reads and
+  deletes every resource, Secrets included). RBAC takes a user of that name for the service
+  account, so a certificate naming one would otherwise carry its rights;
 - user ``system:apiserver`` (``user.APIServerUser``): the apiserver's own loopback identity.
 
 Names are compared exactly, as the authorizers compare them.
@@ -86,9 +91,9 @@ _KEY_BYTES = frozenset(ord(c) for c in TOKEN_CHARS) - {ord("%")}
 
 
 #: Identities kproxy does not impersonate unless the operator lists them (module docstring).
-PRIVILEGED_GROUPS = ("system:masters", "system:nodes")
+PRIVILEGED_GROUPS = ("system:masters", "system:nodes", "system:serviceaccounts:kube-system")
 PRIVILEGED_USERS = ("system:apiserver", "system:kube-controller-manager", "system:kube-scheduler")
-PRIVILEGED_USER_PREFIXES = ("system:node:",)
+PRIVILEGED_USER_PREFIXES = ("system:node:", "system:serviceaccount:kube-system:")
 
 
 class PrivilegedAllowance(Protocol):

@@ -122,6 +122,12 @@ def test_system_masters_certificate_is_refused_unless_listed(
         ("system:node:worker-1", ("system:nodes",), 'users "system:node:worker-1" is forbidden'),
         ("kubelet", ("system:nodes",), 'groups "system:nodes" is forbidden'),
         ("system:kube-controller-manager", (), 'users "system:kube-controller-manager" is forbidden'),
+        (
+            # The garbage collector's role reads every Secret; RBAC takes this name for its service account.
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+            (),
+            'users "system:serviceaccount:kube-system:generic-garbage-collector" is forbidden',
+        ),
     ],
 )
 def test_node_and_controller_identities_are_refused(

@@ -26,6 +26,13 @@ class Allow:
         ("system:kube-controller-manager", (), ("users", "system:kube-controller-manager")),
         ("system:kube-scheduler", (), ("users", "system:kube-scheduler")),
         ("system:apiserver", (), ("users", "system:apiserver")),
+        (
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+            ("system:serviceaccounts", "system:serviceaccounts:kube-system"),
+            ("users", "system:serviceaccount:kube-system:generic-garbage-collector"),
+        ),
+        ("bob", ("system:serviceaccounts:kube-system",), ("groups", "system:serviceaccounts:kube-system")),
+        ("system:serviceaccount:apps:builder", ("system:serviceaccounts", "system:serviceaccounts:apps"), None),
         # Exact names, as the authorizers compare them.
         ("alice", ("System:Masters", "system:masters-like"), None),
         ("system:nodes", ("system:node",), None),
@@ -48,4 +55,6 @@ def test_refused_unless_listed(user: str, groups: tuple[str, ...], refused: tupl
     )
     if identity.user.startswith("system:node:"):
         listed.allowed_privileged_groups = ("system:nodes",)
+    if identity.user.startswith("system:serviceaccount:kube-system:"):
+        listed.allowed_privileged_groups = ("system:serviceaccounts:kube-system",)
     check_privileged(identity, listed)
