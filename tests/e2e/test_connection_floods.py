@@ -236,3 +236,28 @@ def test_connections_from_one_source_are_bounded_and_others_are_served(
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_a_flood_of_the_admin_listener_stays_within_its_share(proxy_factory: Callable[..., RunningProxy]) -> None:
+    """The admin listener (probes, /metrics) has bounds of its own, taken from the descriptors
+    kept out of the main listener's bound: 600 silent connections to it (limit 2,048: a quarter
+    of the 256 reserved, 64 connections) neither take kproxy's descriptors nor stop the probes."""
+    proxy = proxy_factory()
+    pid = proxy.proc.pid
+    subprocess.run(["prlimit", f"--pid={pid}", "--nofile=2048:2048"], check=True)
+    proxy.write_config({"reload_interval": "200ms"})
+    wait_for(lambda: _metric(proxy, "kproxy_open_fds_limit") == 2048, 15, "the lowered limit to be read")
+    host, port = proxy.admin_url.split("://")[1].rsplit(":", 1)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(600):
+            socks.append(socket.create_connection((host, int(port)), timeout=10))
+        status, _ = proxy.get("/readyz", admin=True)
+        assert status == 200
+        fds = _fds(pid)
+        assert fds < 64 + 40, fds
+        wait_for(lambda: sum(_closed_by_server(s) for s in socks) >= 600 - 64, 5, "the admin flood to be bounded")
+        assert proxy.get("/version")[0] == 200
+    finally:
+        for sock in socks:
+            sock.close()
