@@ -245,8 +245,10 @@ def test_a_flood_of_the_admin_listener_stays_within_its_share(proxy_factory: Cal
     proxy = proxy_factory()
     pid = proxy.proc.pid
     subprocess.run(["prlimit", f"--pid={pid}", "--nofile=2048:2048"], check=True)
-    proxy.write_config({"reload_interval": "200ms"})
-    wait_for(lambda: _metric(proxy, "kproxy_open_fds_limit") == 2048, 15, "the lowered limit to be read")
+    proxy.write_config({"reload_interval": "200ms"})  # a reload reads the limit again
+    wait_for(
+        lambda: _metric(proxy, "kproxy_config_reloads_total", result="success") >= 1, 15, "the config to be reloaded"
+    )
     host, port = proxy.admin_url.split("://")[1].rsplit(":", 1)
     socks: list[socket.socket] = []
     try:
@@ -258,6 +260,7 @@ def test_a_flood_of_the_admin_listener_stays_within_its_share(proxy_factory: Cal
         assert fds < 64 + 40, fds
         wait_for(lambda: sum(_closed_by_server(s) for s in socks) >= 600 - 64, 5, "the admin flood to be bounded")
         assert proxy.get("/version")[0] == 200
+        assert _metric(proxy, "kproxy_open_fds_limit") == 2048
     finally:
         for sock in socks:
             sock.close()
