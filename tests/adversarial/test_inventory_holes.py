@@ -22,13 +22,14 @@ kproxy, and what it persisted.
   caller the extra ``authentication.kubernetes.io/credential-id: X509SHA256=<hex of the
   certificate's SHA-256>`` (audit, and authorizers or admission policies reading extras);
   kproxy's impersonation omits it.
-- ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
-  from the callers' CA naming a kube-system controller's service account is impersonated; the
-  bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
-  every secret), and the apiserver never authenticates a service account by certificate.
 
 Closed holes keep their test here, unmarked:
 
+- ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
+  from the callers' CA naming a kube-system controller's service account was impersonated; the
+  bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
+  every secret), and the apiserver never authenticates a service account by certificate; such a
+  certificate is now refused as a privileged identity unless listed.
 - ``test_websocket_token_is_reviewed_as_the_apiserver_authenticates_it``: the WebSocket bearer
   protocol's token goes to the token authenticators whole
   (staging/src/k8s.io/apiserver/pkg/authentication/request/websocket/protocol.go); a TokenReview
@@ -234,12 +235,6 @@ def imp_own_ca(
     rp.stop(signal.SIGKILL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: kproxy impersonates the kube-system controllers' service accounts (here the garbage "
-    "collector: get, list, update and delete on every resource, secrets included) for a certificate "
-    "from the callers' CA; only system:masters, system:nodes and three control-plane users are refused",
-)
 def test_a_callers_certificate_cannot_become_a_control_plane_service_account(
     imp_own_ca: tuple[RunningProxy, certs.CertKey], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
 ) -> None:
