@@ -298,3 +298,25 @@ def test_an_upgrade_header_does_not_lift_the_body_deadline(
     raw = request_bytes("POST", coll, headers, b'{"apiVersion":"v1","kind":"ConfigMap",')
     got = _read_until(Endpoint.from_url(rp.url), raw, b"\r\n\r\n", 12)
     assert got.startswith(b"HTTP/1.1 504 "), got[:300] or "no answer in 12 s"
+
+
+def test_the_watch_cache_leaves_only_websocket_watches_to_the_apiserver(
+    capped_factory: Callable[..., RunningProxy], twins: Twins
+) -> None:
+    """A watch with a non-WebSocket Upgrade header is an ordinary watch to the apiserver, and the
+    cache serves it as one; a WebSocket watch gets the apiserver's own 101."""
+    rp = capped_factory(extra={"filters": [{"name": "watchcache", "resources": ["configmaps"]}]})
+    coll = f"/api/v1/namespaces/{twins.via}/configmaps"
+    rp.wait_cached(coll, "configmaps")
+    twins.seed("upcache-seen")
+    ep = Endpoint.from_url(rp.url)
+    target = f"{coll}?watch=1&timeoutSeconds=60"
+    h2c = [("Accept", "application/json"), ("Connection", "Upgrade"), ("Upgrade", "h2c")]
+    got = _read_until(ep, request_bytes("GET", target, h2c), b"upcache-seen", 15)
+    assert got.startswith(b"HTTP/1.1 200 ") and b'"type":"ADDED"' in got, got[:300]
+    assert 'resource="configmaps",served="cache",verb="watch"' in rp.metrics()
+    ws = [("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13"),
+          ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="), ("Origin", "http://localhost")]  # fmt: skip
+    got = _read_until(ep, request_bytes("GET", target, ws), b"\r\n\r\n", 15)
+    assert got.startswith(b"HTTP/1.1 101 "), got[:300]
+    assert 'reason="websocket",resource="configmaps",served="upstream",verb="watch"' in rp.metrics()

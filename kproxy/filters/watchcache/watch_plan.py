@@ -26,6 +26,7 @@ from kproxy.cacher.labels import LabelSelector
 from kproxy.core.chain import Exchange
 from kproxy.core.negotiation import JSON, PROTOBUF, SERVED, YAML, negotiate, router_accepts
 from kproxy.core.requestinfo import param_bool
+from kproxy.identity.authn import is_websocket_request
 
 from .partial import partial_media, wants_partial
 from .plan import RV_TEXT, Pass, common_scope, exact_match, go_int64, parse_selectors
@@ -100,8 +101,10 @@ def plan_watch(
 ) -> WatchRead | Pass:
     info = ex.info
     q = ex.query
-    if ex.upgrade and ex.method == "GET":
-        return Pass("websocket")  # a WebSocket watch (one event per message) is the apiserver's
+    if ex.upgrade and is_websocket_request(ex.headers):
+        # A WebSocket watch (one event per message) is the apiserver's (handlers/watch.go
+        # serveWatchHandler, wsstream.IsWebSocketRequest); another Upgrade it serves as any watch.
+        return Pass("websocket")
     scope = common_scope(ex, namespaced)
     if isinstance(scope, Pass):
         return scope

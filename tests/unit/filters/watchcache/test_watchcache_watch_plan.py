@@ -146,8 +146,17 @@ def test_timeout_seconds_go_would_refuse_or_end_at_once(seconds: str, reason: st
 
 
 def test_websocket_watches_pass_through() -> None:
-    ex = make_exchange("GET", "/api/v1/pods?watch=1", {"Upgrade": "websocket", "Connection": "Upgrade"}, upgrade=True)
-    assert plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True) == Pass("websocket")
+    for spelling in ("websocket", "WebSocket", "web\u017focket"):
+        headers = {"Upgrade": spelling, "Connection": "Upgrade"}
+        ex = make_exchange("GET", "/api/v1/pods?watch=1", headers, upgrade=True)
+        assert plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True) == Pass("websocket")
+
+
+def test_other_upgrades_are_watches_like_any() -> None:
+    """The apiserver serves a watch with ``Upgrade: h2c`` (or any other non-WebSocket upgrade)
+    as an ordinary watch, so the cache may too."""
+    ex = make_exchange("GET", "/api/v1/pods?watch=1", {"Upgrade": "h2c", "Connection": "Upgrade"}, upgrade=True)
+    assert isinstance(plan_watch(ex, protobuf=True, selectable=PODS, namespaced=True), WatchRead)
 
 
 def test_impersonation_passes_through() -> None:
