@@ -18,6 +18,7 @@ a strict xfail of that invariant only (see test_policy_corpus.py).
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,6 +201,14 @@ CASES: list[Case] = [
     create("json-charset", ctype="application/json; charset=utf-8"),
     create("json-upper-media-type", ctype="APPLICATION/JSON"),
     create("no-content-type", ctype=None),
+    create("json-space-before-params", ctype="application/json ; charset=utf-8"),
+    create("json-other-param", ctype="application/json;foo=bar"),
+    create("yaml-upper-charset", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n",
+           ctype="Application/YAML; charset=UTF-8"),
+    create("content-encoding-gzip-plain-body", headers=(("Content-Encoding", "gzip"),)),
+    create("content-encoding-identity", headers=(("Content-Encoding", "identity"),)),
+    create("content-encoding-gzip", headers=(("Content-Encoding", "gzip"),),
+           body=lambda ns, name: gzip.compress(_unknown(ns, name))),
     create("text-plain", ctype="text/plain"),
     create("apply-yaml-create", "/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=adv", method="PATCH",
            ctype=b.APPLY_YAML, body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n"),
