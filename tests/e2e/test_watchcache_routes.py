@@ -97,5 +97,24 @@ def test_the_cache_answers_no_route_the_apiserver_lacks(
             if via[0] != direct[0] or (direct[0] != 200 and via[1] != direct[1]):
                 wrong.append(f"{path}: kproxy {via[0]} {via[1][:200]!r}, apiserver {direct[0]} {direct[1][:200]!r}")
             checked += 1
+    # Namespace and name spellings the registry reads as they are (or refuses).
+    for path in (
+        "/api/v1/namespaces/a%20b/configmaps?resourceVersion=0",
+        "/api/v1/namespaces/UPPER/configmaps?resourceVersion=0",
+        "/api/v1/namespaces/%25/configmaps?resourceVersion=0",
+        "/api/v1/namespaces/x%3Fy/configmaps/z?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/configmaps/a%20b?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/configmaps/UPPER?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/configmaps/{'x' * 300}?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}%2Fconfigmaps?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/configmaps/?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/?resourceVersion=0",
+        "/api/v1/namespaces/?resourceVersion=0",
+        f"/api/v1/namespaces/{namespace}/finalize?resourceVersion=0",
+    ):
+        direct = _open(cp.server + path, ctx, False)
+        via = _open(rp.url + path, None, False)
+        if via[0] != direct[0] or (direct[0] != 200 and via[1] != direct[1]):
+            wrong.append(f"{path}: kproxy {via[0]} {via[1][:200]!r}, apiserver {direct[0]} {direct[1][:200]!r}")
     assert not wrong, "\n".join(wrong)
     assert checked > 100
