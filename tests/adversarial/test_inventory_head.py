@@ -23,6 +23,7 @@ pytestmark = pytest.mark.e2e
 LF = "kproxy's parser refuses bare LF line endings (text 400); Go's textproto reads them"
 CL_TE = "kproxy refuses Transfer-Encoding with Content-Length (400); Go reads the chunked body and drops the length"
 SAME_CL = "kproxy refuses two equal Content-Length headers (400); Go takes them as one"
+CONNECT = "kproxy refuses CONNECT with an authority-form target (400); Go reads it, the apiserver answers 403"
 
 A = b"Accept: application/json\r\nConnection: close\r\n"
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
@@ -44,6 +45,8 @@ CASES: dict[str, tuple[bytes, str | None]] = {
                                   SAME_CL),
     "chunked-and-length": (POST + CT + b"Content-Length: " + N + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
                            + f"{len(SSR):x}\r\n".encode() + SSR + b"\r\n0\r\n\r\n", CL_TE),
+    "connect-origin-form": (b"CONNECT /version HTTP/1.1\r\nHost: localhost\r\n" + A + b"\r\n", None),
+    "connect-authority-form": (b"CONNECT localhost:443 HTTP/1.1\r\nHost: localhost\r\n" + A + b"\r\n", CONNECT),
     "nul-in-value": (G + b"X-A: a\x00b\r\n" + A + b"\r\n", None),
     "cr-in-value": (G + b"X-A: a\rb\r\n" + A + b"\r\n", None),
 }  # fmt: skip
