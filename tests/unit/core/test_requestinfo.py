@@ -846,6 +846,32 @@ def test_is_connect(method: str, path: str, connect: bool) -> None:
     assert parse_request_info(method, path).is_connect is connect
 
 
+@pytest.mark.parametrize(
+    ("path", "in_path", "name_in_path"),
+    [
+        ("/api/v1/namespaces/x", False, True),  # the Namespace x: RequestInfo's namespace is its name
+        ("/api/v1/namespaces/x/status", False, True),
+        ("/api/v1/namespaces/x/namespaces/x", True, True),  # no such route: namespaces are cluster-scoped
+        ("/api/v1/namespaces/x/namespaces", True, False),
+        ("/api/v1/namespaces", False, False),
+        ("/api/v1/namespaces/x/pods", True, False),
+        ("/api/v1/namespaces/x/pods/p/log", True, True),
+        ("/api/v1/pods/p", False, True),
+        ("/api/v1/watch/namespaces/x/pods/p", True, True),
+        ("/api/v1/watch/namespaces/x", False, True),
+        ("/apis/apps/v1/namespaces/x/deployments", True, False),
+        ("/apis/apps/v1/namespaces/deployments", False, True),  # the group's resource "namespaces", named
+        ("/apis/apps/v1/deployments", False, False),
+        ("/version", False, False),
+    ],
+)
+def test_namespace_and_name_in_path(path: str, in_path: bool, name_in_path: bool) -> None:
+    """Which routes the installer registers (installer.go): ``namespaces/{ns}/{resource}`` for
+    namespaced resources only; RequestInfo's namespace alone cannot tell them apart."""
+    info = parse_request_info("GET", path)
+    assert (info.namespace_in_path, info.name_in_path) == (in_path, name_in_path)
+
+
 def test_is_watch() -> None:
     assert parse_request_info("GET", "/api/v1/pods", {"watch": "1"}).is_watch
     assert parse_request_info("GET", "/api/v1/watch/pods").is_watch
