@@ -27,6 +27,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,13 @@ STRICT = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict",
 class Row:
     peer: str
     attackers: int
+    identities: int
     samples: int
     p50: float
     p99: float
     worst: float
     victim_statuses: dict[str, int]
+    victim_failures: list[str]
     attack_statuses: dict[str, int]
     attack_errors: int
 
@@ -103,31 +106,46 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def measure(
-    peer: str, url: str, ca: str, tokens: tuple[str, str], namespace: str, attackers: int, duration: float, work: Path
+    peer: str,
+    url: str,
+    ca: str,
+    tokens: tuple[list[str], str],
+    namespace: str,
+    attackers: int,
+    duration: float,
+    work: Path,
 ) -> Row:
-    attacker, victim = tokens
-    ready = work / f"ready-{peer}-{attackers}"
-    attack = None
+    """The victim's creates while ``attackers`` connections attack, spread over the attacker
+    tokens (one process each)."""
+    attacker_tokens, victim = tokens
+    ready = work / f"ready-{peer}-{attackers}-{len(attacker_tokens)}"
+    attacks = []
     victim_args = ["--duration", str(duration), "--prefix", f"v{attackers}"]
     if attackers:
-        attack = side(
-            "attacker", url, ca, attacker, namespace,
-            "--connections", str(attackers), "--duration", str(duration + 4), "--ready", str(ready),
-        )  # fmt: skip
+        for i, token in enumerate(attacker_tokens):
+            share = attackers // len(attacker_tokens) + (i < attackers % len(attacker_tokens))
+            argv = ["--connections", str(share), "--duration", str(duration + 4), "--ready", str(ready)]
+            attacks.append(side("attacker", url, ca, token, namespace, *argv))
         victim_args += ["--ready", str(ready)]
     try:
         measured = result(side("victim", url, ca, victim, namespace, *victim_args), duration + 300)
     finally:
-        attacked = result(attack, duration + 300) if attack is not None else {"statuses": {}, "errors": 0}
+        attacked: dict[str, Any] = {"statuses": Counter(), "errors": 0}
+        for attack in attacks:
+            one = result(attack, duration + 300)
+            attacked["statuses"].update(one["statuses"])
+            attacked["errors"] += one["errors"]
     lat = measured["latencies"]
     return Row(
         peer,
         attackers,
+        len(attacker_tokens) if attackers else 0,
         len(lat),
         quantile(lat, 0.5),
         quantile(lat, 0.99),
         max(lat) if lat else float("nan"),
         measured["statuses"],
+        [f"{kind} after {seconds:.1f} s" for kind, seconds in measured["failed"]],
         attacked["statuses"],
         attacked["errors"],
     )
@@ -135,17 +153,18 @@ def measure(
 
 def table(rows: list[Row]) -> str:
     out = [
-        "| peer | attacking connections | victim creates | p50 s | p99 s | max s | victim statuses | attack answers |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| peer | attacking connections | attacking identities | victim creates | p50 s | p99 s | max s "
+        "| victim statuses | attack answers |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         attack = ", ".join(f"{k}: {v}" for k, v in sorted(r.attack_statuses.items()))
         if r.attack_errors:
             attack += f"{', ' if attack else ''}connection errors: {r.attack_errors}"
-        victims = ", ".join(f"{k}: {v}" for k, v in sorted(r.victim_statuses.items()))
+        victims = ", ".join([*(f"{k}: {v}" for k, v in sorted(r.victim_statuses.items())), *r.victim_failures])
         out.append(
-            f"| {r.peer} | {r.attackers} | {r.samples} | {r.p50:.3f} | {r.p99:.3f} | {r.worst:.3f} | {victims} | "
-            f"{attack or '-'} |"
+            f"| {r.peer} | {r.attackers} | {r.identities} | {r.samples} | {r.p50:.3f} | {r.p99:.3f} | "
+            f"{r.worst:.3f} | {victims} | {attack or '-'} |"
         )
     return "\n".join(out)
 
@@ -155,10 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=10.0, help="seconds of attack per measurement")
     p.add_argument("--attackers", default="0,8,16", help="attacking connections, comma-separated")
     p.add_argument("--peers", default="direct,kproxy")
+    p.add_argument(
+        "--identities", default="1,2", help="attacking service accounts sharing the connections, comma-separated"
+    )
     p.add_argument("--envtest-dir", type=Path, default=None)
     p.add_argument("--output", type=Path, default=None, help="also write the table (markdown) here")
     args = p.parse_args(argv)
     counts = [int(n) for n in args.attackers.split(",")]
+    args.identities = [int(n) for n in args.identities.split(",")]
     peers = args.peers.split(",")
     rows: list[Row] = []
     load_before = os.getloadavg()[0]
@@ -172,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"cannot create namespace {namespace}: {status}")
         rp: RunningProxy | None = None
         try:
-            tokens = (writer(info, namespace, "attacker"), writer(info, namespace, "victim"))
+            victim = writer(info, namespace, "victim")
+            attackers = [writer(info, namespace, f"attacker-{i}") for i in range(max(args.identities))]
             rp = start_proxy(
                 work / "kproxy",
                 info.admin_kubeconfig,
@@ -183,12 +207,13 @@ def main(argv: list[str] | None = None) -> int:
             urls = {"direct": (info.server, str(info.ca_file)), "kproxy": (rp.url, str(rp.ca_file))}
             for peer in peers:  # warm: schemas loaded, tokens reviewed
                 url, ca = urls[peer]
-                measure(peer, url, ca, tokens, namespace, 0, 1.0, work)
+                measure(peer, url, ca, ([], victim), namespace, 0, 1.0, work)
             for n in counts:
-                for peer in peers:
-                    url, ca = urls[peer]
-                    log(f"{peer}: victim under {n} attacking connections ...")
-                    rows.append(measure(peer, url, ca, tokens, namespace, n, args.duration, work))
+                for k in args.identities if n else [1]:
+                    for peer in peers:
+                        url, ca = urls[peer]
+                        log(f"{peer}: victim under {n} attacking connections of {k} identities ...")
+                        rows.append(measure(peer, url, ca, (attackers[:k], victim), namespace, n, args.duration, work))
                     log(f"  p50 {rows[-1].p50:.3f}s p99 {rows[-1].p99:.3f}s ({rows[-1].samples} creates)")
         finally:
             if rp is not None:

@@ -107,6 +107,7 @@ async def victim(args: argparse.Namespace) -> dict[str, Any]:
     errors = 0
     names: list[str] = []
     kinds: Counter[str] = Counter()
+    failed: list[tuple[str, float]] = []  # each failed create: the error, and after how long
     end = time.monotonic() + args.duration
     async with _session(args.ca, 1) as session:
         while time.monotonic() < end:
@@ -120,12 +121,20 @@ async def victim(args: argparse.Namespace) -> dict[str, Any]:
             except (TimeoutError, aiohttp.ClientError, OSError) as err:
                 errors += 1
                 kinds[type(err).__name__] += 1
+                failed.append((type(err).__name__, round(time.perf_counter() - t0, 3)))
                 continue
             latencies.append(time.perf_counter() - t0)
             if resp.status == 201:
                 names.append(name)
             await asyncio.sleep(args.interval)
-    return {"statuses": dict(statuses), "errors": errors, "kinds": dict(kinds), "latencies": latencies, "names": names}
+    return {
+        "statuses": dict(statuses),
+        "errors": errors,
+        "kinds": dict(kinds),
+        "failed": failed,
+        "latencies": latencies,
+        "names": names,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

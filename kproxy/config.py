@@ -221,6 +221,9 @@ class BodiesConfig(Strict):
     queue_total: int = Field(default=128, ge=0)
     # Time a decode waits for a worker before its 429 (APF's: the request timeout / 4).
     queue_wait: Duration = 15.0
+    # Bodies of this size and more take at most workers - 1 workers together (all callers), so a
+    # smaller body never waits behind them.
+    large_body_bytes: int = Field(default=256 << 10, ge=0)
 
 
 class LogConfig(Strict):

@@ -14,6 +14,11 @@ work of its own that callers share (decoding bodies it checks, see :mod:`kproxy.
 * a caller runs at most ``per_caller`` jobs at once, so one caller alone cannot hold every worker:
   with the defaults (two workers, one per caller) a second caller always finds a worker free while
   only one other caller is busy;
+* jobs are weighed by the size of their body, as APF weighs requests by their estimated work:
+  large ones (``large_bytes`` and more, the costly decodes: a 3 MB YAML body takes most of a
+  second) take at most ``workers - 1`` workers together, so a small body never waits behind large
+  ones, whichever callers send them, and at most that many threads compete with the event loop for
+  the interpreter at a time;
 * queues are bounded per caller and in total, and a job waits at most ``queue_wait`` (APF's is the
   request timeout / 4, 15 s); past either, the apiserver's APF answer: 429 ``Too many requests,
   please try again later.`` with ``Retry-After`` (:class:`TooManyRequests`).
@@ -125,6 +130,8 @@ class FairLimits:
     queue_total: int = 128
     #: Longest a job waits for a worker before its 429 (seconds).
     queue_wait: float = 15.0
+    #: Bodies of this size and more are large: together they take at most ``workers - 1`` workers.
+    large_bytes: int = 256 * 1024
 
 
 class _Flow:
@@ -132,7 +139,8 @@ class _Flow:
 
     def __init__(self) -> None:
         self.running = 0
-        self.waiting: deque[asyncio.Future[None]] = deque()
+        #: Each waiting job: whether it is large, and the future that starts it.
+        self.waiting: deque[tuple[bool, asyncio.Future[None]]] = deque()
 
 
 class FairPool:
@@ -146,6 +154,7 @@ class FairPool:
         #: Flows with jobs waiting, in the order they get their next turn.
         self._ring: OrderedDict[str, None] = OrderedDict()
         self.running = 0
+        self.running_large = 0
         self.waiting = 0
         self.retry_after = RetryAfter()
         self.rejected = 0
@@ -165,63 +174,77 @@ class FairPool:
         self.rejected += 1
         return TooManyRequests(self.retry_after.record())
 
-    def _free_for(self, flow: _Flow) -> bool:
+    def _free_for(self, flow: _Flow, large: bool) -> bool:
         lim = self.limits
-        return self.running < max(lim.workers, 1) and flow.running < max(min(lim.per_caller, lim.workers), 1)
+        workers = max(lim.workers, 1)
+        if self.running >= workers or flow.running >= max(min(lim.per_caller, workers), 1):
+            return False
+        return not large or self.running_large < max(workers - 1, 1)
 
-    async def acquire(self, key: str) -> None:
+    def _start(self, flow: _Flow, large: bool) -> None:
+        flow.running += 1
+        self.running += 1
+        self.running_large += large
+
+    async def acquire(self, key: str, size: int = 0) -> bool:
+        """Wait for a worker for a job on a body of ``size`` bytes; returns whether it counts as
+        large (pass it back to :meth:`release`)."""
         lim = self.limits
+        large = size >= lim.large_bytes
         flow = self._flow(key)
-        if not flow.waiting and self._free_for(flow):
-            flow.running += 1
-            self.running += 1
-            return
+        if not flow.waiting and self._free_for(flow, large):
+            self._start(flow, large)
+            return large
         if len(flow.waiting) >= lim.queue_per_caller or self.waiting >= lim.queue_total:
             self._forget(key, flow)
             raise self._reject()
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        flow.waiting.append(turn)
+        entry = (large, turn)
+        flow.waiting.append(entry)
         self.waiting += 1
         self._ring.setdefault(key, None)
         try:
             await asyncio.wait_for(asyncio.shield(turn), lim.queue_wait if lim.queue_wait > 0 else None)
         except BaseException as err:
             if turn.done() and not turn.cancelled():
-                self.release(key)  # granted as it timed out or was cancelled: hand the slot on
+                self.release(key, large)  # granted as it timed out or was cancelled: hand the slot on
             else:
                 turn.cancel()
-                flow.waiting.remove(turn)
+                flow.waiting.remove(entry)
                 self.waiting -= 1
                 if not flow.waiting:
                     self._ring.pop(key, None)
                 self._forget(key, flow)
+                self._dispatch()  # a large job leaving may let a small one behind it in
             if isinstance(err, TimeoutError):
                 raise self._reject() from None
             raise
+        return large
 
-    def release(self, key: str) -> None:
+    def release(self, key: str, large: bool = False) -> None:
         flow = self._flows[key]
         flow.running -= 1
         self.running -= 1
+        self.running_large -= large
         self._forget(key, flow)
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """Give free slots to waiting jobs, one per caller per round, in ring order."""
+        """Give free slots to waiting jobs, one per caller per round, in ring order (a caller
+        whose next job cannot start yet keeps its place)."""
         while self.running < max(self.limits.workers, 1) and self._ring:
             for key in self._ring:
                 flow = self._flows[key]
-                if self._free_for(flow):
+                if self._free_for(flow, flow.waiting[0][0]):
                     break
             else:
-                return  # every caller with work waiting is at its own limit
-            turn = flow.waiting.popleft()
+                return  # every caller with work waiting is at its own limit, or only large jobs wait
+            large, turn = flow.waiting.popleft()
             self.waiting -= 1
             self._ring.pop(key)
             if flow.waiting:
                 self._ring[key] = None  # its next job waits for everyone else's turn
-            flow.running += 1
-            self.running += 1
+            self._start(flow, large)
             turn.set_result(None)
 
 

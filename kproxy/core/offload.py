@@ -6,10 +6,10 @@ on the event loop, that would stall every other request of the process. Small bo
 in place (the thread hop would cost more than the work); larger ones on a worker thread. The
 workers are shared by every caller through a :class:`kproxy.core.fairness.FairPool`: each caller
 has its own bounded queue, a freed worker goes to the next caller in turn, one caller runs at most
-``per_caller`` decodes at once, and a full queue (or a wait past ``queue_wait``) is answered with
-the apiserver's APF 429. A stream of hostile bodies from one caller costs CPU, not other callers'
-turns. A worker thread holds the GIL only between the interpreter's switch points
-(``sys.getswitchinterval()``, 5 ms), so the loop keeps running.
+``per_caller`` decodes at once, large bodies never take every worker, and a full queue (or a wait
+past ``queue_wait``) is answered with the apiserver's APF 429. A stream of hostile bodies from one
+caller costs CPU, not other callers' turns. A worker thread holds the GIL only between the
+interpreter's switch points (set to :data:`SWITCH_INTERVAL`, 1 ms), so the loop keeps running.
 
 The server installs the pool with its configured limits (``bodies:`` in the config,
 :func:`install`); without one (unit tests, tools) a pool with the default limits is made.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -35,12 +36,20 @@ T = TypeVar("T")
 #: Bodies up to this size are decoded on the loop (a few milliseconds at worst).
 INLINE_BYTES = 8 * 1024
 
+#: The interpreter's switch interval while bodies are decoded on threads (seconds).
+SWITCH_INTERVAL = 0.001
+
 #: ``ctx.services`` key of the process's one body-work pool.
 SERVICE = "kproxy.core.offload.body_work"
 
 
 def install(ctx: FilterContext, limits: FairLimits) -> FairPool:
     """Set the body-work pool's limits (made now, or the running one updated on a reload)."""
+    # A decode thread holds the interpreter until the loop has asked for it for a whole switch
+    # interval: each of the loop's wake-ups (a socket ready, a TLS record) may wait that long, so a
+    # request through a busy kproxy pays it dozens of times. 1 ms instead of Python's 5 halved a
+    # victim's write latency under a flood of costly bodies (benchmarks/results-fairness.md).
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     current = ctx.services.get(SERVICE)
     if isinstance(current, FairPool):
         current.limits = limits
@@ -64,19 +73,19 @@ async def run_body_work(
         return fn(*args)
     shared = pool(ctx)
     key = flow_of(ctx, ex)
-    await shared.acquire(key)
+    large = await shared.acquire(key, size)
     try:
         work = asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
     except BaseException:
-        shared.release(key)
+        shared.release(key, large)
         raise
     # The slot is the thread's until the work ends, even if the caller leaves first (a thread
     # cannot be stopped): its worker is not free before.
-    work.add_done_callback(functools.partial(_done, shared, key))
+    work.add_done_callback(functools.partial(_done, shared, key, large))
     return await asyncio.shield(work)
 
 
-def _done(shared: FairPool, key: str, work: asyncio.Future[object]) -> None:
-    shared.release(key)
+def _done(shared: FairPool, key: str, large: bool, work: asyncio.Future[object]) -> None:
+    shared.release(key, large)
     if not work.cancelled():
         work.exception()  # retrieved: a caller that left does not leave an unread error behind

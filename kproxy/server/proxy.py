@@ -703,7 +703,9 @@ def _budget_limits(cfg: BodiesConfig) -> BudgetLimits:
 
 
 def _fair_limits(cfg: BodiesConfig) -> FairLimits:
-    return FairLimits(cfg.workers, cfg.workers_per_caller, cfg.queue_per_caller, cfg.queue_total, cfg.queue_wait)
+    return FairLimits(
+        cfg.workers, cfg.workers_per_caller, cfg.queue_per_caller, cfg.queue_total, cfg.queue_wait, cfg.large_body_bytes
+    )
 
 
 _NO_BODY = BytesBody(b"")

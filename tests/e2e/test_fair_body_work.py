@@ -34,11 +34,13 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 STRICT = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict", "match": {"namespaces": ["fair-*"]}}]}]
 
-#: The victim's create p99 under 8 attackers of one identity. With the fair pool the victim never
-#: waits for a worker (the attacker holds at most one of two), so its create costs its own decode
-#: (well under 10 ms for 20 KiB of JSON, slowed by sharing the interpreter with one attacker decode)
-#: plus the apiserver's write; the rest is the event loop reading the attack's bytes. Before, it
-#: queued behind every attack body (0.7 s each on these cores): 12-17 s.
+#: The victim's create p99 under 8 attacking connections of two identities. With the fair pool the
+#: victim never waits for a worker (large bodies, whoever sends them, hold at most one of the two),
+#: so its create costs its own decode (under 10 ms for 20 KiB of JSON), each of the event loop's
+#: wake-ups waiting at most one switch interval (1 ms) for the one attack decode to yield the
+#: interpreter, and the apiserver's write: well under a second even on two busy cores (0.5-1.2 s
+#: measured with the machine loaded 3x, benchmarks/results-fairness.md). Before, it queued behind
+#: every attack body (0.7 s each alone): 12-17 s, or no answer within the 32 s head deadline.
 VICTIM_P99_BOUND = 2.0
 
 TIMEOUT_STATUS = {
@@ -132,20 +134,25 @@ def _configmaps(cp: ControlPlaneInfo, namespace: str) -> list[str]:
 def test_a_flooding_writer_does_not_delay_another_callers_strict_create(
     control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], ns: str, tmp_path: Path
 ) -> None:
-    """Eight connections of one service account loop on 3 MB YAML bodies with an unknown field
+    """Eight connections of two service accounts loop on 3 MB YAML bodies with an unknown field
     (kproxy's own Strict 400); another service account's 20 KiB Strict creates keep a p99 under
     :data:`VICTIM_P99_BOUND` and are all persisted; no attack object is."""
-    attacker, victim = _writer(control_plane, ns, "attacker"), _writer(control_plane, ns, "victim")
+    attackers = [_writer(control_plane, ns, "attacker-a"), _writer(control_plane, ns, "attacker-b")]
+    victim = _writer(control_plane, ns, "victim")
     rp = proxy_factory(credentials="forward", tls=True, extra={"filters": STRICT})
     _warm(rp, victim, ns)
 
     ready = tmp_path / "attack-under-way"
-    attack = _load("attacker", rp, attacker, ns, "--connections", "8", "--duration", "12", "--ready", str(ready))
+    attacks = [
+        _load("attacker", rp, token, ns, "--connections", "4", "--duration", "12", "--ready", str(ready))
+        for token in attackers
+    ]
     try:
         measured = _result(_load("victim", rp, victim, ns, "--duration", "8", "--ready", str(ready)), 90)
     finally:
-        attacked = _result(attack, 90)
-    assert attacked["statuses"].get("400", 0) >= 5, attacked  # the attack ran: kproxy's Strict 400s
+        attacked = [_result(attack, 90) for attack in attacks]
+    for one in attacked:
+        assert one["statuses"].get("400", 0) >= 3, attacked  # the attack ran: kproxy's Strict 400s
     assert set(measured["statuses"]) == {"201"} and measured["errors"] == 0, measured
     latencies = measured["latencies"]
     assert len(latencies) >= 10, measured

@@ -92,3 +92,18 @@ async def test_budget_bounds_bytes_per_caller_and_in_total() -> None:
     a.close()
     await asyncio.wait_for(later, 1)
     assert budget.held == 7
+
+
+async def test_a_small_body_never_waits_behind_large_ones() -> None:
+    """Two callers' large bodies take one worker between them; the other stays free for small ones."""
+    pool = FairPool(FairLimits(workers=2, per_caller=1, queue_per_caller=10, large_bytes=100))
+    assert await pool.acquire("a", 1000) is True
+    second = asyncio.ensure_future(pool.acquire("b", 1000))
+    await asyncio.sleep(0)
+    assert not second.done()  # large bodies hold at most workers - 1
+    assert await asyncio.wait_for(pool.acquire("victim", 10), 0.1) is False
+    pool.release("victim", False)
+    pool.release("a", True)
+    assert await asyncio.wait_for(second, 0.1) is True  # b's turn comes when a's large body is done
+    pool.release("b", True)
+    assert pool.running == pool.running_large == pool.waiting == 0
