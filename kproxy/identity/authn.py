@@ -46,6 +46,7 @@ from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, internal_error, unauthorized
 from kproxy.gocompat.strings import equal_fold, raw_url_decode, to_lower, trim_space
 from kproxy.gocompat.utf8 import replaced
+from kproxy.identity.impersonation_headers import impersonated
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.identity.ttlcache import TTLCache
 
@@ -324,7 +325,9 @@ class Authenticator:
         """Set and return ``ex.identity`` (kept if already set).
 
         Raises ``StatusError``: the apiserver's 401 for a token it rejects; a 500 Status when the
-        apiserver cannot be asked (kproxy never guesses an identity).
+        apiserver cannot be asked (kproxy never guesses an identity). The caller's own
+        ``Impersonate-*`` headers (``proxy``, ``forward``: they go upstream) make it the identity
+        the apiserver acts as (``kproxy.identity.impersonation_headers``; its 400 for malformed ones).
         """
         if ex.identity is not None:
             return ex.identity
@@ -335,6 +338,8 @@ class Authenticator:
                 identity, _ = await self.authenticate_request(ex.headers, str(ex.client or ""))
         except TokenReviewError as err:
             raise _review_failed(err) from err
+        if self.ctx.credentials in ("proxy", "forward"):
+            identity = impersonated(ex.headers, identity)
         ex.identity = identity
         return identity
 

@@ -6,12 +6,6 @@ hole is open and turns red (an unexpected pass) the day it is closed: then drop 
 The verdict is always the apiserver's: a SelfSubjectReview sent straight to it and through
 kproxy, and what it persisted.
 
-- ``test_impersonation_headers_decide_whom_rules_match``: in ``proxy`` and ``forward`` modes a
-  caller's own ``Impersonate-*`` headers go upstream (the apiserver then acts as the
-  impersonated user, after checking the caller may impersonate: staging/src/k8s.io/apiserver/
-  pkg/endpoints/filters/impersonation.go), but kproxy's policy rules match the identity before
-  impersonation: a dryrun rule naming the impersonated user does not apply, and the write is
-  persisted as that user.
 - ``test_certificate_groups_are_the_apiservers``: the x509 caller's ``system:authenticated``
   group is added as the apiserver's AuthenticatedGroupAdder adds it
   (staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go): not to
@@ -25,6 +19,13 @@ kproxy, and what it persisted.
 
 Closed holes keep their test here, unmarked:
 
+- ``test_impersonation_headers_decide_whom_rules_match``: in ``proxy`` and ``forward`` modes a
+  caller's own ``Impersonate-*`` headers go upstream (the apiserver then acts as the
+  impersonated user, after checking the caller may impersonate: staging/src/k8s.io/apiserver/
+  pkg/endpoints/filters/impersonation/), but kproxy's policy rules matched the identity before
+  impersonation: a dryrun rule naming the impersonated user did not apply, and the write was
+  persisted as that user. The rules now match the identity the apiserver acts as
+  (kproxy/identity/impersonation_headers.py; more in test_inventory_impersonation.py).
 - ``test_a_callers_certificate_cannot_become_a_control_plane_service_account``: a certificate
   from the callers' CA naming a kube-system controller's service account was impersonated; the
   bootstrap policy gives those service accounts cluster-wide powers (the garbage collector reads
@@ -103,11 +104,6 @@ def impersonator(control_plane: ControlPlaneInfo, namespace: str) -> str:
     return token
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: policy rules match the caller before its own Impersonate-* headers; the apiserver "
-    "acts as the impersonated user",
-)
 @pytest.mark.parametrize("mode", ["forward", "proxy"])
 def test_impersonation_headers_decide_whom_rules_match(
     mode: str,

@@ -62,6 +62,7 @@ from kproxy.filters.validation.validator import Outcome, validate_body
 from kproxy.gocompat.url import TooManyQueryParams, with_param
 from kproxy.identity.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.identity.authn import authenticator
+from kproxy.identity.impersonation_headers import asks_impersonation
 from kproxy.identity.policy import Rule, created_namespace, creates_namespace, first_match_lazy
 
 if TYPE_CHECKING:
@@ -442,6 +443,10 @@ class Validation(FilterBase):
 
     async def _authorized(self, ex: Exchange) -> bool:
         assert self.ctx is not None and self.access is not None
+        if self.ctx.credentials != "impersonate" and asks_impersonation(ex.headers):
+            # The apiserver first checks that the caller may impersonate (filters/impersonation/);
+            # a review of the impersonated identity alone does not show the write allowed.
+            return False
         try:
             identity = await authenticator(self.ctx).identify(ex)
         except StatusError:
