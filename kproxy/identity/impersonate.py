@@ -65,6 +65,7 @@ impersonation and the aggregator's ``X-Remote-Extra-`` headers.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -77,8 +78,18 @@ from kproxy.core.outage import NoAnswer, upstream_failed
 from kproxy.core.status import StatusError, forbidden, internal_error, unauthorized
 from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
+from kproxy.identity.certname import certificate_subject
 
 AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS_USER = "system:anonymous"
+#: ``user.CredentialIDKey`` (staging/src/k8s.io/apiserver/pkg/authentication/user/user.go).
+CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+# Attribute types (OIDs, as tuples): commonName, organizationName (src/crypto/x509/pkix/pkix.go
+# FillFromRDNSequence), and the Kubernetes user uid (k8s.io/apimachinery/pkg/apis/asn1/oid.go).
+_OID_CN = (2, 5, 4, 3)
+_OID_O = (2, 5, 4, 10)
+_OID_UID = (1, 3, 6, 1, 4, 1, 57683, 2)
 STRIPPED_WARNING = (
     '299 - "kproxy (credentials: impersonate) removed the Impersonate-* headers of this request: '
     'it acts as the caller it authenticated"'
@@ -181,6 +192,11 @@ def impersonation_headers(identity: Identity) -> list[tuple[str, str]]:
     Raises :class:`UnrepresentableIdentity` for an identity they cannot name exactly."""
     if not identity.user:
         raise UnrepresentableIdentity("the user name is empty")
+    if identity.user == ANONYMOUS_USER and UNAUTHENTICATED not in identity.groups:
+        # The impersonation filter adds system:unauthenticated to an impersonated system:anonymous
+        # (staging/src/k8s.io/apiserver/pkg/endpoints/filters/impersonation/mode.go): no header
+        # can name this user without that group's rights.
+        raise UnrepresentableIdentity("the user system:anonymous without the group system:unauthenticated")
     out = [("Impersonate-User", _representable(identity.user, "the user name"))]
     if identity.uid:
         out.append(("Impersonate-Uid", _representable(identity.uid, "the uid")))
@@ -202,9 +218,13 @@ def strip_impersonation(headers: CIMultiDict[str]) -> None:
 
 
 def identity_from_peercert(peercert: Any) -> Identity | None:
-    """The apiserver's x509 user for a verified client certificate (``ssl`` ``getpeercert()``)."""
+    """The apiserver's x509 user for a verified client certificate: its DER (``ssl``
+    ``getpeercert(binary_form=True)``, :func:`identity_from_certificate`), or the decoded form
+    ``getpeercert()`` gives (user and groups only)."""
     if not peercert:
         return None
+    if isinstance(peercert, (bytes, bytearray)):
+        return identity_from_certificate(bytes(peercert))
     user = ""
     groups: list[str] = []
     for rdn in peercert.get("subject", ()):
@@ -215,9 +235,55 @@ def identity_from_peercert(peercert: Any) -> Identity | None:
                 groups.append(value)
     if not user:
         return None  # the x509 authenticator refuses a certificate without a Common Name
-    if AUTHENTICATED not in groups:
-        groups.append(AUTHENTICATED)
-    return Identity(user=user, groups=tuple(groups))
+    return Identity(user=user, groups=authenticated_groups(user, groups))
+
+
+def authenticated_groups(user: str, groups: Sequence[str]) -> tuple[str, ...]:
+    """The groups after the apiserver's ``AuthenticatedGroupAdder`` (staging/src/k8s.io/apiserver/
+    pkg/authentication/group/authenticated_group_adder.go): ``system:authenticated`` appended
+    unless the user is ``system:anonymous`` or a group is ``system:authenticated`` or
+    ``system:unauthenticated``."""
+    if user == ANONYMOUS_USER or AUTHENTICATED in groups or UNAUTHENTICATED in groups:
+        return tuple(groups)
+    return (*groups, AUTHENTICATED)
+
+
+def identity_from_certificate(der: bytes) -> Identity | None:
+    """The x509 authenticator's user for a verified certificate (``CommonNameUserConversion``,
+    staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go), then the
+    ``AuthenticatedGroupAdder``: the user the subject's last Common Name, the groups its
+    Organizations in order, the uid its one ``1.3.6.1.4.1.57683.2`` attribute (the
+    ``AllowParsingUserUIDFromCertAuth`` feature, on by default), the extra
+    ``authentication.kubernetes.io/credential-id: X509SHA256=<hex SHA-256 of the DER>``. None
+    without a Common Name (the authenticator names no one). Raises :class:`UnrepresentableIdentity`
+    where the apiserver never gets that far: a name Go's parser refuses (its TLS handshake fails,
+    src/crypto/x509/parser.go ``parseName``), two uids or an empty one (x509.go ``parseUIDFromCert``)."""
+    try:
+        subject = certificate_subject(der)
+    except ValueError as err:
+        raise UnrepresentableIdentity(f"Go cannot read the certificate: {err}") from None
+    user = ""
+    groups: list[str] = []
+    uids: list[str] = []
+    for oid, value in subject:
+        if oid == _OID_CN:
+            user = value
+        elif oid == _OID_O:
+            groups.append(value)
+        elif oid == _OID_UID:
+            uids.append(value)
+    if not user:
+        return None
+    if len(uids) > 1:
+        raise UnrepresentableIdentity("the certificate names more than one uid")
+    if uids and not uids[0]:
+        raise UnrepresentableIdentity("the certificate's uid is empty")
+    return Identity(
+        user=user,
+        groups=authenticated_groups(user, groups),
+        uid=uids[0] if uids else "",
+        extra={CREDENTIAL_ID: ("X509SHA256=" + hashlib.sha256(der).hexdigest(),)},
+    )
 
 
 class CallerAuthenticator:
@@ -241,7 +307,10 @@ class CallerAuthenticator:
         kproxy cannot name in headers (``UnrepresentableIdentity``); if the apiserver cannot be
         reached, the outage answer (``kproxy.core.outage``), and a 500 if it answered the review
         with an error (kproxy never guesses an identity)."""
-        identity = identity_from_peercert(peercert)
+        try:
+            identity = identity_from_peercert(peercert)
+        except UnrepresentableIdentity as err:
+            raise err.status() from None
         if identity is None:
             try:
                 identity, by_protocol = await self.tokens.authenticate_request(ex.headers, source=_source(ex))

@@ -430,7 +430,9 @@ class ProxyServer:
         gets the apiserver's answer, and no filter sees the request."""
         assert self.callers is not None
         transport = request.transport
-        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        tls = transport.get_extra_info("ssl_object") if transport is not None else None
+        # The DER: the apiserver's user for it needs its bytes (kproxy.identity.certname, credential id).
+        peercert = tls.getpeercert(binary_form=True) if tls is not None else None
         try:
             await self.callers.identify(ex, peercert)
         except StatusError as err:

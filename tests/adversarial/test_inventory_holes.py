@@ -159,15 +159,20 @@ def _both_ways(
     return direct, via
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: kproxy adds system:authenticated to every certificate caller; the apiserver's "
-    "AuthenticatedGroupAdder skips system:anonymous and callers in system:unauthenticated",
-)
+def _leaf(cp: ControlPlaneInfo, cn: str, orgs: tuple[str, ...]) -> certs.CertKey:
+    name = x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs),
+                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # fmt: skip
+    return client_cert(apiserver_client_ca(cp), name, CLIENT_AUTH)
+
+
 @pytest.mark.parametrize(
     "cn,orgs",
-    [("inv-unauth", ("system:unauthenticated",)), ("system:anonymous", ("inv-g",)), ("system:anonymous", ())],
-    ids=["o-system-unauthenticated", "cn-system-anonymous", "cn-system-anonymous-no-o"],
+    [
+        ("inv-unauth", ("system:unauthenticated",)),
+        ("inv-authd", ("system:authenticated", "inv-g")),
+        ("inv-g", ("inv-g",)),
+    ],
+    ids=["o-system-unauthenticated", "o-system-authenticated", "plain"],
 )
 def test_certificate_groups_are_the_apiservers(
     cn: str,
@@ -176,20 +181,35 @@ def test_certificate_groups_are_the_apiservers(
     control_plane: ControlPlaneInfo,
     tmp_path: Path,
 ) -> None:
-    name = x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])  # fmt: skip
-    leaf = client_cert(apiserver_client_ca(control_plane), name, CLIENT_AUTH)
+    leaf = _leaf(control_plane, cn, orgs)
     direct, via = _both_ways(control_plane, imp_apiserver_ca, leaf, tmp_path, [])
     # SelfSubjectReview is refused to a caller without system:authenticated (system:basic-user);
     # the apiserver's verdict on the groups is then its 403 itself.
     assert via.who() == direct.who(), f"through kproxy {via}, directly {direct}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: kproxy's impersonation of a certificate caller omits the apiserver's "
-    "authentication.kubernetes.io/credential-id extra (X509SHA256=...)",
-)
+@pytest.mark.parametrize("orgs", [("inv-g",), ()], ids=["cn-system-anonymous", "cn-system-anonymous-no-o"])
+def test_a_certificate_naming_system_anonymous_gets_no_more_than_directly(
+    orgs: tuple[str, ...], imp_apiserver_ca: RunningProxy, control_plane: ControlPlaneInfo, tmp_path: Path
+) -> None:
+    """Directly, the certificate's caller is ``system:anonymous`` in its groups alone (the
+    AuthenticatedGroupAdder adds nothing to that user), so it may not even read ``/version``
+    (granted to system:authenticated and system:unauthenticated). An impersonated
+    ``system:anonymous`` always gets ``system:unauthenticated`` from the impersonation filter, so
+    kproxy cannot name this caller exactly and refuses it (401: stricter, never more)."""
+    leaf = _leaf(control_plane, "system:anonymous", orgs)
+    assert imp_apiserver_ca.ca_file is not None
+    version = request_bytes("GET", "/version", [("Accept", "application/json")])
+    direct = exchange(
+        Endpoint("127.0.0.1", control_plane.apiserver_port, tls_with(leaf, control_plane.ca_file, tmp_path / "d")),
+        version,
+    )
+    via = exchange(Endpoint.from_url(imp_apiserver_ca.url, tls_with(leaf, imp_apiserver_ca.ca_file, tmp_path / "v")),
+                   version)  # fmt: skip
+    assert direct.status == 403, direct.short()
+    assert via.status == 401, f"through kproxy {via.short()}"
+
+
 def test_certificate_callers_carry_the_apiservers_credential_id(
     imp_apiserver_ca: RunningProxy, control_plane: ControlPlaneInfo, tmp_path: Path
 ) -> None:

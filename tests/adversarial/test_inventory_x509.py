@@ -60,10 +60,8 @@ def _s(
     return tuple((a[0], a[1], a[2] if len(a) == 3 else None) for a in attrs)
 
 
-GO_PARSER = (
-    "HOLE (low): Go's x509 parser refuses this string type (parseASN1String), so the apiserver's TLS handshake "
-    "fails; OpenSSL reads it and kproxy impersonates its CN"
-)
+#: The Kubernetes user uid attribute (k8s.io/apimachinery/pkg/apis/asn1/oid.go ``X509UID``).
+UID = x509.ObjectIdentifier("1.3.6.1.4.1.57683.2")
 
 CASES = [
     CertCase("plain", _s((ORG, "inv-g1"), (CN, "inv-plain"))),
@@ -78,7 +76,11 @@ CASES = [
     CertCase("t61string-cn", _s((CN, "inv-t61", _ASN1Type.T61String))),
     CertCase("ia5string-o", _s((ORG, "inv-ia5", _ASN1Type.IA5String), (CN, "inv-ia5"))),
     CertCase("printablestring-cn-valid", _s((CN, "inv-printable", _ASN1Type.PrintableString))),
-    CertCase("universalstring-cn", _s((CN, "inv-universal", _ASN1Type.UniversalString)), known=GO_PARSER),
+    CertCase("universalstring-cn", _s((CN, "inv-universal", _ASN1Type.UniversalString))),
+    CertCase("universalstring-l", _s((NameOID.LOCALITY_NAME, "inv-l", _ASN1Type.UniversalString), (CN, "inv-ul"))),
+    CertCase("uid", _s((ORG, "inv-g1"), (CN, "inv-uid"), (UID, "inv-uid-1234"))),
+    CertCase("two-uids", _s((CN, "inv-uids"), (UID, "a"), (UID, "b"))),
+    CertCase("empty-uid", _s((CN, "inv-uid-empty"), (UID, ""))),
     CertCase("no-eku", _s((CN, "inv-noeku")), ekus=None),
     CertCase("eku-client-and-server", _s((CN, "inv-both")),
              ekus=(ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)),
@@ -132,9 +134,8 @@ def test_certificate_callers_are_who_the_apiserver_says(
     )
     assert imp_apiserver_ca.proc.poll() is None, "kproxy exited"
     if _accepted(direct):
-        # The same caller: user and groups (the apiserver adds a credential-id extra of its own
-        # to a certificate caller; see test_inventory_holes.py).
-        assert via.who() == direct.who(), (via, direct)
+        # The same caller: user, groups, uid and extras (the credential id).
+        assert (via.who(), via.uid, via.extra) == (direct.who(), direct.uid, direct.extra), (via, direct)
     else:
         # The apiserver takes no identity from this certificate: neither may kproxy.
         assert not _accepted(via), (via, direct)
