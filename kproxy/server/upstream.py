@@ -28,6 +28,7 @@ from kproxy.core.chain import Body, BytesBody, Exchange, Reply, StreamBody
 from kproxy.core.outage import NoAnswer, upstream_failed
 from kproxy.core.status import StatusError, internal_error
 from kproxy.gocompat.httpguts import valid_header_field_value
+from kproxy.gocompat.strings import to_lower
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.kubeconfig import UpstreamTarget
@@ -44,6 +45,30 @@ _SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UPSTREAM_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError, OSError)
 
 Mode = Literal["proxy", "forward", "impersonate"]
+
+#: The request-header (front proxy) authenticator's default header names
+#: (--requestheader-username-headers, --requestheader-uid-headers, --requestheader-group-headers,
+#: --requestheader-extra-headers-prefix as kubeadm and most clusters set them).
+FRONT_PROXY_HEADERS = ("x-remote-user", "x-remote-uid", "x-remote-group")
+FRONT_PROXY_PREFIXES = ("x-remote-extra-",)
+
+
+def strip_front_proxy_headers(headers: CIMultiDict[str]) -> None:
+    """Remove the caller's front-proxy identity headers, in every mode and spelling.
+
+    The apiserver's request-header authenticator (staging/src/k8s.io/apiserver/pkg/authentication/
+    request/headerrequest/requestheader.go) names the caller from them on a connection whose client
+    certificate its request-header CA verifies; it runs before every other authenticator. Should
+    kproxy's own certificate be such a one, a caller's headers would name anyone. Go reads the
+    names through ``Header.Get`` (ASCII case-insensitive) and the extra prefix through
+    ``strings.ToLower``; both are matched here with Go's ``ToLower``."""
+    for name in {k for k in headers if _front_proxy_name(k)}:
+        headers.popall(name)
+
+
+def _front_proxy_name(name: str) -> bool:
+    lowered = to_lower(name)
+    return lowered in FRONT_PROXY_HEADERS or lowered.startswith(FRONT_PROXY_PREFIXES)
 
 
 class Upstream:
@@ -127,6 +152,7 @@ class Upstream:
         """The headers sent upstream: the exchange's own (already end-to-end, see the server),
         completed in place with the credentials of the mode and X-Forwarded-For."""
         headers = ex.headers
+        strip_front_proxy_headers(headers)
         if self.mode != "forward":
             headers.popall("Authorization", None)
             auth = await self.own_auth_header()

@@ -6,19 +6,18 @@ hole is open and turns red (an unexpected pass) the day it is closed: then drop 
 The verdict is always the apiserver's: a SelfSubjectReview sent straight to it and through
 kproxy, and what it persisted.
 
-- ``test_certificate_groups_are_the_apiservers``: the x509 caller's ``system:authenticated``
-  group is added as the apiserver's AuthenticatedGroupAdder adds it
-  (staging/src/k8s.io/apiserver/pkg/authentication/group/authenticated_group_adder.go): not to
-  ``system:anonymous``, not when the certificate names ``system:unauthenticated``. kproxy adds it
-  whenever it is missing, so such a caller gets ``system:authenticated``'s rights through kproxy
-  and not directly.
-- ``test_certificate_callers_carry_the_apiservers_credential_id``: the apiserver gives an x509
-  caller the extra ``authentication.kubernetes.io/credential-id: X509SHA256=<hex of the
-  certificate's SHA-256>`` (audit, and authorizers or admission policies reading extras);
-  kproxy's impersonation omits it.
+(None open at the moment.)
 
 Closed holes keep their test here, unmarked:
 
+- ``test_certificate_groups_are_the_apiservers``: the x509 caller's ``system:authenticated``
+  group was added to every certificate caller; it is now added as the apiserver's
+  AuthenticatedGroupAdder adds it (staging/src/k8s.io/apiserver/pkg/authentication/group/
+  authenticated_group_adder.go). ``test_a_certificate_naming_system_anonymous_gets_no_more_than_directly``:
+  such a certificate is refused, since an impersonated ``system:anonymous`` always gets
+  ``system:unauthenticated``.
+- ``test_certificate_callers_carry_the_apiservers_credential_id``: the apiserver's
+  ``authentication.kubernetes.io/credential-id: X509SHA256=<hex>`` extra was missing.
 - ``test_impersonation_headers_decide_whom_rules_match``: in ``proxy`` and ``forward`` modes a
   caller's own ``Impersonate-*`` headers go upstream (the apiserver then acts as the
   impersonated user, after checking the caller may impersonate: staging/src/k8s.io/apiserver/
