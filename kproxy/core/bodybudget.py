@@ -49,6 +49,7 @@ class BodyBudget:
         self.held = 0
         self._by_caller: dict[str, int] = {}
         self._waiting: deque[tuple[str, int, asyncio.Future[None]]] = deque()
+        self._waiting_for: dict[str, int] = {}
         self.retry_after = RetryAfter()
         self.rejected = 0
 
@@ -68,12 +69,15 @@ class BodyBudget:
         itself is let through when nothing else is held (the request-size limit bounds it)."""
         if n <= 0:
             return
-        if (not self._waiting and self._fits(key, n)) or (self.held == 0 and not self._waiting):
+        # A body that fits goes in at once, unless its own caller has bodies waiting (they go
+        # first): another caller's bodies waiting for bytes do not hold it up.
+        if not self._waiting_for.get(key) and (self._fits(key, n) or (self.held == 0 and not self._waiting)):
             self._take(key, n)
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entry = (key, n, turn)
         self._waiting.append(entry)
+        self._waiting_for[key] = self._waiting_for.get(key, 0) + 1
         try:
             await asyncio.wait_for(asyncio.shield(turn), self.limits.wait)
         except BaseException as err:
@@ -82,6 +86,7 @@ class BodyBudget:
             else:
                 turn.cancel()
                 self._waiting.remove(entry)
+                self._unwait(key)
                 self._grant()  # a big body leaving the line may let smaller ones behind it in
             if isinstance(err, TimeoutError):
                 self.rejected += 1
@@ -99,13 +104,27 @@ class BodyBudget:
             self._by_caller.pop(key, None)
         self._grant()
 
+    def _unwait(self, key: str) -> None:
+        left = self._waiting_for[key] - 1
+        if left:
+            self._waiting_for[key] = left
+        else:
+            del self._waiting_for[key]
+
     def _grant(self) -> None:
+        """Let in the waiting bodies that now fit, each caller's in its order."""
+        blocked: set[str] = set()
         for entry in list(self._waiting):
             key, n, turn = entry
+            if key in blocked:
+                continue
             if self._fits(key, n) or self.held == 0:
                 self._waiting.remove(entry)
+                self._unwait(key)
                 self._take(key, n)
                 turn.set_result(None)
+            else:
+                blocked.add(key)
 
     def lease(self, key: str) -> Lease:
         return Lease(self, key)

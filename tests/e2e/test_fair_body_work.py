@@ -35,13 +35,14 @@ REPO = Path(__file__).resolve().parents[2]
 STRICT = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict", "match": {"namespaces": ["fair-*"]}}]}]
 
 #: The victim's create p99 under 8 attacking connections of two identities. With the fair pool the
-#: victim never waits for a worker (large bodies, whoever sends them, hold at most one of the two),
-#: so its create costs its own decode (under 10 ms for 20 KiB of JSON), each of the event loop's
-#: wake-ups waiting at most one switch interval (1 ms) for the one attack decode to yield the
-#: interpreter, and the apiserver's write: well under a second even on two busy cores (0.5-1.2 s
-#: measured with the machine loaded 3x, benchmarks/results-fairness.md). Before, it queued behind
-#: every attack body (0.7 s each alone): 12-17 s, or no answer within the 32 s head deadline.
-VICTIM_P99_BOUND = 2.0
+#: victim never waits for a worker (large bodies, whoever sends them, hold at most one of the two)
+#: nor for body bytes (the attackers' bodies waiting for theirs do not hold up its own), so its
+#: create costs its own decode (under 10 ms for 20 KiB of JSON), each of the event loop's wake-ups
+#: waiting at most one switch interval (1 ms) for the one attack decode to yield the interpreter,
+#: and the apiserver's write: 0.1-0.25 s measured on two cores loaded 2x by other work
+#: (benchmarks/results-fairness.md), 0.04 s unattacked. Before, it queued behind every attack body
+#: (0.7 s each alone): 12-17 s, or no answer within the 32 s head deadline.
+VICTIM_P99_BOUND = 1.0
 
 TIMEOUT_STATUS = {
     "kind": "Status",
@@ -134,9 +135,11 @@ def _configmaps(cp: ControlPlaneInfo, namespace: str) -> list[str]:
 def test_a_flooding_writer_does_not_delay_another_callers_strict_create(
     control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], ns: str, tmp_path: Path
 ) -> None:
-    """Eight connections of two service accounts loop on 3 MB YAML bodies with an unknown field
-    (kproxy's own Strict 400); another service account's 20 KiB Strict creates keep a p99 under
-    :data:`VICTIM_P99_BOUND` and are all persisted; no attack object is."""
+    """Eight connections of two service accounts (six of one: more bodies than its share of the
+    body budget, so some wait for bytes; two of another: a second caller's large decodes) loop on
+    3 MB YAML bodies with an unknown field (kproxy's own Strict 400); another service account's
+    20 KiB Strict creates keep a p99 under :data:`VICTIM_P99_BOUND` and are all persisted; no
+    attack object is."""
     attackers = [_writer(control_plane, ns, "attacker-a"), _writer(control_plane, ns, "attacker-b")]
     victim = _writer(control_plane, ns, "victim")
     rp = proxy_factory(credentials="forward", tls=True, extra={"filters": STRICT})
@@ -144,15 +147,15 @@ def test_a_flooding_writer_does_not_delay_another_callers_strict_create(
 
     ready = tmp_path / "attack-under-way"
     attacks = [
-        _load("attacker", rp, token, ns, "--connections", "4", "--duration", "12", "--ready", str(ready))
-        for token in attackers
+        _load("attacker", rp, token, ns, "--connections", str(n), "--duration", "12", "--ready", str(ready))
+        for token, n in zip(attackers, (6, 2), strict=True)
     ]
     try:
         measured = _result(_load("victim", rp, victim, ns, "--duration", "8", "--ready", str(ready)), 90)
     finally:
         attacked = [_result(attack, 90) for attack in attacks]
     for one in attacked:
-        assert one["statuses"].get("400", 0) >= 3, attacked  # the attack ran: kproxy's Strict 400s
+        assert one["statuses"].get("400", 0) >= 2, attacked  # the attack ran: kproxy's Strict 400s
     assert set(measured["statuses"]) == {"201"} and measured["errors"] == 0, measured
     latencies = measured["latencies"]
     assert len(latencies) >= 10, measured

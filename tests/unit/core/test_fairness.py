@@ -107,3 +107,15 @@ async def test_a_small_body_never_waits_behind_large_ones() -> None:
     assert await asyncio.wait_for(second, 0.1) is True  # b's turn comes when a's large body is done
     pool.release("b", True)
     assert pool.running == pool.running_large == pool.waiting == 0
+
+
+async def test_a_body_that_fits_does_not_wait_behind_another_callers() -> None:
+    budget = BodyBudget(BudgetLimits(limit=100, per_caller=10, wait=5))
+    await budget.lease("attacker").cover(10)
+    waiting = asyncio.ensure_future(budget.lease("attacker").cover(5))  # over its share: waits
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await asyncio.wait_for(budget.lease("victim").cover(5), 0.1)  # not behind the attacker's
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert budget.held == 15
