@@ -57,8 +57,11 @@ def setup(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFact
     _create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
     _create(cp, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "bot"}})
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
-    _create(cp, f"{rbac}/roles", {"metadata": {"name": "bot"},
-                                  "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]})
+    _create(
+        cp,
+        f"{rbac}/roles",
+        {"metadata": {"name": "bot"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]},
+    )
     _create(cp, f"{rbac}/rolebindings", {
         "metadata": {"name": "bot"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bot"},
