@@ -224,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         f"fairness benchmark, {now}: python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average before {load_before:.2f}, after {os.getloadavg()[0]:.2f}; {args.duration:g} s of attack "
         "per row; victim: 20 KiB JSON ConfigMap creates, one at a time; attacker: 3 MB YAML ConfigMaps with an "
-        "unknown field, one identity, N connections; Strict in the namespace (kproxy: a validation rule; "
-        "direct: ?fieldValidation=Strict)."
+        "unknown field, N connections shared by the attacking identities; Strict in the namespace (kproxy: a "
+        "validation rule; direct: ?fieldValidation=Strict)."
     )
     text = header + "\n\n" + table(rows) + "\n"
     print(text)
