@@ -13,12 +13,14 @@ bodies stalled, each stalled caller being answered (APF's 429, or the apiserver'
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import secrets
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -259,3 +261,100 @@ async def test_stalled_bodies_are_answered_and_their_memory_freed(
     after = _result(_load("victim", rp, victim, ns, "--duration", "0.5", "--prefix", "after"), 60)
     assert set(after["statuses"]) == {"201"}, after
     assert not [n for n in _configmaps(control_plane, ns) if not n.startswith(("warm-", "after-"))]
+
+
+def _apiserver_apf_429(cp: ControlPlaneInfo, namespace: str, token: str, user: str) -> tuple[dict[str, str], bytes]:
+    """A 429 from the apiserver's own priority and fairness: ``user``'s requests classified into a
+    priority level of the smallest share that may not borrow and rejects rather than queues, then
+    many of its costly writes at once (dry-run creates of 2 MB)."""
+    name = f"kproxy-test-{namespace}"
+    fc = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    level = {
+        "metadata": {"name": name},
+        "spec": {
+            "type": "Limited",
+            "limited": {
+                "nominalConcurrencyShares": 1,
+                "borrowingLimitPercent": 0,
+                "lendablePercent": 0,
+                "limitResponse": {"type": "Reject"},
+            },
+        },
+    }
+    schema = {
+        "metadata": {"name": name},
+        "spec": {
+            "priorityLevelConfiguration": {"name": name},
+            "matchingPrecedence": 100,
+            "rules": [
+                {
+                    "subjects": [{"kind": "User", "user": {"name": user}}],
+                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"]}],
+                }
+            ],
+        },
+    }
+    assert cp.request("POST", f"{fc}/prioritylevelconfigurations", body=json.dumps(level).encode())[0] == 201
+    assert cp.request("POST", f"{fc}/flowschemas", body=json.dumps(schema).encode())[0] == 201
+    body = json.dumps({"metadata": {"generateName": "apf-"}, "data": {"k": "v" * 2_000_000}}).encode()
+    path = f"/api/v1/namespaces/{namespace}/configmaps?dryRun=All"
+    found: list[tuple[dict[str, str], bytes]] = []
+
+    def one() -> None:
+        ctx = cp.ssl_context(client_cert=False)
+        conn = http.client.HTTPSConnection("127.0.0.1", cp.apiserver_port, context=ctx, timeout=30)
+        try:
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+            conn.request("POST", path, body=body, headers={**headers, "Accept": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status == 429:
+                found.append((dict(resp.getheaders()), data))
+        finally:
+            conn.close()
+
+    try:
+        deadline = time.monotonic() + 60
+        while not found and time.monotonic() < deadline:
+            threads = [threading.Thread(target=one) for _ in range(24)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        cp.request("DELETE", f"{fc}/flowschemas/{name}")
+        cp.request("DELETE", f"{fc}/prioritylevelconfigurations/{name}")
+    assert found, "the apiserver's priority and fairness refused nothing"
+    return found[0]
+
+
+async def test_a_refusal_is_the_apiservers_own_apf_429(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], ns: str
+) -> None:
+    """kproxy's 429 (a body over its caller's share of the budget) is byte for byte the answer
+    the apiserver's priority and fairness gives a caller it rejects, but for the headers only
+    the apiserver has (its Date, Audit-Id and the flow schema's and priority level's UIDs)."""
+    attacker = _writer(control_plane, ns, "attacker")
+    user = f"system:serviceaccount:{ns}:attacker"
+    want_headers, want_body = _apiserver_apf_429(control_plane, ns, attacker, user)
+
+    rp = proxy_factory(
+        credentials="forward",
+        tls=True,
+        extra={"filters": STRICT, "bodies": {"max_buffered_bytes_per_caller": 1_000_000, "buffer_wait": "0.2s"}},
+    )
+    _warm(rp, attacker, ns)
+    assert rp.ca_file is not None
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+    port = int(rp.url.rsplit(":", 1)[1])
+    # One body takes the caller's whole share and stalls; the other is refused.
+    ends = await asyncio.gather(*(_stalled_client(port, ctx, attacker, ns, 900_000, 100_000, 5) for _ in range(2)))
+    assert sorted(how for how, _, _ in ends) == ["answered", "hung"], ends
+    raw = next(raw for how, _, raw in ends if how == "answered")
+    status, headers, got_body = _parse(raw)
+    assert status == 429
+    assert got_body == want_body == b"Too many requests, please try again later.\n"
+    only_apiserver = {"date", "audit-id", "x-kubernetes-pf-flowschema-uid", "x-kubernetes-pf-prioritylevel-uid"}
+    want = {k.lower(): v for k, v in want_headers.items() if k.lower() not in only_apiserver}
+    got = {k.lower(): v for k, v in headers.items() if k.lower() not in only_apiserver}
+    assert got == want, (got, want)
