@@ -104,8 +104,10 @@ class ImpersonateConfig(Strict):
 
 class TokenReviewsConfig(Strict):
     """TokenReviews kproxy sends for callers' tokens (forward and impersonate modes), which the
-    apiserver's priority and fairness charges to kproxy: bounded per client address and in
-    total, beyond which a caller is answered 429 with Retry-After (kproxy/identity/reviewlimit.py)."""
+    apiserver's priority and fairness charges to kproxy: bounded in total, shared round robin
+    between per-client-address queues and bounded per address; a caller is answered 429 with
+    Retry-After only when its own address's queue is full or it waited too long
+    (kproxy/identity/reviewlimit.py)."""
 
     max_in_flight: int = Field(default=32, ge=1)
     max_in_flight_per_client: int = Field(default=4, ge=1)

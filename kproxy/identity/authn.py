@@ -6,9 +6,11 @@ apiserver would give the request, never a guess of kproxy's own. So kproxy asks 
 
 * ``credentials: forward`` -- the caller's bearer token goes to a ``TokenReview`` (made with
   kproxy's own credentials, which need ``create`` on ``tokenreviews``). Results are cached by a
-  SHA-256 of the token (the token itself is never kept), with separate lifetimes for accepted
-  and rejected tokens and a bounded number of entries; concurrent requests with the same new
-  token share one review. A request without a token is the apiserver's anonymous user; an
+  SHA-256 of the token (the token itself is never kept), accepted and rejected tokens in two
+  separate bounded caches with their own lifetimes (a caller spraying rejected tokens never
+  evicts an accepted one); concurrent requests with the same new token share one review, and
+  reviews are shared fairly between client addresses (``kproxy.identity.reviewlimit``).
+  A request without a token is the apiserver's anonymous user; an
   invalid token gets the apiserver's own ``401`` (reason ``Unauthorized``, message
   ``Unauthorized``), which is what the apiserver would have answered.
 * ``credentials: proxy`` -- every caller acts as kproxy's own credentials, whose identity is
@@ -209,18 +211,22 @@ class Authenticator:
         success_ttl: float = 10.0,
         failure_ttl: float = 5.0,
         max_entries: int = 4096,
+        max_rejected_entries: int = 4096,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ctx = ctx
         self._clock = clock
         self.success_ttl = success_ttl
         self.failure_ttl = failure_ttl
-        self._cache: TTLCache[bytes, Identity | None] = TTLCache(max_entries)
+        # Accepted and rejected tokens are kept apart: rejected ones cost a caller nothing to make
+        # (random bytes), and must never push an accepted one out of the cache.
+        self._cache: TTLCache[bytes, Identity] = TTLCache(max_entries)
+        self._rejected: TTLCache[bytes, bool] = TTLCache(max_rejected_entries)
         self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
         self._reviews, self._cache_hits = _metrics(ctx)
-        self._limit = review_limiter(ctx)  # TokenReviews in flight, per client and in total
+        self._limit = review_limiter(ctx)  # TokenReviews in flight, shared fairly between client addresses
 
     # ------------------------------------------------------------------ forward mode
 
@@ -230,33 +236,43 @@ class Authenticator:
         Raises :class:`TokenReviewError` when the apiserver cannot be asked (nothing is cached then).
         """
         key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
-        found, cached = self._cache.get(key, self._clock())
+        now = self._clock()
+        found, cached = self._cache.get(key, now)
         if found:
             self._cache_hits.inc()
             return cached
+        if self._rejected.get(key, now)[0]:
+            self._cache_hits.inc()
+            return None
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
-        # A review on behalf of client address ``source``: 429 when its bound is reached (reviewlimit).
-        release = self._limit.acquire(source)
         fut: asyncio.Future[Identity | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
+        release: Callable[[], None] | None = None
         try:
+            # A review on behalf of client address ``source``: it waits for that address's turn,
+            # 429 when that address's own queue is full or it waited too long (reviewlimit).
+            release = await self._limit.acquire(source)
             result = await self._review(token)
             self._reviews.labels("authenticated" if result is not None else "rejected").inc()
         except BaseException as err:
-            self._reviews.labels("error").inc()
+            if release is not None:
+                self._reviews.labels("error").inc()
             fut.set_exception(err if isinstance(err, Exception) else TokenReviewError("cancelled"))
             fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
             raise
         else:
-            ttl = self.success_ttl if result is not None else self.failure_ttl
-            self._cache.put(key, result, self._clock() + ttl)
+            if result is not None:
+                self._cache.put(key, result, self._clock() + self.success_ttl)
+            else:
+                self._rejected.put(key, True, self._clock() + self.failure_ttl)
             fut.set_result(result)
             return result
         finally:
             del self._inflight[key]
-            release()
+            if release is not None:
+                release()
 
     async def _review(self, token: str) -> Identity | None:
         # A token is any bytes to the apiserver's authenticators; JSON cannot carry those that are

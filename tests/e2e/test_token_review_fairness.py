@@ -1,7 +1,9 @@
 """TokenReviews are sent under kproxy's identity, so the apiserver's fairness charges them to kproxy:
 a caller spraying random tokens must not be able to make kproxy send one review per token. The
-sprayer (its own client address, 127.0.0.2) is bounded and answered 429 with Retry-After, while a
-legitimate forward-mode caller's first request (its token not yet reviewed) goes through at once.
+sprayer (its own client address, 127.0.0.2) runs a few reviews at once, has a few more waiting in
+its own queue, and the rest of its requests are answered APF's 429 with Retry-After, while a
+legitimate forward-mode caller's first request (its token not yet reviewed, from another address)
+takes the next turn and goes through at once.
 Counted on kproxy's process (kproxy_token_reviews, kproxy_token_reviews_refused) and judged at the
 apiserver (the SelfSubjectReview names the legitimate caller)."""
 
@@ -98,7 +100,7 @@ def test_token_spray_is_bounded_and_a_new_caller_gets_through(
     codes, retry, latency, code, body = asyncio.run(_scenario(rp, control_plane.user_token))
     metrics = rp.metrics()
     sent = _metric(metrics, "kproxy_token_reviews_total")
-    refused = _metric(metrics, "kproxy_token_reviews_refused_total", bound="client")
+    refused = _metric(metrics, "kproxy_token_reviews_refused_total", bound="client")  # its own queue full
     sprayed = sum(codes.values())
     print(f"sprayed {sprayed} ({dict(codes)}), reviews sent {sent:.0f}, legitimate caller {latency * 1000:.0f} ms")
 
@@ -108,7 +110,9 @@ def test_token_spray_is_bounded_and_a_new_caller_gets_through(
     assert latency < 3.0, latency  # not queued behind the sprayer (typically 0.25-0.5 s here)
     # The sprayer: only 401 (its token reviewed and rejected) or 429 (not reviewed), never a 5xx.
     assert set(codes) <= {401, 429}, codes
-    assert codes[429] > 0 and retry == Counter({"1": codes[429]}), (codes, retry)
+    # APF's Retry-After: 1 s, raised (up to 32) while many are refused (kproxy.core.fairness.RetryAfter).
+    assert codes[429] > 0 and sum(retry.values()) == codes[429], (codes, retry)
+    assert all(v.isdigit() and 1 <= int(v) <= 32 for v in retry), retry
     assert refused == codes[429]
     # Every sprayed request cost a review before; now far fewer, and none failed at the apiserver.
     assert sent == codes[401] + 1, (sent, codes)

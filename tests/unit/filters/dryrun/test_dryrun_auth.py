@@ -111,12 +111,23 @@ async def test_reviews_are_cached_with_separate_ttls() -> None:
 
 
 async def test_cache_is_bounded() -> None:
-    auth, api, _ = make(max_entries=3)
+    auth, api, _ = make(max_rejected_entries=3)
     for i in range(10):
         await auth.authenticate_token(f"t{i}")
-    assert len(auth._cache) == 3
+    assert len(auth._rejected) == 3 and len(auth._cache) == 0
     await auth.authenticate_token("t0")  # evicted: asked again
     assert len(api.calls) == 11
+
+
+async def test_rejected_tokens_never_evict_an_accepted_one() -> None:
+    auth, api, _ = make(max_entries=1, max_rejected_entries=3)
+    assert (await auth.authenticate_token("good")) is not None
+    for i in range(100):  # a sprayer's random tokens, all rejected
+        assert await auth.authenticate_token(f"spray-{i}") is None
+    assert len(auth._rejected) == 3
+    calls = len(api.calls)
+    assert (await auth.authenticate_token("good")) is not None
+    assert len(api.calls) == calls  # still cached: no second review
 
 
 async def test_concurrent_requests_share_one_review() -> None:
