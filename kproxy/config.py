@@ -97,7 +97,10 @@ class ImpersonateConfig(Strict):
     # Callers kproxy refuses to act as unless listed here (kproxy/identity/impersonate.py,
     # PRIVILEGED_GROUPS, PRIVILEGED_USERS): a group system:masters, system:nodes or
     # system:serviceaccounts:kube-system, a user system:apiserver, system:kube-controller-manager,
-    # system:kube-scheduler, system:node:* or system:serviceaccount:kube-system:*.
+    # system:kube-scheduler, system:node:* or system:serviceaccount:kube-system:*, a group
+    # kubeadm:cluster-admins, system:bootstrappers or system:bootstrappers:*; and any identity the
+    # apiserver allows everything (cluster-admin), asked with a SubjectAccessReview. A user is
+    # listed by name; an identity one of whose groups is listed is not asked about.
     allowed_privileged_groups: list[str] = []
     allowed_privileged_users: list[str] = []
 

@@ -42,9 +42,24 @@ authentication/user/user.go names them):
   controller (bootstrappolicy/controller_policy.go; the garbage collector's role reads and
   deletes every resource, Secrets included). RBAC takes a user of that name for the service
   account, so a certificate naming one would otherwise carry its rights;
-- user ``system:apiserver`` (``user.APIServerUser``): the apiserver's own loopback identity.
+- user ``system:apiserver`` (``user.APIServerUser``): the apiserver's own loopback identity;
+- group ``kubeadm:cluster-admins``: kubeadm (v1.29 and later) binds it to ``cluster-admin``
+  (cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go, ``EnsureAdminClusterRoleBinding``) and puts
+  its administrators' kubeconfig in it;
+- groups ``system:bootstrappers`` and ``system:bootstrappers:<name>``: kubeadm's bootstrap
+  tokens; its bindings let them create node certificate signing requests that the controller
+  manager approves (pkg/controller/certificates/approver/sarapprove.go), which makes a
+  ``system:node:<name>`` certificate.
 
 Names are compared exactly, as the authorizers compare them.
+
+A cluster can make any other name as powerful (a group ``ops-admins`` bound to ``cluster-admin``).
+So before acting as an identity kproxy also asks the apiserver, with a ``SubjectAccessReview`` for
+that identity (user, groups, uid, extra), whether it may do everything (verb, API group and resource
+``*``, every namespace: ``cluster-admin``'s rule), and refuses it the same way unless the operator
+lists its user or one of its groups (:class:`AdminCheck`). The answer is cached for
+``impersonate.token_cache_ttl``, as token reviews are; if the apiserver gives no answer kproxy does
+not act as the caller (the outage answer, or a 500).
 
 Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
 only one; the caller is told in a ``Warning``).
@@ -75,8 +90,10 @@ from multidict import CIMultiDict
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext
 from kproxy.core.outage import NoAnswer, upstream_failed
+from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import StatusError, forbidden, internal_error, unauthorized
 from kproxy.gocompat.httpguts import TOKEN_CHARS, survives_trimming, valid_header_field_value
+from kproxy.identity.access import AccessReviewer, AccessReviewError, api_review
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, TokenReviewError, without_token_protocol
 from kproxy.identity.certname import certificate_subject
 
@@ -102,7 +119,22 @@ _KEY_BYTES = frozenset(ord(c) for c in TOKEN_CHARS) - {ord("%")}
 
 
 #: Identities kproxy does not impersonate unless the operator lists them (module docstring).
-PRIVILEGED_GROUPS = ("system:masters", "system:nodes", "system:serviceaccounts:kube-system")
+PRIVILEGED_GROUPS = (
+    "system:masters",
+    "system:nodes",
+    "system:serviceaccounts:kube-system",
+    # kubeadm (v1.29 and later) puts its administrators' kubeconfig in this group and binds it to
+    # cluster-admin (cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go, EnsureAdminClusterRoleBinding):
+    # refused without a round trip, and even where the binding is made later than a review saw.
+    "kubeadm:cluster-admins",
+    # kubeadm's bootstrap tokens authenticate in this group (and system:bootstrappers:<groups>):
+    # its bindings let them create node CSRs the controller manager auto-approves
+    # (cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go, pkg/controller/certificates/
+    # approver/sarapprove.go), i.e. mint a system:node:<name> certificate.
+    "system:bootstrappers",
+)
+#: Group prefixes refused as the groups above (``system:bootstrappers:<extra group>``).
+PRIVILEGED_GROUP_PREFIXES = ("system:bootstrappers:",)
 PRIVILEGED_USERS = ("system:apiserver", "system:kube-controller-manager", "system:kube-scheduler")
 PRIVILEGED_USER_PREFIXES = ("system:node:", "system:serviceaccount:kube-system:")
 
@@ -141,6 +173,19 @@ class PrivilegedIdentity(Exception):
         )
 
 
+class ClusterAdmin(PrivilegedIdentity):
+    """The apiserver allows the caller everything, and the operator did not list it."""
+
+    def status(self) -> StatusError:
+        return forbidden(
+            "",
+            self.resource,
+            self.name,
+            f'kproxy does not act as "{self.name}", whom the apiserver allows everything (cluster-admin), '
+            "unless impersonate.allowed_privileged_users lists it or allowed_privileged_groups one of its groups",
+        )
+
+
 def check_privileged(identity: Identity, allowance: PrivilegedAllowance) -> None:
     """Raise :class:`PrivilegedIdentity` if ``identity`` names a privileged user or group that
     ``allowance`` does not list."""
@@ -151,8 +196,44 @@ def check_privileged(identity: Identity, allowance: PrivilegedAllowance) -> None
         raise PrivilegedIdentity("users", identity.user, "allowed_privileged_users")
     groups = allowance.allowed_privileged_groups
     for group in identity.groups:
-        if group in PRIVILEGED_GROUPS and group not in groups:
+        if (group in PRIVILEGED_GROUPS or group.startswith(PRIVILEGED_GROUP_PREFIXES)) and group not in groups:
             raise PrivilegedIdentity("groups", group, "allowed_privileged_groups")
+
+
+def listed(identity: Identity, allowance: PrivilegedAllowance) -> bool:
+    """Whether the operator listed ``identity`` (its user, or one of its groups) as one kproxy may
+    act as whatever it may do."""
+    return identity.user in allowance.allowed_privileged_users or any(
+        g in allowance.allowed_privileged_groups for g in identity.groups
+    )
+
+
+#: The question :class:`AdminCheck` asks: may the identity do everything (cluster-admin's rule,
+#: ``*`` verbs on ``*`` resources of ``*`` groups, every namespace)?
+EVERYTHING = RequestInfo(path="", verb="*", is_resource_request=True, api_group="*", api_version="*", resource="*")
+
+
+class AdminCheck:
+    """Whether the apiserver allows an identity everything, asked with a SubjectAccessReview for
+    that identity (user, groups, uid, extra) and cached (:class:`kproxy.identity.access.AccessReviewer`).
+
+    The static lists name the control plane's own identities; a cluster can make any other name
+    as powerful (kubeadm's ``kubeadm:cluster-admins``, an operator's ``ops-admins`` bound to
+    cluster-admin). The review runs the apiserver's whole authorizer chain, so whatever makes
+    the identity an administrator (``system:masters``, RBAC under any name, a webhook) counts.
+    """
+
+    def __init__(self, ctx: FilterContext, ttl: float) -> None:
+        self.reviewer = AccessReviewer(api_review(ctx), allow_ttl=ttl, deny_ttl=ttl)
+
+    async def check(self, identity: Identity, allowance: PrivilegedAllowance) -> None:
+        """Raise :class:`PrivilegedIdentity` if ``identity`` may do everything and the operator did
+        not list it; :class:`AccessReviewError` when the apiserver gave no decision."""
+        if listed(identity, allowance):
+            return
+        decision = await self.reviewer.check(identity, EVERYTHING)
+        if decision.allowed:
+            raise ClusterAdmin("users", identity.user, "allowed_privileged_users")
 
 
 class UnrepresentableIdentity(ValueError):
@@ -301,6 +382,8 @@ class CallerAuthenticator:
         ctx.services[SERVICE_KEY] = self.tokens
         # Asked on every request, so a reload that removes an allowance applies at once.
         self.allowance = allowance
+        # Whether an identity is a cluster administrator, asked before acting as it, cached as tokens are.
+        self.admins = AdminCheck(ctx, token_ttl)
 
     async def identify(self, ex: Exchange, peercert: Any) -> Identity:
         """Set ``ex.identity``; raise the apiserver's 401 for a rejected token, a 401 for an identity
@@ -326,10 +409,17 @@ class CallerAuthenticator:
             impersonation_headers(identity)
         except UnrepresentableIdentity as err:
             raise err.status() from None
+        allowance = self.allowance()
         try:
-            check_privileged(identity, self.allowance())
+            check_privileged(identity, allowance)
+            await self.admins.check(identity, allowance)
         except PrivilegedIdentity as err:
             raise err.status() from None
+        except AccessReviewError as err:
+            if isinstance(err.__cause__, (aiohttp.ClientConnectionError, OSError, TimeoutError)):
+                raise upstream_failed(ex.method, str(err), sent=False) from err
+            # kproxy never acts as an identity it could not check.
+            raise internal_error(f"kproxy could not check the caller's privileges: {err}") from err
         ex.identity = identity
         return identity
 

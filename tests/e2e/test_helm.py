@@ -954,6 +954,22 @@ def test_values_schema_rejects_bad_values(helm: Helm, values: dict[str, Any], er
             'rbac.impersonateGroups: "system:masters" is a privileged group kproxy refuses to impersonate',
         ),
         (
+            {
+                "tls": {"secretName": "t"},
+                "config": {"credentials": "impersonate"},
+                "rbac": {"impersonateGroups": ["devs", "kubeadm:cluster-admins"]},
+            },
+            'rbac.impersonateGroups: "kubeadm:cluster-admins" is a privileged group kproxy refuses to impersonate',
+        ),
+        (
+            {
+                "tls": {"secretName": "t"},
+                "config": {"credentials": "impersonate"},
+                "rbac": {"impersonateGroups": ["system:bootstrappers:kubeadm:default-node-token"]},
+            },
+            '"system:bootstrappers:kubeadm:default-node-token" is a privileged group kproxy refuses to impersonate',
+        ),
+        (
             {"tls": {"secretName": "t", "clientCASecretName": "ca"}},
             "client certificates identify callers only with config.credentials: impersonate",
         ),

@@ -122,6 +122,15 @@ def test_system_masters_certificate_is_refused_unless_listed(
         ("system:node:worker-1", ("system:nodes",), 'users "system:node:worker-1" is forbidden'),
         ("kubelet", ("system:nodes",), 'groups "system:nodes" is forbidden'),
         ("system:kube-controller-manager", (), 'users "system:kube-controller-manager" is forbidden'),
+        # kubeadm's administrators (bound to cluster-admin by kubeadm, refused here without a binding).
+        ("mallory", ("kubeadm:cluster-admins",), 'groups "kubeadm:cluster-admins" is forbidden'),
+        # kubeadm's bootstrap tokens: their node CSRs are approved, a node certificate follows.
+        ("bootstrapper", ("system:bootstrappers",), 'groups "system:bootstrappers" is forbidden'),
+        (
+            "system:bootstrap:abcdef",
+            ("system:bootstrappers:kubeadm:default-node-token",),
+            'groups "system:bootstrappers:kubeadm:default-node-token" is forbidden',
+        ),
         (
             # The garbage collector's role reads every Secret; RBAC takes this name for its service account.
             "system:serviceaccount:kube-system:generic-garbage-collector",
@@ -148,3 +157,58 @@ def test_node_and_controller_identities_are_refused(
     code, status = _send(rp, ctx, "GET", f"/api/v1/namespaces/{namespace}/secrets/s")
     assert code == 403 and status["message"].startswith(refused), status
     assert "data" not in status
+
+
+def test_a_group_bound_to_cluster_admin_under_any_name_is_refused_unless_listed(
+    proxy_factory: Callable[..., RunningProxy],
+    caller_ca: certs.CertKey,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """No list knows ``ops-admins-<n>``; the cluster binds it to cluster-admin. kproxy asks the
+    apiserver (a SubjectAccessReview for the identity: may it do everything?) and refuses it as
+    it refuses system:masters, while a caller in an ordinary group of the same CA is served;
+    listed by the operator, the group is acted as."""
+    group = f"ops-admins-{namespace[-6:]}"
+    binding = f"kproxy-test-{group}"
+    kubectl(["create", "clusterrolebinding", binding, "--clusterrole=cluster-admin", f"--group={group}"])
+    try:
+        wait_for(
+            lambda: (
+                kubectl(["auth", "can-i", "*", "*", "--as=olga", f"--as-group={group}"], check=False).returncode == 0
+            ),
+            30,
+            "the binding to reach the authorizer",
+        )
+        rp = _impersonating(proxy_factory, caller_ca, tmp_path)
+        olga = _caller(rp, caller_ca, tmp_path, "olga", (group,))
+        path = f"/api/v1/namespaces/{namespace}/configmaps"
+
+        code, status = _send(rp, olga, "POST", path, _configmap("by-ops-admins"))
+        assert code == 403, status
+        assert status["reason"] == "Forbidden" and status["details"] == {"name": "olga", "kind": "users"}, status
+        assert "whom the apiserver allows everything (cluster-admin)" in status["message"], status
+        got = kubectl(["get", "configmap", "by-ops-admins", "-n", namespace], check=False)
+        assert got.returncode == 1 and "NotFound" in got.stderr
+        assert _send(rp, olga, "POST", SSR_PATH, SSR)[0] == 403
+
+        # An ordinary group of the same CA is served, and the apiserver sees exactly that caller.
+        alice = _caller(rp, caller_ca, tmp_path, "alice", ("devs",))
+        code, review = _send(rp, alice, "POST", SSR_PATH, SSR)
+        assert code == 201, review
+        assert (review["status"]["userInfo"]["username"], review["status"]["userInfo"]["groups"]) == (
+            "alice",
+            ["devs", "system:authenticated"],
+        )
+
+        # Listed by the operator: acted as, cluster-admin at the apiserver.
+        rp.write_config({"impersonate": {"allowed_privileged_groups": [group]}})
+        wait_for(lambda: _send(rp, olga, "POST", SSR_PATH, SSR)[0] == 201, 30, "the reload to allow the group")
+        who = _send(rp, olga, "POST", SSR_PATH, SSR)[1]["status"]["userInfo"]
+        assert (who["username"], who["groups"]) == ("olga", [group, "system:authenticated"])
+        code, made = _send(rp, olga, "POST", path, _configmap("by-ops-admins"))
+        assert code == 201, made
+        assert kubectl.json(["get", "configmap", "by-ops-admins", "-n", namespace])["data"] == {"a": "b"}
+    finally:
+        kubectl(["delete", "clusterrolebinding", binding], check=False)

@@ -171,7 +171,7 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- end -}}
 {{- $privileged := dig "impersonate" "allowed_privileged_groups" list $cfg -}}
 {{- range $g := (.Values.rbac.impersonateGroups | default list) -}}
-{{- if and (has $g (list "system:masters" "system:nodes" "system:serviceaccounts:kube-system")) (not (has $g $privileged)) -}}
+{{- if and (or (has $g (list "system:masters" "system:nodes" "system:serviceaccounts:kube-system" "kubeadm:cluster-admins" "system:bootstrappers")) (hasPrefix "system:bootstrappers:" $g)) (not (has $g $privileged)) -}}
 {{- fail (printf "rbac.impersonateGroups: %q is a privileged group kproxy refuses to impersonate; list it in config.impersonate.allowed_privileged_groups too if callers in it must be served" $g) -}}
 {{- end -}}
 {{- end -}}

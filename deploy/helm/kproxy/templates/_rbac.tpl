@@ -7,7 +7,8 @@ The service account's rules, computed from the rendered config (docs/security.md
   "apps/v1/deployments", "v1/pods", or "*" (every resource: get, list and watch on everything,
   which is what following every resource needs).
 - credentials forward or impersonate: create on tokenreviews (who is the caller) and
-  subjectaccessreviews (may the caller see what the cache would serve).
+  subjectaccessreviews (may the caller see what the cache would serve; in impersonate mode,
+  is the caller a cluster administrator kproxy must not act as).
 - credentials impersonate: impersonate on users, groups, serviceaccounts and userextras/*
   (and uids): kproxy acts as each caller. With rbac.impersonateGroups, impersonate on groups is
   granted for exactly those groups (and system:authenticated, which every authenticated caller
