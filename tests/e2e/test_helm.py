@@ -49,6 +49,11 @@ CHART = REPO / "deploy" / "helm" / "kproxy"
 SIDECAR_EXAMPLE = REPO / "deploy" / "helm" / "examples" / "app-with-sidecar"
 HELM_TOOL = REPO / "tools" / "helm"
 SCHEMA_TOOL = REPO / "tools" / "gen_chart_schema.py"
+# The chart's default rbac.impersonateExtras, as RBAC resources (no wildcard matches a subresource).
+DEFAULT_EXTRAS = [
+    f"userextras/authentication.kubernetes.io/{key}"
+    for key in ("credential-id", "pod-name", "pod-uid", "node-name", "node-uid")
+]
 
 
 # --------------------------------------------------------------------------- helm binary
@@ -743,7 +748,7 @@ def test_rbac_impersonate_groups_by_name(helm: Helm) -> None:
             "resourceNames": ["devs", "ops", "system:authenticated"],
             "verbs": ["impersonate"],
         },
-        {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/*", "uids"], "verbs": ["impersonate"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["uids", *DEFAULT_EXTRAS], "verbs": ["impersonate"]},
     ]
 
 
@@ -814,7 +819,7 @@ def test_rbac_impersonate_watchcache_validation(helm: Helm) -> None:
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]},
-        {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/*", "uids"], "verbs": ["impersonate"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["uids", *DEFAULT_EXTRAS], "verbs": ["impersonate"]},
         {"nonResourceURLs": ["/openapi/v2", "/openapi/v3", "/openapi/v3/*"], "verbs": ["get"]},
     ]
 

@@ -9,8 +9,9 @@ The service account's rules, computed from the rendered config (docs/security.md
 - credentials forward or impersonate: create on tokenreviews (who is the caller) and
   subjectaccessreviews (may the caller see what the cache would serve; in impersonate mode,
   is the caller a cluster administrator kproxy must not act as).
-- credentials impersonate: impersonate on users, groups, serviceaccounts and userextras/*
-  (and uids): kproxy acts as each caller. With rbac.impersonateGroups, impersonate on groups is
+- credentials impersonate: impersonate on users, groups, serviceaccounts, uids and
+  userextras/<key> for each of rbac.impersonateExtras (RBAC has no wildcard for subresources)
+  kproxy acts as each caller. With rbac.impersonateGroups, impersonate on groups is
   granted for exactly those groups (and system:authenticated, which every authenticated caller
   has): the apiserver then refuses kproxy any other group, system:masters included. RBAC only
   grants, so without that list kproxy's own refusal (config.impersonate.allowed_privileged_*)
@@ -79,7 +80,11 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- else -}}
 {{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "users" "groups" "serviceaccounts") "verbs" (list "impersonate")) -}}
 {{- end -}}
-{{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" (list "userextras/*" "uids") "verbs" (list "impersonate")) -}}
+{{- $extras := list "uids" -}}
+{{- range $k := (.Values.rbac.impersonateExtras | default list) -}}
+{{- $extras = append $extras (printf "userextras/%s" $k) -}}
+{{- end -}}
+{{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" $extras "verbs" (list "impersonate")) -}}
 {{- end -}}
 {{- if $openapi -}}
 {{- $rules = append $rules (dict "nonResourceURLs" (list "/openapi/v2" "/openapi/v3" "/openapi/v3/*") "verbs" (list "get")) -}}
