@@ -334,7 +334,11 @@ class ProxyServer:
             uri.escaped_path,
             uri.raw_query,
             headers,
-            _NO_BODY if request.method == "CONNECT" else client.body(length, self._limit),
+            # The body's media type is the Content-Type that goes upstream: one the caller named
+            # in Connection is hop-by-hop and dropped, and no filter may judge the body by it.
+            _NO_BODY
+            if request.method == "CONNECT"
+            else client.body(length, self._limit, headers.get("Content-Type", "")),
             info,
             client=request.remote,
             upgrade=upgrade,
@@ -627,11 +631,10 @@ class _ClientBody:
         if read_timeout > 0:
             self._deadline = asyncio.get_running_loop().time() + read_timeout
 
-    def body(self, length: int | None, limit: int) -> BytesBody | StreamBody:
-        request = self._request
-        if not request.body_exists:
-            return BytesBody(b"", request.headers.get("Content-Type", ""))
-        return StreamBody(self._chunks(), length, request.headers.get("Content-Type", ""), limit)
+    def body(self, length: int | None, limit: int, media_type: str) -> BytesBody | StreamBody:
+        if not self._request.body_exists:
+            return BytesBody(b"", media_type)
+        return StreamBody(self._chunks(), length, media_type, limit)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         request = self._request

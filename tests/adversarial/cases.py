@@ -171,6 +171,10 @@ CASES: list[Case] = [
     delete("delete-override-get", headers=(("X-HTTP-Method-Override", "GET"),)),
     create("put-on-collection", method="PUT"),
     modify("method-lower-patch", "patch", known={"answer": METHOD_CASE}),
+    # --- a Content-Type the caller names in Connection: hop-by-hop, so it never goes upstream -------
+    create("content-type-named-in-connection", headers=(("Connection", "Content-Type"),)),
+    create("content-type-named-in-connection-yaml", body=lambda ns, name: b.cm_yaml(name) + b"bogusField: x\n",
+           ctype=b.YAML, headers=(("Connection", "keep-alive, content-type"),)),
     # --- upgrade headers (the apiserver upgrades only connect subresources and WebSocket watches) ----
     create("upgrade-websocket-create", headers=UPGRADE_WS),
     create("upgrade-h2c-create", headers=(("Connection", "Upgrade, HTTP2-Settings"), ("Upgrade", "h2c"))),
