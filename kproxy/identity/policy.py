@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from kproxy.core.chain import Identity
 from kproxy.core.requestinfo import RequestInfo
+from kproxy.gocompat.strings import to_lower, trim_space
 from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 
 __all__ = [
@@ -225,7 +226,8 @@ def created_namespace(data: bytes, content_type: str) -> tuple[str, bool]:
     prefix every name has). JSON and YAML as the apiserver decodes them (last duplicate wins),
     protobuf from its ``k8s\\0`` envelope (Unknown.raw = 2; Namespace.metadata = 1;
     ObjectMeta.name = 1, generateName = 2; the last occurrence wins)."""
-    mt = content_type.split(";", 1)[0].strip().lower() or "application/json"
+    # mime.ParseMediaType: Go's ToLower then TrimSpace (U+0130 is "i" to it, not to str.lower).
+    mt = trim_space(to_lower(content_type.split(";", 1)[0])) or "application/json"
     meta: Any = None
     try:
         if mt == "application/json":

@@ -80,6 +80,7 @@ from kproxy.core.status import (
 )
 from kproxy.gocompat.jsondepth import nesting_error
 from kproxy.gocompat.jsonsyntax import syntax_error
+from kproxy.gocompat.strings import to_lower, trim_space
 from kproxy.gocompat.url import TooManyQueryParams, query_values, with_param
 from kproxy.gocompat.yaml import GoYAMLError, UnsupportedYAML, yaml_to_json
 from kproxy.identity.access import AccessReviewer, UndecidedError, api_review, authorize
@@ -181,7 +182,8 @@ def invalid_dry_run(kind: str, values: list[str]) -> StatusError:
 
 def media_type(content_type: str) -> str:
     """The lower-cased ``type/subtype`` of a Content-Type (parameters dropped); JSON when absent."""
-    mt = content_type.split(";", 1)[0].strip().lower()
+    # mime.ParseMediaType: Go's ToLower then TrimSpace (U+0130 is "i" to it, not to str.lower).
+    mt = trim_space(to_lower(content_type.split(";", 1)[0]))
     return mt or _JSON
 
 

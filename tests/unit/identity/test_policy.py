@@ -159,3 +159,16 @@ async def test_lazy_match_asks_identity_only_when_needed() -> None:
     assert found is not None and found[1].name == "ns" and asked == 0
     found = await first_match_lazy(rules, info("POST", "/api/v1/namespaces/x/pods"), identify)
     assert found is not None and found[1].name == "alice" and asked == 1
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "APPLİCATİON/JSON", "\u3000application/json; charset=utf-8"]
+)
+def test_a_namespace_create_is_read_as_mime_reads_its_content_type(content_type: str) -> None:
+    """mime.ParseMediaType lowers with Go's ToLower (U+0130 is "i") and trims Unicode white
+    space, so the apiserver decodes these bodies as JSON: so does the rule's namespace reader."""
+    from kproxy.filters.dryrun import media_type
+    from kproxy.identity.policy import created_namespace
+
+    assert created_namespace(b'{"metadata": {"name": "prod-a"}}', content_type) == ("prod-a", True)
+    assert media_type(content_type) == "application/json"
