@@ -157,3 +157,70 @@ def test_the_callers_ca_cannot_mint_an_identity_one_request_from_cluster_admin(
         f"a callers'-CA certificate in group {group} ({kind}) {what} through kproxy "
         f"({status}: {body[:200]!r}); the apiserver saw {seen.who()}"
     )
+
+
+@pytest.fixture
+def kube_system_admins(control_plane: ControlPlaneInfo) -> Iterator[str]:
+    """A fresh group bound to ``cluster-admin`` by a RoleBinding in ``kube-system`` only."""
+    name = f"redteam2-ks-admins-{secrets.token_hex(3)}"
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}],
+    }
+    _request(control_plane, "POST", f"{RBAC}/namespaces/kube-system/rolebindings", binding)
+    yield name
+    _request(control_plane, "DELETE", f"{RBAC}/namespaces/kube-system/rolebindings/{name}")
+
+
+def test_the_callers_ca_cannot_mint_an_administrator_of_kube_system(
+    control_plane: ControlPlaneInfo,
+    capped_factory: Callable[..., RunningProxy],
+    kube_system_admins: str,
+    tmp_path: Path,
+) -> None:
+    """``cluster-admin`` bound in ``kube-system`` only: the SubjectAccessReview (no namespace) says
+    no, yet the identity mints tokens for kube-system's service accounts, which the bootstrap
+    policy binds to cluster-wide controller roles (``clusterrole-aggregation-controller``:
+    ``escalate`` on every ClusterRole) and which kproxy itself refuses to act as. Here its token
+    request for that service account (created first if the control plane runs no controller
+    manager) is answered 201 through kproxy; it must be refused as a cluster-admin's would be."""
+    cp = control_plane
+    ca = certs.generate_ca("redteam2-callers-ca")
+    ca_file = certs.write_pem(tmp_path / "callers-ca.crt", ca.cert_pem, private=False)
+    rp = capped_factory(credentials="impersonate", tls=True, extra={"tls": {"client_ca_file": str(ca_file)}})
+    mallory = _caller(rp, ca, tmp_path, kube_system_admins)
+    sa = "clusterrole-aggregation-controller"
+    sa_path = "/api/v1/namespaces/kube-system/serviceaccounts"
+    created = _send(mallory, "POST", sa_path, {"metadata": {"name": sa}})[0]
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    status, body = _send(mallory, "POST", f"{sa_path}/{sa}/token", request)
+    minted = status == 201 and bool(json.loads(body)["status"]["token"])
+    escalates = False
+    if minted:
+        # What the token may do, asked of the apiserver directly: escalate any ClusterRole.
+        ssar = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "verb": "escalate",
+                    "group": "rbac.authorization.k8s.io",
+                    "resource": "clusterroles",
+                }
+            },
+        }
+        code, data = cp.request(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            body=json.dumps(ssar).encode(),
+            token=json.loads(body)["status"]["token"],
+        )
+        escalates = code == 201 and json.loads(data)["status"].get("allowed", False)
+    if created == 201:
+        cp.request("DELETE", f"{sa_path}/{sa}")
+    assert not minted and status == 403, (
+        f"group {kube_system_admins} (cluster-admin by a RoleBinding in kube-system) minted a token for "
+        f"kube-system's {sa} through kproxy ({status}; creating the service account: {created}); the "
+        f"token may escalate every ClusterRole at the apiserver: {escalates}"
+    )
