@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -74,7 +74,7 @@ ROLES: dict[str, list[dict[str, object]]] = {
 }
 
 
-def _request(cp: ControlPlaneInfo, method: str, path: str, obj: dict[str, object] | None = None) -> int:
+def _request(cp: ControlPlaneInfo, method: str, path: str, obj: Mapping[str, object] | None = None) -> int:
     code, data = cp.request(method, path, body=json.dumps(obj).encode() if obj is not None else None)
     assert code in (200, 201, 404), data
     return code
@@ -106,7 +106,7 @@ def _caller(rp: RunningProxy, ca: certs.CertKey, tmp: Path, group: str) -> Endpo
     return Endpoint.from_url(rp.url, ctx)
 
 
-def _send(ep: Endpoint, method: str, path: str, obj: dict[str, object] | None = None) -> tuple[int, bytes]:
+def _send(ep: Endpoint, method: str, path: str, obj: Mapping[str, object] | None = None) -> tuple[int, bytes]:
     headers = [("Accept", "application/json")]
     body = b""
     if obj is not None:
