@@ -80,6 +80,7 @@ impersonation and the aggregator's ``X-Remote-Extra-`` headers.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -174,14 +175,20 @@ class PrivilegedIdentity(Exception):
 
 
 class ClusterAdmin(PrivilegedIdentity):
-    """The apiserver allows the caller everything, and the operator did not list it."""
+    """The apiserver allows the caller everything, or one step from it (``question``, see
+    :data:`ADMIN_QUESTIONS`), and the operator did not list it."""
+
+    def __init__(self, resource: str, name: str, key: str, question: str = "* *") -> None:
+        super().__init__(resource, name, key)
+        self.question = question
 
     def status(self) -> StatusError:
         return forbidden(
             "",
             self.resource,
             self.name,
-            f'kproxy does not act as "{self.name}", whom the apiserver allows everything (cluster-admin), '
+            f'kproxy does not act as "{self.name}", whom the apiserver allows everything (cluster-admin) '
+            f"or what makes an identity so (here: {self.question}), "
             "unless impersonate.allowed_privileged_users lists it or allowed_privileged_groups one of its groups",
         )
 
@@ -208,14 +215,78 @@ def listed(identity: Identity, allowance: PrivilegedAllowance) -> bool:
     )
 
 
-#: The question :class:`AdminCheck` asks: may the identity do everything (cluster-admin's rule,
-#: ``*`` verbs on ``*`` resources of ``*`` groups, every namespace)?
-EVERYTHING = RequestInfo(path="", verb="*", is_resource_request=True, api_group="*", api_version="*", resource="*")
+def _ask(verb: str, group: str, resource: str, subresource: str = "", namespace: str = "") -> RequestInfo:
+    return RequestInfo(
+        path="",
+        verb=verb,
+        is_resource_request=True,
+        api_group=group,
+        api_version="*",
+        namespace=namespace,
+        resource=resource,
+        subresource=subresource,
+    )
+
+
+_RBAC = "rbac.authorization.k8s.io"
+#: Cluster-admin's own rule: ``*`` verbs on ``*`` resources of ``*`` groups, every namespace.
+EVERYTHING = _ask("*", "*", "*")
+#: The questions :class:`AdminCheck` asks; an identity the apiserver allows ANY of is one kproxy
+#: does not act as unless listed. One question is not enough: RBAC matches a requested ``*`` only
+#: against a rule's literal ``*`` (plugin/pkg/auth/authorizer/rbac/rbac.go ``VerbMatches``,
+#: ``ResourceMatches``), so a role listing every verb by name is cluster-admin and still says "no"
+#: to :data:`EVERYTHING`. Each question below is cluster-admin or one request from it:
+#:
+#: - ``create``/``update``/``patch``/``delete`` on every resource of every group: write access to
+#:   everything (RBAC objects included) is cluster-admin's power however the verbs are spelled;
+#: - ``escalate`` and ``bind`` on ClusterRoles, ``create`` on ClusterRoleBindings: the RBAC storage
+#:   lets ``escalate`` write a role with rules its author lacks, and ``bind`` bind one
+#:   (pkg/registry/rbac/escalation_check.go ``EscalationAllowed``, ``BindingAuthorized``), so such
+#:   an identity widens its own role, or binds ``cluster-admin`` to itself. ``create`` on
+#:   ClusterRoleBindings is asked on its own: ``bind`` limited to ``resourceNames: [cluster-admin]``
+#:   passes no nameless question (RBAC's ``ResourceNameMatches``), while a create has no name;
+#: - ``impersonate`` on users, groups and service accounts: it acts as ``system:masters`` directly
+#:   (kproxy strips the caller's ``Impersonate-*`` headers, but the identity is the apiserver's too);
+#: - in ``kube-system``: ``create`` on ``serviceaccounts/token``, ``get`` on Secrets, ``create`` on
+#:   Pods (a pod may run as any service account of its namespace), and ``*`` on ``*``: each gives the
+#:   tokens of the controllers' service accounts, which the bootstrap policy binds to cluster-wide
+#:   roles (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/controller_policy.go;
+#:   ``clusterrole-aggregation-controller`` may ``escalate`` every ClusterRole) and which kproxy
+#:   itself refuses to act as (``PRIVILEGED_USER_PREFIXES``).
+#:
+#: None of them is what an ordinary caller holds: the bootstrap roles ``edit``/``admin`` bound in
+#: the caller's own namespace are not asked about (cluster-wide questions see cluster-wide
+#: bindings only, and kube-system's bindings are the control plane's).
+ADMIN_QUESTIONS: tuple[RequestInfo, ...] = (
+    EVERYTHING,
+    *(_ask(verb, "*", "*") for verb in ("create", "update", "patch", "delete")),
+    _ask("escalate", _RBAC, "clusterroles"),
+    _ask("bind", _RBAC, "clusterroles"),
+    _ask("create", _RBAC, "clusterrolebindings"),
+    *(_ask("impersonate", "", resource) for resource in ("users", "groups", "serviceaccounts")),
+    _ask("create", "", "serviceaccounts", "token", namespace="kube-system"),
+    _ask("get", "", "secrets", namespace="kube-system"),
+    _ask("create", "", "pods", namespace="kube-system"),
+    _ask("*", "*", "*", namespace="kube-system"),
+)
+#: How long a "not an administrator" answer is reused at most (seconds): the window in which an
+#: identity made an administrator later (a binding created by someone else) is still acted as.
+NOT_ADMIN_TTL = 5.0
+
+
+def _question(info: RequestInfo) -> str:
+    what = f"{info.resource}/{info.subresource}" if info.subresource else info.resource
+    if info.api_group:
+        what = f"{what}.{info.api_group}"
+    where = f" in namespace {info.namespace}" if info.namespace else ""
+    return f"{info.verb} {what}{where}"
 
 
 class AdminCheck:
-    """Whether the apiserver allows an identity everything, asked with a SubjectAccessReview for
-    that identity (user, groups, uid, extra) and cached (:class:`kproxy.identity.access.AccessReviewer`).
+    """Whether the apiserver allows an identity everything or one step from it
+    (:data:`ADMIN_QUESTIONS`), asked with SubjectAccessReviews for that identity (user, groups,
+    uid, extra), concurrently, and cached (:class:`kproxy.identity.access.AccessReviewer`): an
+    allow for ``ttl``, a denial for ``min(ttl, NOT_ADMIN_TTL)``.
 
     The static lists name the control plane's own identities; a cluster can make any other name
     as powerful (kubeadm's ``kubeadm:cluster-admins``, an operator's ``ops-admins`` bound to
@@ -224,16 +295,25 @@ class AdminCheck:
     """
 
     def __init__(self, ctx: FilterContext, ttl: float) -> None:
-        self.reviewer = AccessReviewer(api_review(ctx), allow_ttl=ttl, deny_ttl=ttl)
+        self.reviewer = AccessReviewer(api_review(ctx), allow_ttl=ttl, deny_ttl=min(ttl, NOT_ADMIN_TTL))
 
     async def check(self, identity: Identity, allowance: PrivilegedAllowance) -> None:
-        """Raise :class:`PrivilegedIdentity` if ``identity`` may do everything and the operator did
-        not list it; :class:`AccessReviewError` when the apiserver gave no decision."""
+        """Raise :class:`PrivilegedIdentity` if the apiserver allows ``identity`` any of
+        :data:`ADMIN_QUESTIONS` and the operator did not list it; :class:`AccessReviewError` when
+        the apiserver gave no decision for a question and allowed none of the others."""
         if listed(identity, allowance):
             return
-        decision = await self.reviewer.check(identity, EVERYTHING)
-        if decision.allowed:
-            raise ClusterAdmin("users", identity.user, "allowed_privileged_users")
+        answers = await asyncio.gather(
+            *(self.reviewer.check(identity, info) for info in ADMIN_QUESTIONS), return_exceptions=True
+        )
+        error: BaseException | None = None
+        for info, answer in zip(ADMIN_QUESTIONS, answers, strict=True):
+            if isinstance(answer, BaseException):
+                error = error or answer
+            elif answer.allowed:
+                raise ClusterAdmin("users", identity.user, "allowed_privileged_users", _question(info))
+        if error is not None:
+            raise error
 
 
 class UnrepresentableIdentity(ValueError):
