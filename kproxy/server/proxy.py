@@ -17,7 +17,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_
 from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
 from kproxy.gocompat.httpguts import valid_host_header
 from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
+from kproxy.identity.authn import authenticator
 from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
@@ -345,6 +346,10 @@ class ProxyServer:
             host=uri.host or request.headers.get("Host", ""),
         )
         client.caller = lambda: flow_of(self.context, ex)
+        if self.cfg.credentials == "forward":
+            # Impersonate mode identifies every caller before the chain (_impersonating); proxy
+            # mode's callers are all kproxy itself.
+            client.identify = lambda: authenticator(self.context).identify(ex)
         long_running = info.verb == "watch" or upgrade
         chain = self.chain  # a reload swaps self.chain; this request stays on the one it started on
         chain.active += 1
@@ -610,12 +615,30 @@ class _ClientBody:
     connection closes (nothing after it can be read).
 
     Once :meth:`bound`, the body must arrive within ``read_timeout`` of the request's start (the
-    apiserver's request timeout: its 504 Timeout, then the connection closes), and the bytes it
-    holds are taken from the process's :class:`BodyBudget` (its declared length before the first
-    byte is read, or before ``100 Continue``), charged to its caller (``caller()``, asked at the
-    first read: its user once known, else its address), and given back by :meth:`close`."""
+    apiserver's request timeout: its 504 Timeout, then the connection closes). A body read whole
+    (a filter's ``read()``) holds its bytes in kproxy: they are taken from the process's
+    :class:`BodyBudget` and given back by :meth:`close`. The apiserver authenticates before any
+    handler reads a body (``staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go``:
+    a rejected token is its 401, no byte read, no ``100 Continue``), so the caller is identified
+    first (``identify()``: its 401 StatusError stands for the body), and the bytes are charged to
+    it (``caller()``): a caller known by its user takes its declared length before the first byte
+    is read (or ``100 Continue`` sent); one known only by its address (``credentials: proxy``,
+    where every caller is kproxy itself) is charged the bytes it has sent, so addresses that
+    declare bodies and send nothing hold nothing. A body streamed through to the apiserver takes
+    no budget: it holds at most the connection's read buffer (the upstream's back-pressure
+    stops the reads), which the connection limits bound."""
 
-    __slots__ = ("_budget", "_continue", "_deadline", "_expired", "_lease", "_request", "caller")
+    __slots__ = (
+        "_budget",
+        "_continue",
+        "_deadline",
+        "_expired",
+        "_lease",
+        "_request",
+        "_whole",
+        "caller",
+        "identify",
+    )
 
     def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
         self._request = request
@@ -624,7 +647,9 @@ class _ClientBody:
         self._deadline: float | None = None
         self._lease: Lease | None = None
         self._expired = False
+        self._whole = False
         self.caller: Callable[[], str] = lambda: ""
+        self.identify: Callable[[], Awaitable[object]] | None = None
 
     def bound(self, budget: BodyBudget, read_timeout: float) -> None:
         self._budget = budget
@@ -634,14 +659,18 @@ class _ClientBody:
     def body(self, length: int | None, limit: int, media_type: str) -> BytesBody | StreamBody:
         if not self._request.body_exists:
             return BytesBody(b"", media_type)
-        return StreamBody(self._chunks(), length, media_type, limit)
+        return _WholeMarking(self, self._chunks(), length, media_type, limit)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         request = self._request
         lease = None
-        if self._budget is not None:
-            lease = self._lease = self._budget.lease(self.caller())
-            await lease.cover(request.content_length or 0)
+        if self._budget is not None and self._whole:
+            if self.identify is not None:
+                await self.identify()  # the apiserver's 401 for a rejected token: nothing read
+            key = self.caller()
+            lease = self._lease = self._budget.lease(key)
+            if not key.startswith(_ADDRESS_FLOW):
+                await lease.cover(request.content_length or 0)
         if self._continue:
             self._continue = False
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -686,6 +715,27 @@ class _ClientBody:
         (the upstream refused it early): Go's server then closes rather than read on."""
         content = self._request.content
         return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
+
+
+#: The prefix of :func:`kproxy.core.fairness.flow_of` for a caller known only by its address.
+_ADDRESS_FLOW = "addr:"
+
+
+class _WholeMarking(StreamBody):
+    """The client's body; reading it whole (``read()``) first tells its :class:`_ClientBody`, which
+    then takes budget for it (a body streamed through with ``chunks()`` takes none)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(
+        self, client: _ClientBody, source: AsyncIterator[bytes], length: int | None, media_type: str, limit: int
+    ) -> None:
+        super().__init__(source, length, media_type, limit)
+        self._client = client
+
+    async def read(self) -> bytes:
+        self._client._whole = True
+        return await super().read()
 
 
 #: ``BasicLongRunningRequestCheck`` as kube-apiserver configures it (``cmd/kube-apiserver/app/server.go``):
