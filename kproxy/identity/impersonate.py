@@ -53,13 +53,14 @@ authentication/user/user.go names them):
 
 Names are compared exactly, as the authorizers compare them.
 
-A cluster can make any other name as powerful (a group ``ops-admins`` bound to ``cluster-admin``).
-So before acting as an identity kproxy also asks the apiserver, with a ``SubjectAccessReview`` for
-that identity (user, groups, uid, extra), whether it may do everything (verb, API group and resource
-``*``, every namespace: ``cluster-admin``'s rule), and refuses it the same way unless the operator
-lists its user or one of its groups (:class:`AdminCheck`). The answer is cached for
-``impersonate.token_cache_ttl``, as token reviews are; if the apiserver gives no answer kproxy does
-not act as the caller (the outage answer, or a 500).
+A cluster can make any other name as powerful (a group ``ops-admins`` bound to ``cluster-admin``),
+or one request from it. So before acting as an identity kproxy also asks the apiserver, with
+SubjectAccessReviews for that identity (user, groups, uid, extra), whether it may do everything
+(verb, API group and resource ``*``: ``cluster-admin``'s rule) or any of the steps that make an
+identity so (:data:`ADMIN_QUESTIONS`), and refuses it the same way unless the operator lists its
+user or one of its groups (:class:`AdminCheck`). An allow is cached for
+``impersonate.token_cache_ttl``, as token reviews are, a "no" for at most :data:`NOT_ADMIN_TTL`;
+if the apiserver gives no answer kproxy does not act as the caller (the outage answer, or a 500).
 
 Any ``Impersonate-*`` header the caller sent is removed (kproxy's own impersonation must be the
 only one; the caller is told in a ``Warning``).
