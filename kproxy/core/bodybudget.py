@@ -2,9 +2,14 @@
 
 A body kproxy checks (validation, dry-run rules) is read whole before it is decoded; up to the
 3 MiB the apiserver accepts, per request. Without a bound, callers that send the start of many
-bodies and then stall make kproxy hold them all. Every body being read takes its bytes from a
-:class:`BodyBudget` first: the declared ``Content-Length`` at once (a chunked body, each piece
-as it comes), given back when the request has been answered. A body that would take the total
+bodies and then stall make kproxy hold them all. Every body read whole takes its bytes from a
+:class:`BodyBudget` first, once its caller has been identified as the apiserver identifies it
+before reading a body (a rejected token gets the apiserver's 401 and takes nothing): a caller
+known by its user, the declared ``Content-Length`` at once (a chunked body, each piece as it
+comes); a caller known only by its address (``credentials: proxy``), the bytes it has sent, so
+that addresses declaring bodies they never send hold nothing. Given back when the request has
+been answered. A body streamed through to the apiserver takes none (it holds no more than its
+connection's read buffer). A body that would take the total
 past ``limit``, or its caller's share past ``per_caller``, waits up to ``wait`` for bytes to be
 given back (it is not read meanwhile: the client's bytes stay in the socket buffers), then is
 answered with the apiserver's APF 429 (:class:`kproxy.core.fairness.TooManyRequests`).
