@@ -99,8 +99,10 @@ class ImpersonateConfig(Strict):
     # system:serviceaccounts:kube-system, a user system:apiserver, system:kube-controller-manager,
     # system:kube-scheduler, system:node:* or system:serviceaccount:kube-system:*, a group
     # kubeadm:cluster-admins, system:bootstrappers or system:bootstrappers:*; and any identity the
-    # apiserver allows everything (cluster-admin), asked with a SubjectAccessReview. A user is
-    # listed by name; an identity one of whose groups is listed is not asked about.
+    # apiserver allows everything or one request from it (cluster-admin, every write verb, escalate
+    # or bind on ClusterRoles, impersonation, kube-system's tokens: impersonate.py ADMIN_QUESTIONS),
+    # asked with SubjectAccessReviews. A user is listed by name; an identity one of whose groups is
+    # listed is not asked about.
     allowed_privileged_groups: list[str] = []
     allowed_privileged_users: list[str] = []
 
