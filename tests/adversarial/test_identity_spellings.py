@@ -22,13 +22,13 @@ import signal
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
+from .accounts import account_with_role, create
 from .conftest import start_capped
 from .wire import Answer, Endpoint, exchange
 
@@ -95,33 +95,12 @@ class Setup:
         return f"system:serviceaccount:{self.ns}:bot"
 
 
-def _create(cp: ControlPlaneInfo, path: str, obj: dict[str, Any]) -> None:
-    code, data = cp.request("POST", path, body=json.dumps(obj).encode())
-    assert code == 201, data
-
-
 @pytest.fixture(scope="module")
 def setup(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     cp = control_plane
     ns = f"adv-spell-{secrets.token_hex(3)}"
-    _create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
-    _create(cp, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "bot"}})
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
-    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}]
-    _create(cp, f"{rbac}/roles", {"metadata": {"name": "bot"}, "rules": rules})
-    _create(cp, f"{rbac}/rolebindings", {
-        "metadata": {"name": "bot"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bot"},
-        "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": ns}],
-    })  # fmt: skip
-    code, data = cp.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/bot/token",
-        body=json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}).encode(),
-    )
-    assert code == 201, data
-    token: str = json.loads(data)["status"]["token"]
-    wait_for(lambda: cp.request("GET", f"/api/v1/namespaces/{ns}/configmaps", token=token)[0] == 200, 20, "RBAC")
+    create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
+    token = account_with_role(cp, ns, "bot", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"]}])
     match = {"users": [f"system:serviceaccount:{ns}:*"]}
     enforce = start_capped(tmp_path_factory.mktemp("spell-enforce"), cp, credentials="forward", tls=True, extra={
         "filters": [{"name": "dryrun", "rules": [{"name": "sa", "match": match, "action": "enforce"}]}],

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
+from .accounts import account_with_role, create
 from .conftest import start_capped
 
 pytestmark = pytest.mark.e2e
@@ -52,39 +53,15 @@ class Setup:
     mode: str
 
 
-def _create(cp: ControlPlaneInfo, path: str, obj: dict[str, object]) -> None:
-    code, data = cp.request("POST", path, body=json.dumps(obj).encode())
-    assert code == 201, data
-
-
 @pytest.fixture(scope="module", params=["forward", "proxy"])
 def setup(
     request: pytest.FixtureRequest, control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setup]:
     cp = control_plane
     ns = f"redteam2-b-{secrets.token_hex(3)}"
-    _create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
-    _create(cp, f"/api/v1/namespaces/{ns}/serviceaccounts", {"metadata": {"name": "victim"}})
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    create(cp, "/api/v1/namespaces", {"metadata": {"name": ns}})
     role = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "list"]}
-    _create(cp, f"{rbac}/roles", {"metadata": {"name": "victim"}, "rules": [role]})
-    _create(
-        cp,
-        f"{rbac}/rolebindings",
-        {
-            "metadata": {"name": "victim"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "victim"},
-            "subjects": [{"kind": "ServiceAccount", "name": "victim", "namespace": ns}],
-        },
-    )
-    code, body = cp.request(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/victim/token",
-        body=json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}).encode(),
-    )
-    assert code == 201, body
-    token: str = json.loads(body)["status"]["token"]
-    wait_for(lambda: cp.request("GET", f"/api/v1/namespaces/{ns}/configmaps", token=token)[0] == 200, 20, "the binding")
+    token = account_with_role(cp, ns, "victim", [role])
     strict = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict", "match": {"namespaces": [ns]}}]}]
     rp = start_capped(
         tmp_path_factory.mktemp("redteam2-budget"), cp, credentials=request.param, tls=True, extra={"filters": strict}
