@@ -216,7 +216,9 @@ def listed(identity: Identity, allowance: PrivilegedAllowance) -> bool:
     )
 
 
-def _ask(verb: str, group: str, resource: str, subresource: str = "", namespace: str = "") -> RequestInfo:
+def _ask(
+    verb: str, group: str, resource: str, subresource: str = "", namespace: str = "", name: str = ""
+) -> RequestInfo:
     return RequestInfo(
         path="",
         verb=verb,
@@ -226,6 +228,7 @@ def _ask(verb: str, group: str, resource: str, subresource: str = "", namespace:
         namespace=namespace,
         resource=resource,
         subresource=subresource,
+        name=name,
     )
 
 
@@ -255,6 +258,16 @@ EVERYTHING = _ask("*", "*", "*")
 #:   ``clusterrole-aggregation-controller`` may ``escalate`` every ClusterRole) and which kproxy
 #:   itself refuses to act as (``PRIVILEGED_USER_PREFIXES``).
 #:
+#: - ``approve`` on the ``kubernetes.io/kube-apiserver-client`` signer: it approves a client
+#:   certificate request with any subject but ``O=system:masters`` (refused by the
+#:   CertificateSubjectRestriction admission, plugin/pkg/admission/certificates/subjectrestriction),
+#:   ``O=kubeadm:cluster-admins`` included;
+#: - ``create`` on mutating webhook configurations and mutating admission policies: they rewrite
+#:   any object the apiserver admits, a pod's service account and command included;
+#: - ``get`` on ``nodes/proxy`` (the kubelet's API: exec in any pod of a node, its WebSocket form
+#:   authorized as ``get``) and ``create`` on ``pods/exec`` in kube-system (the control plane's own
+#:   pods).
+#:
 #: None of them is what an ordinary caller holds: the bootstrap roles ``edit``/``admin`` bound in
 #: the caller's own namespace are not asked about (cluster-wide questions see cluster-wide
 #: bindings only, and kube-system's bindings are the control plane's).
@@ -269,6 +282,11 @@ ADMIN_QUESTIONS: tuple[RequestInfo, ...] = (
     _ask("get", "", "secrets", namespace="kube-system"),
     _ask("create", "", "pods", namespace="kube-system"),
     _ask("*", "*", "*", namespace="kube-system"),
+    _ask("approve", "certificates.k8s.io", "signers", name="kubernetes.io/kube-apiserver-client"),
+    _ask("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    _ask("create", "admissionregistration.k8s.io", "mutatingadmissionpolicies"),
+    _ask("get", "", "nodes", "proxy"),
+    _ask("create", "", "pods", "exec", namespace="kube-system"),
 )
 #: How long a "not an administrator" answer is reused at most (seconds): the window in which an
 #: identity made an administrator later (a binding created by someone else) is still acted as.

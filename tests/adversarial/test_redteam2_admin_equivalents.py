@@ -76,7 +76,7 @@ ROLES: dict[str, list[dict[str, object]]] = {
 
 def _request(cp: ControlPlaneInfo, method: str, path: str, obj: Mapping[str, object] | None = None) -> int:
     code, data = cp.request(method, path, body=json.dumps(obj).encode() if obj is not None else None)
-    assert code in (200, 201, 404), data
+    assert code in (200, 201, 404), data.decode(errors="replace")
     return code
 
 
@@ -224,3 +224,89 @@ def test_the_callers_ca_cannot_mint_an_administrator_of_kube_system(
         f"kube-system's {sa} through kproxy ({status}; creating the service account: {created}); the "
         f"token may escalate every ClusterRole at the apiserver: {escalates}"
     )
+
+
+@pytest.fixture
+def signer_approvers(control_plane: ControlPlaneInfo) -> Iterator[str]:
+    """A fresh group that may approve client certificates for the apiserver's client signer, as
+    the CSR approval docs grant it: ``approve`` on that one signer, ``update`` on the approval."""
+    name = f"redteam2-approvers-{secrets.token_hex(3)}"
+    rules = [
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"],
+         "verbs": ["get", "create"]},
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"],
+         "verbs": ["update"]},
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+         "resourceNames": ["kubernetes.io/kube-apiserver-client"], "verbs": ["approve"]},
+    ]  # fmt: skip
+    _request(control_plane, "POST", f"{RBAC}/clusterroles", {"metadata": {"name": name}, "rules": rules})
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": name}],
+    }
+    _request(control_plane, "POST", f"{RBAC}/clusterrolebindings", binding)
+    yield name
+    _request(control_plane, "DELETE", f"{RBAC}/clusterrolebindings/{name}")
+    _request(control_plane, "DELETE", f"{RBAC}/clusterroles/{name}")
+
+
+def test_the_callers_ca_cannot_mint_an_approver_of_admin_certificates(
+    control_plane: ControlPlaneInfo,
+    capped_factory: Callable[..., RunningProxy],
+    signer_approvers: str,
+    tmp_path: Path,
+) -> None:
+    """Approving for ``kubernetes.io/kube-apiserver-client`` bounds the subject only by the
+    apiserver's CertificateSubjectRestriction admission, which refuses ``O=system:masters`` alone:
+    an identity that may approve there approves its own request for ``O=kubeadm:cluster-admins``
+    (cluster-admin on kubeadm clusters) and is cluster-admin once the signer signs it. Through
+    kproxy its approval must be refused: the apiserver, asked whether the identity may approve for
+    that signer, says yes."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    cp = control_plane
+    ca = certs.generate_ca("redteam2-callers-ca")
+    ca_file = certs.write_pem(tmp_path / "callers-ca.crt", ca.cert_pem, private=False)
+    rp = capped_factory(credentials="impersonate", tls=True, extra={"tls": {"client_ca_file": str(ca_file)}})
+    mallory = _caller(rp, ca, tmp_path, signer_approvers)
+    subject = x509.Name([
+        x509.NameAttribute(NameOID.COMMON_NAME, "mallory-admin"),
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "kubeadm:cluster-admins"),
+    ])  # fmt: skip
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(subject)
+        .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+    )
+    pem = csr.public_bytes(serialization.Encoding.PEM)
+    name = f"redteam2-masters-{secrets.token_hex(3)}"
+    import base64
+
+    request = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": base64.b64encode(pem).decode(), "signerName": "kubernetes.io/kube-apiserver-client",
+                 "usages": ["client auth"]},
+    }  # fmt: skip
+    _request(cp, "POST", "/apis/certificates.k8s.io/v1/certificatesigningrequests", request)
+    path = f"/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}"
+    try:
+        code, data = cp.request("GET", path)
+        assert code == 200, data
+        obj = json.loads(data)
+        obj["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "Mine", "message": "mine"}]}
+        status, body = _send(mallory, "PUT", f"{path}/approval", obj)
+        code, data = cp.request("GET", path)
+        conditions = json.loads(data).get("status", {}).get("conditions") or []
+        approved = any(c.get("type") == "Approved" for c in conditions)
+        assert not approved and status == 403, (
+            f"a callers'-CA certificate in group {signer_approvers} approved a kubeadm:cluster-admins client "
+            f"certificate through kproxy ({status}: {body[:200]!r})"
+        )
+    finally:
+        cp.request("DELETE", path)

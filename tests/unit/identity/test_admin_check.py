@@ -102,6 +102,11 @@ QUESTIONS = [
     ("kube-system", "get", "", "secrets", ""),
     ("kube-system", "create", "", "pods", ""),
     ("kube-system", "*", "*", "*", ""),
+    ("", "approve", "certificates.k8s.io", "signers", ""),
+    ("", "create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", ""),
+    ("", "create", "admissionregistration.k8s.io", "mutatingadmissionpolicies", ""),
+    ("", "get", "", "nodes", "proxy"),
+    ("kube-system", "create", "", "pods", "exec"),
 ]
 
 
