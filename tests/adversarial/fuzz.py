@@ -544,7 +544,9 @@ KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
     "unknown-coding-order": (
         "kproxy's HTTP parser checks Transfer-Encoding before the target (its 501 where Go answers 400)",
         lambda raw, via, direct: (
-            b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0] and 501 in (via.status, direct.status)
+            # The head's last line too (the split takes its CRLF).
+            b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0] + b"\r\n"
+            and 501 in (via.status, direct.status)
         ),
     ),
 }
