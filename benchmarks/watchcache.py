@@ -46,7 +46,7 @@ Phases, in this order (the order matters for memory):
    the LIST's size whole (as kproxy's server does) vs in memoryview slices, over HTTP and HTTPS:
    where kproxy's CPU and RSS under load go.
 
-Goals from issue 4: LIST from kproxy >= 2x faster than from the apiserver for the same encoding;
+Goals: LIST from kproxy >= 2x faster than from the apiserver for the same encoding;
 apiserver CPU with the clients through kproxy >= 10x lower than direct; kproxy RSS per cached
 object <= the apiserver's per-object growth. Exit status 0 when all are met, 1 when not, 2 when
 the benchmark could not run.

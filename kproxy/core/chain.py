@@ -1,6 +1,6 @@
 """The filter chain: the request/response types every filter sees, and the chain itself.
 
-A filter is an onion layer with the shape of an aiohttp middleware (see DESIGN.md)::
+A filter is an onion layer with the shape of an aiohttp middleware (docs/developing/architecture.md)::
 
     class Filter(Protocol):
         name: ClassVar[str]

@@ -1,5 +1,5 @@
 """Real clients through the watch cache: kubectl and the official Python client get, through kproxy,
-what they get straight from the apiserver (issue 4: "kubectl and the Python client work through it").
+what they get straight from the apiserver.
 
 The same population as test_watchcache_list (its own copy, module-scoped), the same kproxy
 configuration; each client runs once against the apiserver and once against kproxy, and the

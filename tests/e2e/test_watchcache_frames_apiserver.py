@@ -1,5 +1,5 @@
 """FrameEncoder against the real apiserver: every watch frame the apiserver writes is rebuilt, byte for
-byte, from the cache's form of the same object (issue 5, JSON and protobuf watch framing).
+byte, from the cache's form of the same object.
 
 For each resource a JSON watch and a protobuf watch are opened side by side straight on the apiserver
 (``sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true``) while a

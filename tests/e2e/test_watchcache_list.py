@@ -1,4 +1,4 @@
-"""The watch cache's LIST and GET against the apiserver's own answers (issue 4, "Tests").
+"""The watch cache's LIST and GET against the apiserver's own answers.
 
 Every request is sent straight to the apiserver first, then through kproxy with the watchcache
 filter on pods, configmaps and secrets, and the two answers are compared by

@@ -1,5 +1,5 @@
 """Real controllers through kproxy's watch cache keep a correct copy across upstream outages, with no
-410 storm (issue 5, "no 410 storms").
+410 storm.
 
 A client-go shared informer (tests/e2e/informer, built from its Go module) and the official Python
 client's watch (resumed from the last resource version, relisting only on a 410, as a controller

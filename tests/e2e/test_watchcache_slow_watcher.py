@@ -1,5 +1,5 @@
-"""A watcher that stops reading is closed by kproxy without stalling the others (issue 5: "a bounded
-buffer per watcher and a dispatch time budget, after which a slow watcher is closed").
+"""A watcher that stops reading is closed by kproxy without stalling the others: a bounded
+buffer per watcher and a dispatch time budget, after which a slow watcher is closed.
 
 The slow client is a raw socket with a tiny receive buffer that reads the response head and then
 nothing; a writer makes large pod updates until kproxy's buffers for it are full. kproxy closes it

@@ -1,4 +1,4 @@
-"""Watches served from the watch cache against the apiserver's own (issue 5, "Differential").
+"""Watches served from the watch cache against the apiserver's own.
 
 Each test opens the same watch requests straight on the apiserver and through kproxy (watch cache
 on pods, configmaps, nodes and a custom resource) at the same moment, while a writer creates,

@@ -1,5 +1,5 @@
 """`kubectl get pods --watch` through kproxy's watch cache prints the initial pods and then the changes,
-exactly as it does straight against the apiserver (issue 5: "kubectl get --watch works").
+exactly as it does straight against the apiserver.
 
 The same kubectl watch runs twice at once, once on the apiserver and once through kproxy, while a
 writer relabels, creates and deletes pods; the two outputs are compared (tables without the AGE

@@ -1,8 +1,8 @@
 """Differential harness for the watch cache: the same LIST/GET straight to the apiserver and
 through kproxy, and a precise account of every difference.
 
-What may differ and what may not (issue 4, the seeds' "Semantics for get and list" table and
-sections 3-4 of the wire doc):
+What may differ and what may not (the apiserver's semantics for get and list,
+docs/using/watchcache.md):
 
 * status code, ``Content-Type``, ``Retry-After``: always equal;
 * error bodies (``Status``): byte-equal, except the ``current: M`` of "Too large resource version"

@@ -1,7 +1,7 @@
 """Differential harness for watches: the same watch straight to the apiserver and through kproxy,
 opened at the same moment while a writer changes objects, and every difference named.
 
-How a comparison works (issue 5, "Differential"; section 3 of the wire doc):
+How a comparison works:
 
 * :class:`WatchStream` holds one open watch and parses its frames as they arrive (JSON lines, or
   4-byte length-prefixed protobuf ``WatchEvent`` frames), keeping each frame's exact bytes.

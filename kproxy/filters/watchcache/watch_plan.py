@@ -5,7 +5,7 @@ Options are read and validated as the apiserver does (``get.go`` ``ListResource`
 refuse, and anything the cache cannot serve exactly, passes through untouched, so the apiserver's
 own answer reaches the client.
 
-What a served watch starts with (wire doc 3.7, 1.34+ with WatchList):
+What a served watch starts with (1.34+ with WatchList; staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go):
 
 * ``sendInitialEvents=true`` (also what resourceVersion "" and "0" default to): the state as
   ADDED events, then the initial-events-end bookmark when bookmarks are allowed, then live events;

@@ -1,6 +1,7 @@
 """A watch served from the cache: wait until the cache may answer, then the event stream.
 
-Errors the apiserver reports inside the stream (wire doc 3.5) are reported the same way here: a
+Errors the apiserver reports inside the stream
+(staging/src/k8s.io/apiserver/pkg/endpoints/handlers/watch.go) are reported the same way here: a
 ``200``, one ``ERROR`` event carrying the Status, and the end of the stream: a resource version
 older than the history (``410 Expired``, ``too old resource version: N (M)``), or one the cache does
 not reach in time for initial events (``504``, ``Too large resource version``).

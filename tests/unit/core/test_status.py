@@ -1,7 +1,8 @@
 """Status error bodies must be byte-identical to what kube-apiserver writes.
 
-Expected bodies come from /work/shared/k8s-wire-behaviour.md (sections 3.5, 4.5, 5, 7, 8) or are derived
-from the Go constructors in staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go.
+Expected bodies are what a real kube-apiserver answered (watch errors, timeouts, dry-run and strict
+validation failures, forbidden, apply conflicts) or are derived from the Go constructors in
+staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _forbidden(method: str, path: str, user: str = "alice", reason: str = "") ->
 
 BODY_CASES: list[tuple[str, StatusError, bytes]] = [
     (
-        "403 namespaced list (wire doc 7.2)",
+        "403 namespaced list",
         _forbidden("GET", "/api/v1/namespaces/default/pods"),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods is forbidden: '
         b'User \\"alice\\" cannot list resource \\"pods\\" in API group \\"\\" in the namespace \\"default\\"",'
@@ -53,7 +54,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"reason":"Forbidden","details":{"kind":"nodes"},"code":403}\n',
     ),
     (
-        "403 impersonation (wire doc 10)",
+        "403 impersonation",
         status.forbidden(
             "",
             "users",
@@ -79,7 +80,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'{"name":"kube-system","kind":"namespaces"},"code":403}\n',
     ),
     (
-        "404 grouped (wire doc 7.2)",
+        "404 grouped",
         status.not_found("apps", "deployments", "web"),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"deployments.apps '
         b'\\"web\\" not found","reason":"NotFound","details":{"name":"web","group":"apps","kind":"deployments"},'
@@ -98,7 +99,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'find the requested resource","reason":"NotFound","details":{},"code":404}\n',
     ),
     (
-        "422 dryRun (wire doc 5)",
+        "422 dryRun",
         status.invalid(
             "CreateOptions",
             "meta.k8s.io",
@@ -140,7 +141,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"code":422}\n',
     ),
     (
-        "422 strict PATCH (wire doc 6.4: empty kind, message starts with a space)",
+        "422 strict PATCH (empty kind, message starts with a space)",
         status.invalid(
             "",
             "",
@@ -172,7 +173,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'exists","reason":"AlreadyExists","details":{"name":"p","kind":"pods"},"code":409}\n',
     ),
     (
-        "409 apply conflict (wire doc 8)",
+        "409 apply conflict",
         status.apply_conflict(
             [
                 StatusCause(
@@ -189,7 +190,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'\\"kubectl-client-side-apply\\" using apps/v1","field":".spec.replicas"}]},"code":409}\n',
     ),
     (
-        "410 expired (wire doc 3.5)",
+        "410 expired",
         status.resource_expired("too old resource version: 1000 (1500)"),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: '
         b'1000 (1500)","reason":"Expired","code":410}\n',
@@ -207,7 +208,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"code":410}\n',
     ),
     (
-        "504 too large resource version (wire doc 4.5)",
+        "504 too large resource version",
         status.timeout(
             "Too large resource version: 5, current: 3",
             1,
@@ -218,14 +219,14 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}\n',
     ),
     (
-        "500 server timeout (wire doc 4.5)",
+        "500 server timeout",
         status.server_timeout("", "pods", "list", 2),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"The list operation against '
         b'pods could not be completed at this time, please try again.","reason":"ServerTimeout","details":'
         b'{"name":"list","kind":"pods","retryAfterSeconds":2},"code":500}\n',
     ),
     (
-        "400 bad request (wire doc 7.2)",
+        "400 bad request",
         status.bad_request("<text>"),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"\\u003ctext\\u003e",'
         b'"reason":"BadRequest","code":400}\n',
@@ -237,13 +238,13 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"Unauthorized","code":401}\n',
     ),
     (
-        "413 body limit (wire doc 2.5)",
+        "413 body limit",
         status.request_entity_too_large(3 * 1024 * 1024),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Request entity too large: '
         b'limit is 3145728","reason":"RequestEntityTooLarge","code":413}\n',
     ),
     (
-        "406 handler (wire doc 2.4)",
+        "406 handler",
         status.not_acceptable(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"only the following media '
         b'types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf","reason":'
@@ -259,14 +260,14 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'Available representations: application/json","reason":"NotAcceptable","details":{},"code":406}\n',
     ),
     (
-        "415 (wire doc 2.5)",
+        "415",
         status.unsupported_media_type(["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the body of the request '
         b"was in an unknown format - accepted media types include: application/json, application/yaml, "
         b'application/vnd.kubernetes.protobuf","reason":"UnsupportedMediaType","code":415}\n',
     ),
     (
-        "429 storage initializing (wire doc 3.9)",
+        "429 storage initializing",
         status.too_many_requests("storage is (re)initializing", 1),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing"'
         b',"reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}\n',
@@ -278,7 +279,7 @@ BODY_CASES: list[tuple[str, StatusError, bytes]] = [
         b'"TooManyRequests","details":{},"code":429}\n',
     ),
     (
-        "503 shutting down (wire doc 7.2)",
+        "503 shutting down",
         status.service_unavailable("apiserver is shutting down", retry_after=1),
         b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"apiserver is shutting down",'
         b'"reason":"ServiceUnavailable","code":503}\n',
