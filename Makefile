@@ -11,10 +11,13 @@ export KPROXY_ENVTEST_BIN_DIR := $(ENVTEST_BIN)
 HELM_VERSION := $(shell sed -n 's|^\s*\(require \)\?helm.sh/helm/v4 \(v[0-9][0-9.]*\).*|\2|p' tools/helm/go.mod | head -1)
 HELM_BIN := $(KPROXY_CACHE)/helm/$(HELM_VERSION)
 export KPROXY_HELM_BIN := $(HELM_BIN)/helm
+H2SPEC_VERSION := $(shell sed -n 's|^\s*\(require \)\?github.com/summerwind/h2spec \(v[0-9][0-9.a-z+]*\).*|\2|p' tools/h2spec/go.mod | head -1)
+H2SPEC_BIN := $(KPROXY_CACHE)/h2spec/$(H2SPEC_VERSION)
+export KPROXY_H2SPEC_BIN := $(H2SPEC_BIN)/h2spec
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
-.PHONY: run stop test unit e2e lint envtest-bin helm-bin docs docs-check bench proto clean venv
+.PHONY: run stop test unit e2e lint envtest-bin helm-bin h2spec-bin docs docs-check bench proto clean venv
 
 venv: $(VENV)/.installed
 
@@ -54,6 +57,14 @@ helm-bin:
 	  time bash tools/helm/build.sh $(HELM_BIN); \
 	fi
 
+# h2spec (HTTP/2 conformance) built from its Go module (tools/h2spec) for tests/e2e/test_h2spec.py; rebuilt
+# only when the pin changes.
+h2spec-bin:
+	@if [ "$$(cat $(H2SPEC_BIN)/VERSION 2>/dev/null)" != "$(H2SPEC_VERSION)" ]; then \
+	  echo "building h2spec $(H2SPEC_VERSION) from its Go module into $(H2SPEC_BIN)"; \
+	  time bash tools/h2spec/build.sh $(H2SPEC_BIN); \
+	fi
+
 # docs/filters.md is generated from the filters' config models (tests/unit/test_docs.py checks it).
 docs: venv
 	$(BIN)/python tools/gen_filter_docs.py
@@ -81,13 +92,13 @@ stop: venv
 	@$(BIN)/kproxy envtest down --dir $(RUN_DIR)
 
 # The whole suite: lint, type check, unit and end-to-end tests against the real kube-apiserver.
-test: venv envtest-bin helm-bin lint
+test: venv envtest-bin helm-bin h2spec-bin lint
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
-e2e: venv envtest-bin helm-bin
+e2e: venv envtest-bin helm-bin h2spec-bin
 	$(BIN)/pytest -q -ra tests/e2e $(PYTEST_ARGS)
 
 lint: venv
