@@ -202,6 +202,18 @@ class ConnectionsConfig(Strict):
     max_connections_per_source: int = Field(default=0, ge=0)
 
 
+class Http2Config(Strict):
+    """HTTP/2 on the TLS listener: ALPN offers ``h2`` then ``http/1.1``, as the apiserver does,
+    and an h2 connection is served with the apiserver's settings (kproxy/server/http2/settings.py).
+    A listener without TLS speaks HTTP/1.1 only (as Go's server without h2c)."""
+
+    enabled: bool = True
+    # Streams a client may have open on one connection (kube-apiserver's
+    # --http2-max-streams-per-connection, 100 when unset). The connection's receive window is
+    # this many times the 256 KiB stream window, as the apiserver sizes it.
+    max_concurrent_streams: int = Field(default=100, ge=1, le=(1 << 31) - 1)
+
+
 class BodiesConfig(Strict):
     """Request bodies: the time a caller has to send one, the memory bodies being read may hold,
     and the workers that decode the bodies kproxy checks, shared fairly between callers (a caller

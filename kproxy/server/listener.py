@@ -26,6 +26,8 @@ from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.web_protocol import RequestHandler
 
 from kproxy.server.connections import HEADER_LINE_COST, IDLE, TLS_HANDSHAKE, Connections
+from kproxy.server.http2.server import H2ServerConnection, Handler
+from kproxy.server.http2.settings import H2Limits
 
 log = logging.getLogger("kproxy")
 
@@ -203,6 +205,7 @@ class GoRequestHandler(RequestHandler):
         self._raw: asyncio.Transport | None = None  # the socket's transport (under TLS, if any)
         self._source = ""
         self._admitted = False
+        self._h2: H2ServerConnection | None = None  # the connection speaks HTTP/2 (ALPN chose h2)
 
     # -- where the connection is ------------------------------------------------------------------
 
@@ -254,7 +257,28 @@ class GoRequestHandler(RequestHandler):
         if self._phase != _HANDSHAKE:  # closed by a bound as the handshake completed
             tls.abort()
             return
+        http2: Http2Serving | None = getattr(self._manager, "http2", None)
+        ssl_object = tls.get_extra_info("ssl_object")
+        if http2 is not None and ssl_object is not None and ssl_object.selected_alpn_protocol() == "h2":
+            self._serve_h2(tls, http2)
+            return
         self.connection_made(tls)
+
+    def _serve_h2(self, tls: asyncio.Transport, http2: Http2Serving) -> None:
+        """ALPN chose h2: the connection is served by an ``H2ServerConnection`` from now on; this
+        handler stays only as its entry in the listener's bounds (idle while it has no stream)."""
+        self._disarm()
+        self._phase = _BUSY
+        self._conns.enter(self, None)
+        conn = H2ServerConnection(http2.handler, http2.limits, http2.registry, self._release, self._h2_idle)
+        self._h2 = conn
+        tls.set_protocol(conn)  # type: ignore[arg-type]
+        conn.connection_made(tls)
+
+    def _h2_idle(self, idle: bool) -> None:
+        if self._phase in (_BUSY, _IDLE):
+            self._phase = _IDLE if idle else _BUSY
+            self._conns.enter(self, IDLE if idle else None)  # may close the connection idle longest
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -327,6 +351,9 @@ class GoRequestHandler(RequestHandler):
             return
         self._release()
         self._conns.on_close(reason)
+        if self._h2 is not None:
+            self._h2.close_for(reason)
+            return
         log.debug("closing client connection", extra={"reason": reason, "peer": self._source})
         if phase in (_HANDSHAKE, _HEAD, _IDLE) and self._raw is not None:
             self._force_close = True
@@ -376,18 +403,32 @@ class GoRequestHandler(RequestHandler):
         return _RawAnswer(go_parse_error(exc))
 
 
+class Http2Serving:
+    """What a listener needs to serve HTTP/2 (its TLS context offers ``h2`` in ALPN)."""
+
+    __slots__ = ("handler", "limits", "registry")
+
+    def __init__(self, handler: Handler, limits: H2Limits) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.registry: set[H2ServerConnection] = set()  # the open ones (a drain sends each GOAWAY)
+
+
 class GoServer(web.Server):
     """``web.Server`` whose connections use GoRequestHandler, with Go's head limits and the
-    deadlines and bounds of ``connections``."""
+    deadlines and bounds of ``connections``; with ``http2``, TLS connections that choose h2 are
+    served by ``kproxy.server.http2``."""
 
     def __init__(
         self,
         handler: Any,
         connections: Connections | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        http2: Http2Serving | None = None,
         **kwargs: Any,
     ) -> None:
         self.conns = connections or Connections()
+        self.http2 = http2
         #: Serve HTTPS: each accepted connection's TLS handshake is done here, under the bounds.
         self.ssl_context = ssl_context
         kwargs.update(max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES, max_headers=MAX_HEADERS)

@@ -11,13 +11,14 @@ path goes to one handler, which keeps the per-request cost of the proxy itself s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +44,19 @@ from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, h
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
 from kproxy.server.connections import Connections, admin_limits, raise_fd_limit
+from kproxy.server.http2.respond import respond as respond_h2
+from kproxy.server.http2.settings import H2Limits
+from kproxy.server.http2.stream import H2Request
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
-from kproxy.server.listener import GoAppRunner, GoServer, MalformedBody, go_bad_request, go_transfer_encoding_refused
+from kproxy.server.listener import (
+    GoAppRunner,
+    GoServer,
+    Http2Serving,
+    MalformedBody,
+    go_bad_request,
+    go_transfer_encoding_refused,
+)
 from kproxy.server.metrics import CHAIN_REPLIED, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
@@ -95,6 +106,9 @@ class _ReadyCache:
 
 
 _SLICE = 1 << 20
+
+#: What ``handle`` returns for a request answered on an HTTP/2 stream (written there already).
+_H2_WRITTEN = web.StreamResponse()
 
 
 async def _write_sliced(request: web.BaseRequest, reply: Reply, data: bytes) -> web.StreamResponse:
@@ -148,6 +162,7 @@ class ProxyServer:
         self.bound: tuple[str, int] | None = None
         self.admin_bound: tuple[str, int] | None = None
         self.admin_connections = Connections()  # the admin listener's own bounds
+        self.http2 = Http2Serving(self.handle, H2Limits())  # the TLS listener's h2 connections
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -169,24 +184,23 @@ class ProxyServer:
             )
         await self.chain.start(self.context)
         self.metrics.served.start(self.context.api)
-        ssl_ctx = None
-        if self.cfg.tls is not None:
-            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            try:
-                ssl_ctx.load_cert_chain(self.cfg.tls.cert_file, self.cfg.tls.key_file)
-            except (OSError, ssl.SSLError) as err:
-                raise ConfigError(f"tls: cannot load {self.cfg.tls.cert_file} and its key: {_reason(err)}") from None
-            if self.cfg.tls.client_ca_file:
-                # A certificate is optional, but one that does not verify fails the handshake. The
-                # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
-                # caller is a 401 without a token (or authenticated by its token); Python's ssl has
-                # no way to take a certificate it does not verify (README, impersonate).
-                ssl_ctx.load_verify_locations(self.cfg.tls.client_ca_file)
-                ssl_ctx.verify_mode = ssl.CERT_OPTIONAL
+        ssl_ctx = _server_ssl(self.cfg, http2=self.cfg.http2.enabled)
         # Connections are bounded below the file-descriptor limit (kproxy.server.connections).
         self.connections.fd_limit = raise_fd_limit()
+        # HTTP/2 for TLS clients that offer it (ALPN), with the apiserver's settings.
+        self.http2.limits = H2Limits(
+            max_concurrent_streams=self.cfg.http2.max_concurrent_streams,
+            idle_timeout=self.cfg.connections.idle_timeout,
+        )
         # GoServer: Go's limits on a request head and its answers to requests it cannot read.
-        server = GoServer(self.handle, self.connections, ssl_ctx, handler_cancellation=True, access_log=None)
+        server = GoServer(
+            self.handle,
+            self.connections,
+            ssl_ctx,
+            self.http2 if ssl_ctx is not None and self.cfg.http2.enabled else None,
+            handler_cancellation=True,
+            access_log=None,
+        )
         self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         # The socket listens in plain TCP: GoServer admits each connection, then does its handshake.
@@ -200,7 +214,7 @@ class ProxyServer:
         admin.router.add_get("/healthz", self._healthz)
         admin.router.add_get("/livez", self._healthz)
         admin.router.add_get("/readyz", self._readyz)
-        admin_ssl = ssl_ctx if self.cfg.admin_tls else None
+        admin_ssl = _server_ssl(self.cfg, http2=False) if self.cfg.admin_tls else None
         # Bounded too, from the descriptors kept out of the main listener's bound.
         self.admin_connections.limits = admin_limits(self.cfg.connections, self.connections.fd_limit)
         self._admin_runner = GoAppRunner(
@@ -284,6 +298,8 @@ class ProxyServer:
         for site in self._sites:
             await site.stop()
         log.info("draining", extra={"in_flight": self._in_flight, "streams": len(self._streams)})
+        for conn in list(self.http2.registry):
+            conn.drain()  # GOAWAY: streams opened finish, clients open new ones elsewhere
         for stream in list(self._streams):
             if stream.watch:
                 stream.ending = True
@@ -295,6 +311,8 @@ class ProxyServer:
         for stream in list(self._streams):
             stream.ending = True
             stream.body.abort()
+        for conn in list(self.http2.registry):
+            conn.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._admin_runner is not None:
@@ -423,6 +441,7 @@ class ProxyServer:
                         "resource": resource,
                         "answered_by": answerer,
                         "user_agent": request.headers.get("User-Agent", ""),
+                        "protocol": f"HTTP/{request.version.major}.{request.version.minor}",
                     },
                 )
 
@@ -470,6 +489,8 @@ class ProxyServer:
         return reply
 
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
+        if isinstance(request, H2Request):
+            return _H2_WRITTEN, await respond_h2(request, ex, reply, self._open_stream)
         body = reply.body
         if isinstance(body, BytesBody):
             if request.method == "HEAD":
@@ -523,6 +544,21 @@ class ProxyServer:
                     return resp, sent
             await resp.write_eof()
             return resp, sent
+        finally:
+            self._streams.discard(stream)
+            body.abort()
+            if watch:
+                self.metrics.open_watches.dec()
+
+    @contextlib.contextmanager
+    def _open_stream(self, body: StreamBody, watch: bool) -> Iterator[_OpenStream]:
+        """A streamed answer on an HTTP/2 stream, known to the drain as HTTP/1.1's are."""
+        stream = _OpenStream(body, watch)
+        self._streams.add(stream)
+        if watch:
+            self.metrics.open_watches.inc()
+        try:
+            yield stream
         finally:
             self._streams.discard(stream)
             body.abort()
@@ -673,8 +709,11 @@ class _ClientBody:
                 await lease.cover(request.content_length or 0)
         if self._continue:
             self._continue = False
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.writer.output_size = 0
+            if isinstance(request, H2Request):
+                await request.send_continue()
+            else:
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                request.writer.output_size = 0
         received = 0
         content = request.content
         deadline = self._deadline
@@ -835,3 +874,24 @@ async def _bind(site: web.TCPSite, key: str, addr: ListenAddr) -> None:
     except OSError as err:
         host = f"[{addr.host}]" if ":" in addr.host else addr.host
         raise ConfigError(f"{key}: cannot listen on {host}:{addr.port}: {_reason(err)}") from None
+
+
+def _server_ssl(cfg: Config, *, http2: bool) -> ssl.SSLContext | None:
+    """The listener's TLS context (None without ``tls``); with ``http2``, ALPN offers ``h2`` then
+    ``http/1.1``, the apiserver's order (a client that offers neither is served HTTP/1.1)."""
+    if cfg.tls is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(cfg.tls.cert_file, cfg.tls.key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigError(f"tls: cannot load {cfg.tls.cert_file} and its key: {_reason(err)}") from None
+    if cfg.tls.client_ca_file:
+        # A certificate is optional, but one that does not verify fails the handshake. The
+        # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
+        # caller is a 401 without a token (or authenticated by its token); Python's ssl has
+        # no way to take a certificate it does not verify (README, impersonate).
+        ctx.load_verify_locations(cfg.tls.client_ca_file)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+    return ctx

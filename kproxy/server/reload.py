@@ -39,7 +39,17 @@ from kproxy.server.upstream import Upstream
 log = logging.getLogger("kproxy.reload")
 
 #: Config keys a running server cannot change; a reload that changes them is applied without them.
-RESTART_KEYS = ("listen", "admin_listen", "admin_tls", "allow_remote", "credentials", "upstream", "tls", "log.format")
+RESTART_KEYS = (
+    "listen",
+    "admin_listen",
+    "admin_tls",
+    "allow_remote",
+    "credentials",
+    "upstream",
+    "tls",
+    "http2",
+    "log.format",
+)
 
 
 class ReloadableServer(Protocol):
