@@ -285,6 +285,7 @@ class Config(Strict):
     max_request_body_bytes: int = Field(default=DEFAULT_MAX_BODY, gt=0)
     shutdown_timeout: Duration = 30.0
     connections: ConnectionsConfig = ConnectionsConfig()
+    http2: Http2Config = Http2Config()
     bodies: BodiesConfig = BodiesConfig()
     # How often the config file is checked for changes (hot reload); 0 = only on SIGHUP.
     reload_interval: Duration = 2.0
