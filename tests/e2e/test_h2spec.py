@@ -68,35 +68,38 @@ def h2spec() -> Path:
 @dataclass(frozen=True)
 class Report:
     cases: int
-    #: failed cases, as "<section>: <case>" -> h2spec's message (expected and actual frames)
+    #: failed cases by h2spec's id ("http2/4.2/1") -> the case's title and h2spec's message
     failures: dict[str, str]
     output: str
 
 
-def run_h2spec(h2spec: Path, port: int, report: Path) -> Report:
-    """All of h2spec's cases over TLS (ALPN h2) against 127.0.0.1:port, read from its JUnit report."""
+def run_h2spec(h2spec: Path, port: int, report: Path, case: str | None = None) -> Report:
+    """h2spec's cases (all, or the one with this id) over TLS (ALPN h2) against 127.0.0.1:port,
+    read from its JUnit report."""
+    cases = [case] if case else []
+    args = ["-t", "-k", "-h", "127.0.0.1", "-p", str(port), "-o", str(CASE_TIMEOUT), "-j", str(report)]
     proc = subprocess.run(
-        [str(h2spec), "-t", "-k", "-h", "127.0.0.1", "-p", str(port), "-o", str(CASE_TIMEOUT), "-j", str(report)],
+        [str(h2spec), *args, *cases],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,
     )
     if not report.exists():
         raise AssertionError(f"h2spec wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr}")
-    cases = 0
+    count = 0
     failures: dict[str, str] = {}
     for suite in ET.parse(report).getroot().iter("testsuite"):
-        for case in suite.iter("testcase"):
-            cases += 1
-            bad = case.find("failure")
+        for index, test in enumerate(suite.iter("testcase"), 1):
+            count += 1
+            bad = test.find("failure")
             if bad is None:
-                bad = case.find("error")
-            if bad is not None or case.find("skipped") is not None:
-                key = f"{suite.get('package')} {suite.get('name')}: {case.get('classname')}"
-                failures[key] = " ".join(
-                    (bad.text or bad.get("message") or "skipped" if bad is not None else "skipped").split()
+                bad = test.find("error")
+            if bad is not None or test.find("skipped") is not None:
+                text = (bad.text or bad.get("message") or "") if bad is not None else "skipped"
+                failures[case or f"{suite.get('package')}/{index}"] = (
+                    f"{test.get('classname')}: " + " ".join(text.split())[:300]
                 )
-    return Report(cases, failures, proc.stdout)
+    return Report(count, failures, proc.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -122,12 +125,23 @@ def test_h2spec_against_the_apiserver(apiserver_report: Report) -> None:
 
 
 def test_h2spec_against_kproxy(h2spec: Path, apiserver_report: Report, tls_proxy: RunningProxy, tmp_path: Path) -> None:
-    """kproxy's TLS listener fails no h2spec case that the apiserver's own server passes."""
+    """kproxy's TLS listener fails no h2spec case that the apiserver's own server passes. Some
+    cases race the server's scheduling (the apiserver fails 5.1.2/1, streams over the limit, in
+    about one run in three): a case kproxy fails alone is run twice more, on its own, and counts
+    when it fails every time."""
     port = int(tls_proxy.url.rsplit(":", 1)[1])
     report = run_h2spec(h2spec, port, tmp_path / "kproxy.xml")
     assert report.cases == CASES, report.output[-3000:]
     extra = {k: v for k, v in report.failures.items() if k not in apiserver_report.failures}
+    for case in list(extra):
+        for attempt in range(2):
+            if (
+                case
+                not in run_h2spec(h2spec, port, tmp_path / f"{case.replace('/', '_')}-{attempt}.xml", case).failures
+            ):
+                del extra[case]
+                break
     assert not extra, "h2spec cases kproxy fails and the apiserver passes:\n" + "\n".join(
-        f"- {k}\n    {v}" for k, v in sorted(extra.items())
+        f"- {k} {v}" for k, v in sorted(extra.items())
     )
     assert tls_proxy.proc.poll() is None, tls_proxy.log_text()[-3000:]
