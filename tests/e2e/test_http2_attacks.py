@@ -231,7 +231,7 @@ def test_streams_over_the_limit(target: Target, verdict: Measure) -> None:
 def test_stream_id_exhaustion(target: Target, verdict: Measure) -> None:
     """A request on the last stream id (2^31-1) is answered; one on a lower id after it is a
     connection error: GOAWAY PROTOCOL_ERROR naming 2^31-1 as the last stream, then the close
-    (processHeaders' stream_went_down... in golang.org/x/net/http2/server.go, goAwayTimeout 1 s)."""
+    (processHeaders' stream_went_down in golang.org/x/net/http2/server.go; the close after its goAwayTimeout, 1 s)."""
     with verdict() as v, target.wire() as w:
         stream_id_exhaustion(w, target.token)
         got = w.got
