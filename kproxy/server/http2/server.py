@@ -41,9 +41,10 @@ import h2.events
 import h2.exceptions
 import h2.settings
 from h2.frame_buffer import FrameBuffer
-from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, RstStreamFrame
+from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
 from multidict import CIMultiDict
 
+from kproxy.server.http2.flood import FrameMeter
 from kproxy.server.http2.settings import (
     GOAWAY_TIMEOUT,
     HEADER_TABLE_SIZE,
@@ -60,17 +61,16 @@ log = logging.getLogger("kproxy")
 Handler = Callable[[Any], Awaitable[Any]]
 
 #: Response headers HTTP/2 has no place for (RFC 9113 8.2.2); Go's server drops them too.
-_CONNECTION_SPECIFIC = frozenset(
-    (b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade")
-)
+_CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
 
 class _Stream:
-    __slots__ = ("closed", "ended_remote", "queue", "queued", "request", "task", "waiters")
+    __slots__ = ("closed", "ended_remote", "finished", "queue", "queued", "request", "task", "waiters")
 
     def __init__(self, request: H2Request) -> None:
         self.request = request
         self.task: asyncio.Task[None] | None = None
+        self.finished = False  # its handler returned
         self.closed = False  # reset, or ended both ways
         self.ended_remote = False
         self.queue: deque[bytes] = deque()  # event-sink bytes waiting for a window
@@ -113,6 +113,22 @@ class _GoStreamLimits(h2.connection.H2Connection):
             rst.error_code = code
             return [rst], []
 
+    def _receive_data_frame(self, frame: Any) -> Any:
+        """DATA past a stream's window resets that stream (FLOW_CONTROL_ERROR) and gives the
+        connection's window back, as Go's server does; past the connection's window it is h2's
+        connection error, as in Go."""
+        try:
+            return super()._receive_data_frame(frame)
+        except h2.exceptions.FlowControlError:
+            if self._inbound_flow_control_window_manager.current_window_size < 0 or frame.stream_id not in self.streams:
+                raise
+            self.increment_flow_control_window(frame.flow_controlled_length)
+            self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.FLOW_CONTROL_ERROR)
+            event = h2.events.StreamReset(
+                stream_id=frame.stream_id, error_code=h2.errors.ErrorCodes.FLOW_CONTROL_ERROR, remote_reset=False
+            )
+            return [], [event]
+
 
 class H2ServerConnection:
     """One client's HTTP/2 connection (an asyncio protocol on its TLS transport)."""
@@ -142,6 +158,7 @@ class H2ServerConnection:
         self._h2 = _GoStreamLimits(config=config)
         self._h2.incoming_buffer = _HeaderBlockLimit(limits.max_header_list_size)
         self._streams: dict[int, _Stream] = {}
+        self._meter = FrameMeter()
         self._running = 0  # handlers running (a reset stream's handler counts until it returns)
         self._unstarted: deque[int] = deque()
         self._remote = ""
@@ -176,6 +193,21 @@ class H2ServerConnection:
             },
         )
         conn.initiate_connection()
+        # h2 sends every setting it knows; Go's server sends these, in this order.
+        conn.data_to_send()
+        settings = SettingsFrame(0)
+        settings.settings = {
+            SettingsFrame.MAX_FRAME_SIZE: lim.max_frame_size,
+            SettingsFrame.MAX_CONCURRENT_STREAMS: lim.max_concurrent_streams,
+            SettingsFrame.MAX_HEADER_LIST_SIZE: lim.max_header_list_size,
+            SettingsFrame.HEADER_TABLE_SIZE: HEADER_TABLE_SIZE,
+            SettingsFrame.INITIAL_WINDOW_SIZE: lim.stream_window,
+            SETTINGS_NO_RFC7540_PRIORITIES: 1,
+        }
+        transport.write(settings.serialize())
+        # Go reads by its own limits from the first byte, not from the client's acknowledgement.
+        conn.max_inbound_frame_size = lim.max_frame_size
+        conn.decoder.max_header_list_size = lim.max_header_list_size
         grow = lim.connection_window - conn.inbound_flow_control_window
         if grow > 0:
             conn.increment_flow_control_window(grow)
@@ -184,6 +216,11 @@ class H2ServerConnection:
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
+            return
+        if not self._meter.feed(data):
+            log.debug("HTTP/2 client %s floods frames that ask for no request", self._remote)
+            self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.abort()
             return
         try:
             events = self._h2.receive_data(data)
@@ -330,6 +367,7 @@ class H2ServerConnection:
             self.reset(sid, h2.errors.ErrorCodes.INTERNAL_ERROR)
         finally:
             self._running -= 1
+            st.finished = True
             self._handler_done(sid, st)
             while self._unstarted and self._running < self._limits.max_concurrent_streams:
                 self._start(self._unstarted.popleft())
@@ -347,7 +385,7 @@ class H2ServerConnection:
 
     def _forget(self, sid: int) -> None:
         st = self._streams.get(sid)
-        if st is None or (st.task is not None and not st.task.done()):
+        if st is None or (st.task is not None and not st.finished):
             return
         del self._streams[sid]
         if not self._streams:

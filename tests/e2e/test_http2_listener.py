@@ -1,0 +1,250 @@
+"""HTTP/2 on kproxy's TLS listener, next to the apiserver's own.
+
+Clients that offer ``h2`` (kubectl, client-go, curl) get an HTTP/2 connection from kproxy as from
+the apiserver: the same first SETTINGS, every request a stream through the same chain, watches
+flushed per event, bodies larger than a window under flow control, each stream's caller
+identified on its own, GOAWAY on a drain and on an idle connection."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from h2client import H2Client
+
+from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.proxyproc import RunningProxy, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _forward(proxy_factory: Callable[..., RunningProxy], cp: ControlPlaneInfo, **extra: Any) -> RunningProxy:
+    return proxy_factory(credentials="forward", tls=True, token=cp.admin_token, extra=extra)
+
+
+def _bearer(token: str) -> tuple[str, str]:
+    return ("authorization", f"Bearer {token}")
+
+
+async def _first_settings(url: str, ca: str | None) -> tuple[dict[int, int], int]:
+    client = await H2Client.connect(url, ca)
+    try:
+        await client.request("GET", "/version")  # by now the connection's WINDOW_UPDATE is in
+        return client.server_settings, client.conn.outbound_flow_control_window
+    finally:
+        await client.close()
+
+
+async def test_first_settings_and_windows_are_the_apiservers(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    rp = _forward(proxy_factory, control_plane)
+    theirs = await _first_settings(control_plane.server, None)
+    ours = await _first_settings(rp.url, str(rp.ca_file))
+    assert ours == theirs
+    assert theirs[0][3] == 100  # MAX_CONCURRENT_STREAMS, the number the docs give
+
+
+async def test_kubectl_speaks_h2_to_kproxy_and_every_verb_works(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
+    rp = _forward(proxy_factory, control_plane)
+
+    def kubectl(*args: str, input: str | None = None) -> str:
+        out = subprocess.run(
+            [str(control_plane.kubectl), f"--kubeconfig={rp.kubeconfig}", "-n", namespace, *args],
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    kubectl("create", "configmap", "one", "--from-literal=a=1")
+    kubectl("patch", "configmap", "one", "-p", '{"data":{"b":"2"}}')
+    cm = json.loads(kubectl("get", "configmap", "one", "-o", "json"))
+    cm["data"]["c"] = "3"
+    kubectl("replace", "-f", "-", input=json.dumps(cm))
+    kubectl("label", "configmap", "one", "x=y")
+    assert "one" in kubectl("get", "configmaps", "-l", "x=y", "-o", "name")
+    stored = json.loads(
+        subprocess.run(
+            [str(control_plane.kubectl), f"--kubeconfig={control_plane.admin_kubeconfig}", "-n", namespace, "get", "configmap", "one", "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert stored["data"] == {"a": "1", "b": "2", "c": "3"} and stored["metadata"]["labels"] == {"x": "y"}
+    kubectl("delete", "configmap", "one")
+    lines = [json.loads(line) for line in rp.log_text().splitlines() if '"kproxy.access"' in line]
+    ours = [line for line in lines if namespace in line.get("message", "")]
+    assert ours, "no access log lines for the test's requests"
+    assert {line["protocol"] for line in ours} == {"HTTP/2.0"}
+
+
+async def test_streams_of_one_connection_are_identified_each_by_its_own_token(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    """A gateway in front of kproxy may multiplex many callers on one connection: each stream's
+    caller is the one its own Authorization names (the apiserver's SelfSubjectReview says who)."""
+    rp = proxy_factory(credentials="impersonate", tls=True)
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+    tokens = [control_plane.admin_token, control_plane.user_token] * 20
+    try:
+        answers = await asyncio.gather(
+            *(
+                client.request(
+                    "POST",
+                    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                    [_bearer(tok), ("content-type", "application/json")],
+                    review,
+                )
+                for tok in tokens
+            )
+        )
+    finally:
+        await client.close()
+    names = [json.loads(bytes(a.body))["status"]["userInfo"]["username"] for a in answers]
+    assert all(a.status == 201 for a in answers)
+    admin = names[0]
+    assert admin != control_plane.user_name
+    assert names == [admin, control_plane.user_name] * 20
+
+
+async def test_watch_events_arrive_one_by_one_on_a_stream(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
+) -> None:
+    """A watch passed through and one served from the cache, both on one connection: each event
+    reaches the client while the watch stays open."""
+    rp = _forward(proxy_factory, control_plane, filters=[{"name": "watchcache", "resources": ["configmaps"]}])
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    auth = [_bearer(control_plane.admin_token)]
+    try:
+        cached = client.open("GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=1&resourceVersion=0", auth)
+        upstream = client.open("GET", f"/api/v1/namespaces/{namespace}/secrets?watch=1", auth)
+        for sid in (cached, upstream):
+            await asyncio.wait_for(client.responses[sid].headers_in.wait(), 30)
+            assert client.responses[sid].status == 200
+        for i in range(3):
+            kubectl(["-n", namespace, "create", "configmap", f"c{i}"])
+            kubectl(["-n", namespace, "create", "secret", "generic", f"s{i}"])
+
+            def seen(sid: int, name: str) -> bool:
+                return name.encode() in bytes(client.responses[sid].body)
+
+            await _until(lambda i=i: seen(cached, f'"c{i}"') and seen(upstream, f'"s{i}"'), 30)
+        for sid in (cached, upstream):
+            assert not client.responses[sid].ended.is_set()
+            events = [json.loads(x) for x in bytes(client.responses[sid].body).splitlines() if x.strip()]
+            assert {e["type"] for e in events} <= {"ADDED", "BOOKMARK"}
+    finally:
+        await client.close()
+
+
+async def test_a_body_larger_than_the_windows_arrives_whole(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
+) -> None:
+    """900 KiB, more than three stream windows: kproxy gives the window back as the chain reads
+    the body, and the apiserver stores every byte."""
+    rp = _forward(proxy_factory, control_plane)
+    payload = base64.b64encode(os.urandom(675 * 1024)).decode()
+    body = json.dumps(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"p": payload}}
+    ).encode()
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        resp = await client.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            [_bearer(control_plane.admin_token), ("content-type", "application/json")],
+            body,
+        )
+    finally:
+        await client.close()
+    assert resp.status == 201, bytes(resp.body)[:300]
+    stored = json.loads(kubectl(["-n", namespace, "get", "configmap", "big", "-o", "json"]).stdout)
+    assert stored["data"]["p"] == payload
+
+
+async def test_drain_sends_goaway_and_lets_streams_end_cleanly(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
+    """SIGTERM: the client learns by GOAWAY (NO_ERROR) that it must open new streams elsewhere;
+    its open watch ends with END_STREAM (client-go then re-establishes it), not a reset."""
+    rp = _forward(proxy_factory, control_plane)
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        watch = client.open(
+            "GET", f"/api/v1/namespaces/{namespace}/configmaps?watch=1", [_bearer(control_plane.admin_token)]
+        )
+        await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
+        rp.proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(client.goaway_in.wait(), 20)
+        assert client.goaway is not None
+        assert client.goaway.error_code == 0 and client.goaway.last_stream_id >= watch
+        await asyncio.wait_for(client.responses[watch].ended.wait(), 20)
+        assert client.responses[watch].reset is None
+        await asyncio.wait_for(client.closed.wait(), 20)
+    finally:
+        await client.close()
+    assert rp.proc.wait(30) == 0
+
+
+async def test_an_idle_connection_is_ended_with_goaway(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    rp = _forward(proxy_factory, control_plane, connections={"idle_timeout": "1s"})
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        resp = await client.request("GET", "/version")
+        assert resp.status == 200
+        client.ping()
+        await _until(lambda: client.pings == 1, 10)  # PING is answered, and is no activity
+        await asyncio.wait_for(client.goaway_in.wait(), 10)
+        assert client.goaway is not None and client.goaway.error_code == 0
+        await asyncio.wait_for(client.closed.wait(), 10)
+    finally:
+        await client.close()
+
+
+async def test_a_reset_stream_ends_its_upstream_watch(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str
+) -> None:
+    rp = _forward(proxy_factory, control_plane)
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        sid = client.open("GET", f"/api/v1/namespaces/{namespace}/pods?watch=1", [_bearer(control_plane.admin_token)])
+        await asyncio.wait_for(client.responses[sid].headers_in.wait(), 30)
+        wait_for(lambda: "kproxy_open_watches 1.0" in rp.metrics(), 10, "the watch to be counted")
+        client.conn.reset_stream(sid)
+        client.flush()
+        wait_for(lambda: "kproxy_open_watches 0.0" in rp.metrics(), 10, "the watch to end")
+        again = await client.request("GET", "/version")  # the connection serves on
+        assert again.status == 200
+    finally:
+        await client.close()
+
+
+async def test_http2_off_serves_http11(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy]
+) -> None:
+    rp = _forward(proxy_factory, control_plane, http2={"enabled": False})
+    with pytest.raises(AssertionError, match="not h2"):
+        await H2Client.connect(rp.url, str(rp.ca_file))
+    assert rp.get("/version")[0] == 200
+
+
+async def _until(cond: Callable[[], bool], timeout: float) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.02)
