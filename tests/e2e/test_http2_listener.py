@@ -75,14 +75,9 @@ async def test_kubectl_speaks_h2_to_kproxy_and_every_verb_works(
     kubectl("replace", "-f", "-", input=json.dumps(cm))
     kubectl("label", "configmap", "one", "x=y")
     assert "one" in kubectl("get", "configmaps", "-l", "x=y", "-o", "name")
-    stored = json.loads(
-        subprocess.run(
-            [str(control_plane.kubectl), f"--kubeconfig={control_plane.admin_kubeconfig}", "-n", namespace, "get", "configmap", "one", "-o", "json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+    admin = [str(control_plane.kubectl), f"--kubeconfig={control_plane.admin_kubeconfig}", "-n", namespace]
+    got = subprocess.run([*admin, "get", "configmap", "one", "-o", "json"], capture_output=True, text=True, check=True)
+    stored = json.loads(got.stdout)
     assert stored["data"] == {"a": "1", "b": "2", "c": "3"} and stored["metadata"]["labels"] == {"x": "y"}
     kubectl("delete", "configmap", "one")
     lines = [json.loads(line) for line in rp.log_text().splitlines() if '"kproxy.access"' in line]
