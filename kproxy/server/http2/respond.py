@@ -33,6 +33,8 @@ async def respond(request: H2Request, ex: Exchange, reply: Reply, track: Track) 
     resp = request.response
     body = reply.body
     headers = reply.headers
+    if request.last:
+        request.response.goaway()
     if isinstance(body, BytesBody):
         if request.method == "HEAD":  # no body, the GET's Content-Length kept
             resp.start(reply.status, headers, end=True)

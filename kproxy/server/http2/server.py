@@ -87,6 +87,12 @@ class _HeaderBlockLimit(FrameBuffer):
         self._limit = limit
         self._block = 0
 
+    def __next__(self) -> Any:
+        # h2 checks a frame's length once the whole frame has arrived; Go as soon as its head has.
+        if len(self._data) >= 9:
+            self._validate_frame_length(int.from_bytes(self._data[:3], "big"))
+        return super().__next__()
+
     def _update_header_buffer(self, f: Any) -> Any:
         if isinstance(f, (HeadersFrame, ContinuationFrame)):
             self._block = len(f.data) if isinstance(f, HeadersFrame) else self._block + len(f.data)
@@ -591,8 +597,11 @@ class H2ServerConnection:
             self.transport.abort()
 
     def _close_soon(self) -> None:
-        if self._close_timer is None:
-            self._close_timer = self._loop.call_later(GOAWAY_TIMEOUT, self.close)
+        """After a graceful GOAWAY, the connection closes once its last stream has ended (Go's
+        ``gracefulShutdownComplete``); ``GOAWAY_TIMEOUT`` is the bound on the rest of the write."""
+        self.close()
+        if self._close_timer is None and self.transport is not None:
+            self._close_timer = self._loop.call_later(GOAWAY_TIMEOUT, self.abort)
 
     def _arm_idle(self) -> None:
         self._disarm_idle()

@@ -126,6 +126,7 @@ class H2Request:
         "content",
         "content_length",
         "headers",
+        "last",
         "method",
         "raw_path",
         "remote",
@@ -157,6 +158,13 @@ class H2Request:
         self.content_length = int(length) if length is not None and length.isdigit() else None
         self.transport = StreamTransport(conn, sid)
         self.response = ResponseStream(conn, sid)
+        #: The connection ends after this stream (GOAWAY before its answer).
+        self.last = False
+
+    def peercert(self) -> bytes | None:
+        """The DER of the connection's client certificate, if it sent one."""
+        tls = self.transport.get_extra_info("ssl_object")
+        return tls.getpeercert(binary_form=True) if tls is not None else None
 
     def sink(self) -> H2Sink:
         return H2Sink(self.response._conn, self.response._sid)
@@ -195,6 +203,10 @@ class ResponseStream:
 
     def reset(self, code: int) -> None:
         self._conn.reset(self._sid, code)
+
+    def goaway(self) -> None:
+        """End the connection after the streams it has (GOAWAY NO_ERROR now)."""
+        self._conn.goaway()
 
     def closing(self) -> bool:
         return self._conn.stream_closed(self._sid)
