@@ -490,6 +490,7 @@ class ProxyServer:
 
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
         if isinstance(request, H2Request):
+            request.last = self._unauthenticated_h2(ex, reply)
             return _H2_WRITTEN, await respond_h2(request, ex, reply, self._open_stream)
         body = reply.body
         if isinstance(body, BytesBody):
@@ -549,6 +550,20 @@ class ProxyServer:
             body.abort()
             if watch:
                 self.metrics.open_watches.dec()
+
+    def _unauthenticated_h2(self, ex: Exchange, reply: Reply) -> bool:
+        """Whether the apiserver would end this HTTP/2 connection after the request: one from the
+        anonymous user, or one it answers 401 (its UnauthenticatedHTTP2DOSMitigation, which
+        degrades unauthenticated clients to a request per connection:
+        staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go). In proxy mode every
+        caller reaches the apiserver as kproxy, so none is."""
+        if self.cfg.credentials == "proxy":
+            return False
+        if reply.status == 401:
+            return True
+        if ex.identity is not None:  # impersonate: the caller kproxy identified
+            return ex.identity.user == "system:anonymous" and "system:unauthenticated" in ex.identity.groups
+        return "Authorization" not in ex.headers  # forward: only a token reaches the apiserver
 
     @contextlib.contextmanager
     def _open_stream(self, body: StreamBody, watch: bool) -> Iterator[_OpenStream]:
