@@ -10,13 +10,15 @@ calls ``call_next`` as usual.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 import aiohttp
 import orjson
+from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
@@ -35,6 +37,37 @@ class UpstreamLine(Protocol):
 
     async def own_auth_header(self) -> str | None: ...
     def url_for(self, target: str) -> URL: ...
+
+
+class OwnStreamReader(Protocol):
+    """The body reader kproxy's own requests use (aiohttp's ``StreamReader`` is one)."""
+
+    async def readexactly(self, n: int) -> bytes: ...
+    async def readline(self) -> bytes: ...
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
+class OwnResponse(Protocol):
+    """A response to kproxy's own request: aiohttp's on HTTP/1.1, the HTTP/2 client's
+    (``kproxy.server.http2.client.H2Response``) on HTTP/2."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> CIMultiDict[str] | CIMultiDictProxy[str]: ...
+    @property
+    def content(self) -> Any: ...
+    async def read(self) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class OwnRequests(Protocol):
+    """An upstream line that can carry kproxy's own requests on HTTP/2 (``own_request`` answers
+    None when the upstream does not speak it)."""
+
+    async def own_request(
+        self, method: str, target: str, headers: dict[str, str], data: bytes | None
+    ) -> OwnResponse | None: ...
 
 
 class ApiClient:
@@ -70,10 +103,24 @@ class ApiClient:
         headers: dict[str, str] | None = None,
         data: bytes | None = None,
         timeout: float | None = 30.0,
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
+    ) -> AsyncIterator[OwnResponse]:
         """An upstream response to read or stream (``resp.content``); released on exit.
 
-        ``timeout`` bounds the whole exchange; pass ``None`` for watches."""
+        On HTTP/2 when the upstream speaks it (sharing the connections of callers' requests),
+        else on the aiohttp session. ``timeout`` bounds the whole exchange; pass ``None`` for
+        watches."""
+        own = getattr(self._upstream, "own_request", None)
+        if own is not None:
+            async with asyncio.timeout(timeout) if timeout is not None else nullcontext():
+                answer = await cast(OwnRequests, self._upstream).own_request(
+                    method, target, await self._headers(headers), data
+                )
+                if answer is not None:
+                    try:
+                        yield answer
+                    finally:
+                        answer.close()
+                    return
         session = self._upstream.session
         if session is None:
             raise RuntimeError("the upstream is not started")

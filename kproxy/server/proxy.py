@@ -136,6 +136,7 @@ class ProxyServer:
             cfg.credentials,
             connect_timeout=cfg.upstream.connect_timeout,
             max_connections=cfg.upstream.max_connections,
+            http2=cfg.upstream.http2,
             on_error=lambda kind: self.metrics.upstream_errors.labels(kind).inc(),
         )
         self.chain = Chain(list(filters or []), self.upstream, observe=self.metrics.observe_filter)

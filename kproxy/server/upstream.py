@@ -30,6 +30,7 @@ from kproxy.core.status import StatusError, internal_error
 from kproxy.gocompat.httpguts import valid_header_field_value
 from kproxy.gocompat.strings import to_lower
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
+from kproxy.server.http2.client import H2Pool, H2Response, H2Unavailable
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.kubeconfig import UpstreamTarget
 from kproxy.server.pool import NotSent, Pool
@@ -81,6 +82,7 @@ class Upstream:
         connect_timeout: float = 10.0,
         max_connections: int = 0,
         on_error: Callable[[str], None] | None = None,
+        http2: bool = True,
     ) -> None:
         self.target = target
         self.mode = mode
@@ -101,6 +103,12 @@ class Upstream:
         self.prefix = self.base.raw_path.rstrip("/")
         self.session: aiohttp.ClientSession | None = None
         self._pool: Pool | None = None
+        # HTTP/2 (kproxy.server.http2.client) when the upstream negotiates it by ALPN: callers'
+        # requests and kproxy's own share its connections when they carry the same credentials.
+        # Own TLS contexts, so that the HTTP/1.1 pool and the upgrade path never offer h2.
+        self.http2 = http2 and self.ssl_callers is not None
+        self._h2: H2Pool | None = None
+        self._h2_own: H2Pool | None = None
 
     def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -129,10 +137,23 @@ class Upstream:
             self.connect_timeout,
             max_connections=self._max_connections,
         )
+        if self.http2:
+            self._h2 = self._h2_pool(self.mode == "forward")
+            self._h2_own = self._h2 if self.mode != "forward" else self._h2_pool(False)
+
+    def _h2_pool(self, forward: bool) -> H2Pool:
+        ctx = self.target.ssl_context(with_client_cert=not forward)
+        assert ctx is not None
+        return H2Pool(
+            self.host, self.port, H2Pool.alpn_context(ctx), self.server_hostname, self.connect_timeout
+        )
 
     async def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+        for h2pool in {self._h2, self._h2_own}:
+            if h2pool is not None:
+                h2pool.close()
         if self.session is not None:
             await self.session.close()
 
@@ -198,7 +219,7 @@ class Upstream:
         resp: UpstreamResponse
         try:
             headers.popall("Content-Length", None)  # the pool frames the body itself
-            resp = await self._pool.request(ex.method, self.target_of(ex), headers.items(), data, length)
+            resp = await self._send(ex.method, self.target_of(ex), headers, data, length)
         except InvalidRequestHead as err:
             raise err.status() from None
         except StatusError:
@@ -209,6 +230,37 @@ class Upstream:
                 raise cause from None
             raise self.failed(ex.method, err) from None
         return await self._reply(ex, resp)
+
+    async def _send(
+        self,
+        method: str,
+        target: str,
+        headers: CIMultiDict[str],
+        data: bytes | AsyncIterator[bytes] | None,
+        length: int | None,
+    ) -> UpstreamResponse:
+        """On HTTP/2 when the upstream speaks it, else on the HTTP/1.1 pool."""
+        h2pool = self._h2
+        if h2pool is not None and not h2pool.unavailable:
+            try:
+                return await h2pool.request(method, target, headers.items(), data, length)
+            except H2Unavailable:
+                log.info("upstream %s does not offer HTTP/2; using HTTP/1.1", self.base)
+        assert self._pool is not None
+        return await self._pool.request(method, target, headers.items(), data, length)
+
+    async def own_request(
+        self, method: str, target: str, headers: dict[str, str], data: bytes | None
+    ) -> H2Response | None:
+        """kproxy's own request (``ApiClient``) on HTTP/2 with kproxy's credentials, or None when
+        the upstream does not speak it (the aiohttp session carries it then)."""
+        h2pool = self._h2_own
+        if h2pool is None or h2pool.unavailable:
+            return None
+        try:
+            return await h2pool.request(method, self.prefix + target, headers.items(), data, None)
+        except H2Unavailable:
+            return None
 
     async def _reply(self, ex: Exchange, resp: UpstreamResponse) -> Reply:
         headers = resp.headers  # end-to-end already
