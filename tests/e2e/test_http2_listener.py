@@ -80,21 +80,26 @@ async def test_kubectl_speaks_h2_to_kproxy_and_every_verb_works(
     stored = json.loads(got.stdout)
     assert stored["data"] == {"a": "1", "b": "2", "c": "3"} and stored["metadata"]["labels"] == {"x": "y"}
     kubectl("delete", "configmap", "one")
-    lines = [json.loads(line) for line in rp.log_text().splitlines() if '"kproxy.access"' in line]
-    ours = [line for line in lines if namespace in line.get("message", "")]
+    lines = [json.loads(line) for line in rp.log_text().splitlines() if line.startswith("{")]
+    ours = [line for line in lines if line.get("logger") == "kproxy.access" and namespace in line["msg"]]
     assert ours, "no access log lines for the test's requests"
     assert {line["protocol"] for line in ours} == {"HTTP/2.0"}
 
 
 async def test_streams_of_one_connection_are_identified_each_by_its_own_token(
-    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy]
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
 ) -> None:
     """A gateway in front of kproxy may multiplex many callers on one connection: each stream's
     caller is the one its own Authorization names (the apiserver's SelfSubjectReview says who)."""
     rp = proxy_factory(credentials="impersonate", tls=True)
+    users = {control_plane.user_token: control_plane.user_name}
+    for name in ("alice", "bob"):
+        kubectl(["-n", namespace, "create", "serviceaccount", name])
+        token = kubectl(["-n", namespace, "create", "token", name]).stdout.strip()
+        users[token] = f"system:serviceaccount:{namespace}:{name}"
+    tokens = list(users) * 15
     client = await H2Client.connect(rp.url, str(rp.ca_file))
     review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
-    tokens = [control_plane.admin_token, control_plane.user_token] * 20
     try:
         answers = await asyncio.gather(
             *(
@@ -109,11 +114,9 @@ async def test_streams_of_one_connection_are_identified_each_by_its_own_token(
         )
     finally:
         await client.close()
+    assert all(a.status == 201 for a in answers), [bytes(a.body)[:200] for a in answers if a.status != 201]
     names = [json.loads(bytes(a.body))["status"]["userInfo"]["username"] for a in answers]
-    assert all(a.status == 201 for a in answers)
-    admin = names[0]
-    assert admin != control_plane.user_name
-    assert names == [admin, control_plane.user_name] * 20
+    assert names == [users[tok] for tok in tokens]
 
 
 async def test_watch_events_arrive_one_by_one_on_a_stream(
@@ -201,7 +204,7 @@ async def test_an_idle_connection_is_ended_with_goaway(
     rp = _forward(proxy_factory, control_plane, connections={"idle_timeout": "1s"})
     client = await H2Client.connect(rp.url, str(rp.ca_file))
     try:
-        resp = await client.request("GET", "/version")
+        resp = await client.request("GET", "/version", [_bearer(control_plane.admin_token)])
         assert resp.status == 200
         client.ping()
         await _until(lambda: client.pings == 1, 10)  # PING is answered, and is no activity
@@ -224,7 +227,7 @@ async def test_a_reset_stream_ends_its_upstream_watch(
         client.conn.reset_stream(sid)
         client.flush()
         wait_for(lambda: "kproxy_open_watches 0.0" in rp.metrics(), 10, "the watch to end")
-        again = await client.request("GET", "/version")  # the connection serves on
+        again = await client.request("GET", "/version", [_bearer(control_plane.admin_token)])  # it serves on
         assert again.status == 200
     finally:
         await client.close()

@@ -40,11 +40,11 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2.frame_buffer import FrameBuffer
-from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame, RstStreamFrame, SettingsFrame
+from hyperframe.frame import GoAwayFrame, SettingsFrame
 from multidict import CIMultiDict
 
 from kproxy.server.http2.flood import FrameMeter
+from kproxy.server.http2.goframes import GoConnectionState, HeaderBlockLimit, TruncatingDecoder
 from kproxy.server.http2.settings import (
     GOAWAY_TIMEOUT,
     HEADER_TABLE_SIZE,
@@ -64,6 +64,9 @@ Handler = Callable[[Any], Awaitable[Any]]
 _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
 
+_TOO_LARGE = b"<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>"
+
+
 class _Stream:
     __slots__ = ("closed", "ended_remote", "finished", "queue", "queued", "request", "task", "waiters")
 
@@ -76,64 +79,6 @@ class _Stream:
         self.queue: deque[bytes] = deque()  # event-sink bytes waiting for a window
         self.queued = 0
         self.waiters: list[asyncio.Future[None]] = []
-
-
-class _HeaderBlockLimit(FrameBuffer):
-    """h2's frame buffer, bounding a header block's bytes across its CONTINUATION frames (h2 bounds
-    only their number): Go's server stops at its header list limit (CVE-2023-45288)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(server=True)
-        self._limit = limit
-        self._block = 0
-
-    def __next__(self) -> Any:
-        # h2 checks a frame's length once the whole frame has arrived; Go as soon as its head has.
-        if len(self._data) >= 9:
-            self._validate_frame_length(int.from_bytes(self._data[:3], "big"))
-        return super().__next__()
-
-    def _update_header_buffer(self, f: Any) -> Any:
-        if isinstance(f, (HeadersFrame, ContinuationFrame)):
-            self._block = len(f.data) if isinstance(f, HeadersFrame) else self._block + len(f.data)
-            if self._block > self._limit:
-                raise h2.exceptions.ProtocolError("header block over the header list limit")
-        return super()._update_header_buffer(f)
-
-
-class _GoStreamLimits(h2.connection.H2Connection):
-    """h2's connection state, with Go's answer to a stream opened over the limit: that stream is
-    refused (its header block still decoded, to keep HPACK in step), the connection goes on."""
-
-    def _receive_headers_frame(self, frame: HeadersFrame) -> Any:
-        try:
-            return super()._receive_headers_frame(frame)
-        except h2.exceptions.TooManyStreamsError:
-            h2.connection._decode_headers(self.decoder, frame.data)
-            if frame.stream_id > self.highest_inbound_stream_id:
-                self.highest_inbound_stream_id = frame.stream_id
-            # Settings sent and not yet acknowledged keep their old value beside the new one.
-            acked = len(self.local_settings._settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS]) == 1
-            code = h2.errors.ErrorCodes.PROTOCOL_ERROR if acked else h2.errors.ErrorCodes.REFUSED_STREAM
-            rst = RstStreamFrame(frame.stream_id)
-            rst.error_code = code
-            return [rst], []
-
-    def _receive_data_frame(self, frame: Any) -> Any:
-        """DATA past a stream's window resets that stream (FLOW_CONTROL_ERROR) and gives the
-        connection's window back, as Go's server does; past the connection's window it is h2's
-        connection error, as in Go."""
-        try:
-            return super()._receive_data_frame(frame)
-        except h2.exceptions.FlowControlError:
-            if self._inbound_flow_control_window_manager.current_window_size < 0 or frame.stream_id not in self.streams:
-                raise
-            self.increment_flow_control_window(frame.flow_controlled_length)
-            self.reset_stream(frame.stream_id, h2.errors.ErrorCodes.FLOW_CONTROL_ERROR)
-            event = h2.events.StreamReset(
-                stream_id=frame.stream_id, error_code=h2.errors.ErrorCodes.FLOW_CONTROL_ERROR, remote_reset=False
-            )
-            return [], [event]
 
 
 class H2ServerConnection:
@@ -161,8 +106,9 @@ class H2ServerConnection:
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
-        self._h2 = _GoStreamLimits(config=config)
-        self._h2.incoming_buffer = _HeaderBlockLimit(limits.max_header_list_size)
+        self._h2 = GoConnectionState(config=config)
+        self._h2.incoming_buffer = HeaderBlockLimit(limits.max_header_list_size)
+        self._h2.decoder = TruncatingDecoder(self._h2.decoder)
         self._streams: dict[int, _Stream] = {}
         self._meter = FrameMeter()
         self._running = 0  # handlers running (a reset stream's handler counts until it returns)
@@ -176,6 +122,7 @@ class H2ServerConnection:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._dead = False  # a connection error was sent
         self._loop = asyncio.get_event_loop()
 
     # ------------------------------------------------------------------ asyncio protocol
@@ -221,7 +168,7 @@ class H2ServerConnection:
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._dead:
             return
         if not self._meter.feed(data):
             log.debug("HTTP/2 client %s floods frames that ask for no request", self._remote)
@@ -234,7 +181,9 @@ class H2ServerConnection:
             # h2 queued its GOAWAY (the error's code); Go closes the connection after it.
             log.debug("HTTP/2 connection error from %s: %s", self._remote, err)
             self._flush()
-            self.close()
+            self._dead = True  # nothing more is read; the connection closes a second later
+            self.transport.pause_reading()
+            self._close_soon()
             return
         for event in events:
             self._dispatch(event)
@@ -300,6 +249,10 @@ class H2ServerConnection:
         if self._going_away:
             self._h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
+        if sid in self._h2.truncated:
+            self._h2.truncated.discard(sid)
+            self._too_large(sid)
+            return
         method = path = authority = b""
         cookies: list[bytes] = []
         headers: CIMultiDict[str] = CIMultiDict()
@@ -336,6 +289,19 @@ class H2ServerConnection:
             log.debug("HTTP/2 client %s opens streams faster than their handlers end", self._remote)
             self.goaway(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
             self.close()
+
+    def _too_large(self, sid: int) -> None:
+        """Go's server's answer to a header list over its limit (http2 server.go
+        ``handleHeaderListTooLong``); the connection goes on."""
+        conn = self._h2
+        headers = [
+            (b":status", b"431"),
+            (b"content-type", b"text/html; charset=utf-8"),
+            (b"content-length", b"%d" % len(_TOO_LARGE)),
+            (b"date", email.utils.formatdate(usegmt=True).encode()),
+        ]
+        conn.send_headers(sid, headers)
+        conn.send_data(sid, _TOO_LARGE, end_stream=True)
 
     def _data(self, event: h2.events.DataReceived) -> None:
         st = self._streams.get(event.stream_id)
@@ -422,7 +388,7 @@ class H2ServerConnection:
 
     def stream_closed(self, sid: int) -> bool:
         st = self._streams.get(sid)
-        return st is None or st.closed or self._closed
+        return st is None or st.closed or self._closed or self._dead
 
     def send_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
         if self.stream_closed(sid):
@@ -597,11 +563,11 @@ class H2ServerConnection:
             self.transport.abort()
 
     def _close_soon(self) -> None:
-        """After a graceful GOAWAY, the connection closes once its last stream has ended (Go's
-        ``gracefulShutdownComplete``); ``GOAWAY_TIMEOUT`` is the bound on the rest of the write."""
-        self.close()
-        if self._close_timer is None and self.transport is not None:
-            self._close_timer = self._loop.call_later(GOAWAY_TIMEOUT, self.abort)
+        """After a GOAWAY, the connection closes ``GOAWAY_TIMEOUT`` after its last stream has
+        ended (Go's ``shutDownIn(goAwayTimeout)``; frames that arrive meanwhile are still
+        answered, a PING among them)."""
+        if self._close_timer is None and not self._closed:
+            self._close_timer = self._loop.call_later(GOAWAY_TIMEOUT, self.close)
 
     def _arm_idle(self) -> None:
         self._disarm_idle()
