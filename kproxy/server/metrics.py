@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import gc
 import platform
+from collections.abc import Collection
 from typing import Any
 
 from prometheus_client import (
@@ -149,6 +150,12 @@ class Metrics:
         for reason in CLOSE_REASONS:
             self.connections_closed.labels(reason)
         self.open_connections = Gauge("kproxy_open_connections", "Client connections open.", registry=r)
+        self.http2_connections = Gauge(
+            "kproxy_http2_connections", "Client connections that speak HTTP/2 (ALPN h2).", registry=r
+        )
+        self.http2_streams = Gauge(
+            "kproxy_http2_streams", "Streams open on client HTTP/2 connections (requests and watches).", registry=r
+        )
         self.connections_reading_head = Gauge(
             "kproxy_connections_reading_head",
             "Client connections reading a request head (new ones, and kept-alive ones whose next request began).",
@@ -218,6 +225,11 @@ class Metrics:
         self.fd_limit.set_function(lambda: conns.fd_limit)
         closed = {reason: self.connections_closed.labels(reason) for reason in CLOSE_REASONS}
         conns.on_close = lambda reason: closed[reason].inc()
+
+    def watch_http2(self, connections: Collection[Any]) -> None:
+        """Export the HTTP/2 connections of the main listener (read when scraped)."""
+        self.http2_connections.set_function(lambda: len(connections))
+        self.http2_streams.set_function(lambda: sum(c.streams for c in list(connections)))
 
     def labels_for(self, info: RequestInfo) -> tuple[str, str, str, str]:
         """The bounded ``verb``, ``group``, ``resource`` and ``subresource`` labels of a request
