@@ -332,6 +332,15 @@ def stop_components(directory: Path, names: Sequence[str] = COMPONENTS, *, grace
         _stop_locked(directory, _require_state(directory), names, grace)
 
 
+def component_pids(directory: Path) -> dict[str, int]:
+    """The process ids of the running components (kproxy, the controllers, KWOK) and the apiserver."""
+    state = _require_state(directory)
+    pids = {name: proc.pid for name, proc in state.extras.items() if proc.pid is not None}
+    if state.apiserver is not None and state.apiserver.pid is not None:
+        pids["kube-apiserver"] = state.apiserver.pid
+    return pids
+
+
 def restart_component(info: ControlPlaneInfo, name: str, *, kill: bool = False, timeout: float = 60.0) -> None:
     """Stop one running component (SIGKILL with ``kill``) and start it again with the same command line."""
     with _dir_lock(info.dir):
