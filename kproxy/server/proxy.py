@@ -638,11 +638,17 @@ class ProxyServer:
         if auth:
             headers["Authorization"] = auth
         try:
-            async with session.get(
-                self.upstream.base.with_path("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=5)
-            ) as resp:
-                await resp.read()
-                cache.ok, cache.reason = resp.status == 200, f"/readyz answered {resp.status}"
+            async with asyncio.timeout(5):  # on the HTTP/2 connections when the upstream speaks it
+                answer = await self.upstream.own_request("GET", "/readyz", headers, None, prefixed=False)
+                if answer is not None:
+                    await answer.read()
+                    cache.ok, cache.reason = answer.status == 200, f"/readyz answered {answer.status}"
+            if answer is None:
+                async with session.get(
+                    self.upstream.base.with_path("/readyz"), headers=headers, timeout=aiohttp.ClientTimeout(total=5)
+                ) as resp:
+                    await resp.read()
+                    cache.ok, cache.reason = resp.status == 200, f"/readyz answered {resp.status}"
         except _STREAM_ERRORS as err:
             cache.ok, cache.reason = False, str(err) or type(err).__name__
         cache.at = now

@@ -250,15 +250,16 @@ class Upstream:
         return await self._pool.request(method, target, headers.items(), data, length)
 
     async def own_request(
-        self, method: str, target: str, headers: dict[str, str], data: bytes | None
+        self, method: str, target: str, headers: dict[str, str], data: bytes | None, prefixed: bool = True
     ) -> H2Response | None:
         """kproxy's own request (``ApiClient``) on HTTP/2 with kproxy's credentials, or None when
-        the upstream does not speak it (the aiohttp session carries it then)."""
+        the upstream does not speak it (the aiohttp session carries it then). ``target`` is
+        under the server URL's path unless ``prefixed`` is false."""
         h2pool = self._h2_own
         if h2pool is None or h2pool.unavailable:
             return None
         try:
-            return await h2pool.request(method, self.prefix + target, headers.items(), data, None)
+            return await h2pool.request(method, (self.prefix if prefixed else "") + target, headers.items(), data, None)
         except H2Unavailable:
             return None
 

@@ -37,7 +37,9 @@ class Req:
     def header(self, name: bytes) -> bytes | None:
         return next((v for k, v in self.headers if k == name), None)
 
-    async def respond(self, status: int = 200, headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b"") -> None:
+    async def respond(
+        self, status: int = 200, headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b""
+    ) -> None:
         c = self.conn
         c.h2.send_headers(self.sid, [(b":status", str(status).encode()), *headers], end_stream=not body)
         c.flush()

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -71,6 +73,8 @@ __all__ = [
     "H2Unavailable",
     "request_fields",
 ]
+
+log = logging.getLogger("kproxy.upstream.http2")
 
 #: The receive window of each stream: what kproxy buffers at most for one response whose
 #: consumer is not reading (the HTTP/1.1 pool's high-water mark).
@@ -582,6 +586,14 @@ class H2Conn(asyncio.Protocol):
     def _goaway(self, last_stream_id: int | None, error_code: Any) -> None:
         self.goaway = True
         self.last_stream_id = last_stream_id if last_stream_id is not None else 0
+        log.info(
+            "upstream GOAWAY",
+            extra={
+                "error_code": _code_name(error_code),
+                "last_stream_id": self.last_stream_id,
+                "streams": len(self.streams),
+            },
+        )
         self.pool.retire(self)
         detail = f"the upstream sent GOAWAY ({_code_name(error_code)})"
         for st in list(self.streams.values()):
@@ -596,6 +608,8 @@ class H2Conn(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        if self.ready.done() and self.ready.exception() is None:
+            log.info("upstream HTTP/2 connection ended", extra={"error": str(exc), "streams": len(self.streams)})
         if self._timer is not None:
             self._timer.cancel()
         self.pool.retire(self)
@@ -831,6 +845,7 @@ class H2Pool:
         except (OSError, TimeoutError) as err:
             raise NotSent(str(err) or type(err).__name__) from err
         self.conns.append(conn)
+        log.info("upstream HTTP/2 connection opened", extra={"connections": len(self.conns)})
         return conn
 
     async def connection(self) -> H2Conn:
@@ -918,7 +933,7 @@ class H2Pool:
                     continue
                 raise
             if sender is not None and not sender.done():
-                sender.add_done_callback(lambda task, st=st: self._sent(task, st))
+                sender.add_done_callback(functools.partial(self._sent, st))
             return H2Response(st)
         raise NotSent("the upstream refused the request on every connection")
 
@@ -936,7 +951,7 @@ class H2Pool:
         conn.end_body(st)
 
     @staticmethod
-    def _sent(task: asyncio.Task[None], st: _Stream) -> None:
+    def _sent(st: _Stream, task: asyncio.Future[None]) -> None:
         """The body of an answered request failed: its stream is reset (the response breaks off)."""
         if not task.cancelled() and task.exception() is not None:
             st.conn.cancel(st)
