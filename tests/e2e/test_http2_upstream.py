@@ -127,12 +127,19 @@ async def test_streamed_list_and_watch(h2proxy: RunningProxy, control_plane: Con
                 assert r.status == 201
             event = json.loads(await asyncio.wait_for(w.content.readline(), 20))
             assert event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "watched"
+            # The big list again while the watch is open: both on the one connection.
+            async with s.get(base) as r:
+                assert len(await r.read()) > 400_000
+            assert upstream_connections(h2proxy.proc.pid, control_plane.apiserver_port) == 1
 
 
 async def test_large_request_bodies(h2proxy: RunningProxy, control_plane: ControlPlaneInfo, namespace: str) -> None:
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     big = json.dumps(_cm("huge", {"v": "x" * (10 << 20)})).encode()
     async with aiohttp.ClientSession() as s:
+        # A watch stays open meanwhile: the bodies go on its connection, beside it.
+        watch = await s.get(h2proxy.url + path, params={"watch": "1", "timeoutSeconds": "60"})
+        assert watch.status == 200
         async with s.post(h2proxy.url + path, data=big, headers={"Content-Type": "application/json"}) as r:
             via = (r.status, await r.read())
         # Under the apiserver's own limit: a 2.5 MiB body goes through whole (the object is then
@@ -140,6 +147,9 @@ async def test_large_request_bodies(h2proxy: RunningProxy, control_plane: Contro
         mid = json.dumps(_cm("mid", {"v": "y" * (5 << 19)})).encode()
         async with s.post(h2proxy.url + path, data=mid, headers={"Content-Type": "application/json"}) as r:
             via_mid = (r.status, await r.read())
+        held = upstream_connections(h2proxy.proc.pid, control_plane.apiserver_port)
+        watch.close()
+    assert held == 1
     direct = await _direct(control_plane, "POST", path, data=big, headers={"Content-Type": "application/json"})
     direct_mid = await _direct(control_plane, "POST", path, data=mid, headers={"Content-Type": "application/json"})
     assert via[0] == direct[0] == 413
@@ -178,6 +188,7 @@ def test_expired_continue_is_410_as_directly(compacting_cp: ControlPlaneInfo, tm
         wait_for(lambda: cp.request("GET", target)[0] == 410, 60, "the apiserver to expire the token")
         direct = cp.request("GET", target)
         via = rp.get(target)
+        # kproxy's readiness probe and this request went on one connection.
         assert via[0] == direct[0] == 410
         assert json.loads(via[1]) == json.loads(direct[1])  # the apiserver's Status, word for word
         assert upstream_connections(rp.proc.pid, cp.apiserver_port) == 1
