@@ -246,3 +246,28 @@ async def _until(cond: Callable[[], bool], timeout: float) -> None:
     async with asyncio.timeout(timeout):
         while not cond():
             await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("side", ["apiserver", "kproxy"])
+async def test_a_caller_without_credentials_gets_one_request_per_connection(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], side: str
+) -> None:
+    """The apiserver ends an HTTP/2 connection with GOAWAY after a request of the anonymous user
+    (its UnauthenticatedHTTP2DOSMitigation); kproxy in front of it does the same, and keeps the
+    connection of a caller with credentials."""
+    if side == "kproxy":
+        rp = _forward(proxy_factory, control_plane)
+        url, ca = rp.url, str(rp.ca_file)
+    else:
+        url, ca = control_plane.server, None
+    client = await H2Client.connect(url, ca)
+    try:
+        assert (await client.request("GET", "/version", [_bearer(control_plane.user_token)])).status == 200
+        assert not client.goaway_in.is_set()
+        anonymous = await client.request("GET", "/version")
+        assert anonymous.status == 200
+        await asyncio.wait_for(client.goaway_in.wait(), 10)
+        assert client.goaway is not None and client.goaway.error_code == 0
+        await asyncio.wait_for(client.closed.wait(), 10)
+    finally:
+        await client.close()
