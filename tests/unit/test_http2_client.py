@@ -86,7 +86,7 @@ class ServerConn(asyncio.Protocol):
                 self.server.requests.append(req)
                 if ev.stream_ended is not None:
                     req.ended.set()
-                asyncio.ensure_future(self.server.handler(req))
+                self.server.tasks.add(asyncio.ensure_future(self.server.handler(req)))
             elif isinstance(ev, h2.events.DataReceived):
                 req = self.reqs[ev.stream_id]
                 req.body += ev.data
@@ -144,6 +144,7 @@ class H2Server:
         self.alpn = alpn
         self.conns: list[ServerConn] = []
         self.requests: list[Req] = []
+        self.tasks: set[asyncio.Future[None]] = set()
         self.ack_request_data = True
         ca = certs.generate_ca("h2-test-ca")
         leaf = certs.generate_serving_cert(ca, ["127.0.0.1"])
@@ -455,3 +456,78 @@ async def test_concurrent_identities_never_mix(tmp_path: Path) -> None:
         await asyncio.gather(*(one(i) for i in range(60)))
         assert len(srv.conns) == 1
         pool.close()
+
+
+async def test_abandoned_streams_give_the_connection_window_back(tmp_path: Path) -> None:
+    async def window_full(req: Req) -> None:
+        # Every other response is whole (ended) but never read; the others are cut off.
+        req.conn.h2.send_headers(req.sid, [(b":status", b"200")])
+        await req.conn.send(req.sid, b"w" * STREAM_WINDOW, end=req.sid % 4 == 1)
+
+    async with H2Server(tmp_path, window_full) as srv:
+        pool = srv.pool()
+        pool.connection_window = STREAM_WINDOW  # one stream's worth for the whole connection
+        for i in range(4):
+            # Each stream fills the connection's whole window; nobody reads it; it is abandoned.
+            # Were its data not counted back, the next stream would never receive a byte.
+            resp = await pool.request("GET", f"/w{i}", [], None, None)
+            st = resp._stream
+            await _wait(lambda st=st: st.buffered == STREAM_WINDOW, f"stream {i}'s data")  # type: ignore[misc]
+            resp.close()
+        assert len(srv.conns) == 1
+        pool.close()
+
+
+async def test_a_burst_beyond_every_connection_is_never_refused(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def held(req: Req) -> None:
+        await release.wait()
+        await req.respond(200, body=b"ok")
+
+    async with H2Server(tmp_path, held, max_streams=10) as srv:
+        pool = srv.pool()
+        tasks = [asyncio.ensure_future(pool.request("GET", f"/b{i}", [], None, None)) for i in range(95)]
+        await _wait(lambda: len(srv.requests) == 95, "the whole burst at the server")
+        assert len(srv.conns) == 10
+        release.set()
+        assert [r.status for r in await asyncio.gather(*tasks)] == [200] * 95
+        pool.close()
+
+
+async def test_upstream_falls_back_to_http11_when_h2_is_not_offered(tmp_path: Path) -> None:
+    from kproxy.server.kubeconfig import UpstreamTarget
+    from kproxy.server.upstream import Upstream
+    from kproxy.testing.exchange import make_exchange
+
+    ca = certs.generate_ca("h1-ca")
+    leaf = certs.generate_serving_cert(ca, ["127.0.0.1"])
+    crt = certs.write_pem(tmp_path / "h1.crt", leaf.cert_pem, private=False)
+    key = certs.write_pem(tmp_path / "h1.key", leaf.key_pem, private=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(crt), str(key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines.append(head.split(b"\r\n")[0])
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nh1")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=ctx)
+    port = server.sockets[0].getsockname()[1]
+    up = Upstream(UpstreamTarget(server=f"https://127.0.0.1:{port}", ca_pem=ca.cert_pem))
+    await up.start()
+    try:
+        for _ in range(2):
+            reply = await up(make_exchange("GET", "/api", []))
+            assert reply.status == 200
+        assert up._h2 is not None and up._h2.unavailable and up._h2.dials == 1  # asked once
+        assert lines == [b"GET /api HTTP/1.1", b"GET /api HTTP/1.1"]
+    finally:
+        await up.close()
+        server.close()

@@ -477,7 +477,8 @@ class H2Conn(asyncio.Protocol):
             self.transport.close()
             return
         self.h2.initiate_connection()
-        self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        if self.pool.connection_window > 65535:
+            self.h2.increment_flow_control_window(self.pool.connection_window - 65535)
         self.flush()
         self._schedule_check()
 
@@ -698,6 +699,13 @@ class H2Conn(asyncio.Protocol):
 
     def cancel(self, st: _Stream) -> None:
         """The consumer abandons the stream: reset it unless it is over."""
+        if st.chunks:
+            # Data nobody will read: its share of the connection's window goes back (else every
+            # abandoned response would shrink the connection's window for good).
+            flow = sum(f for _, f in st.chunks)
+            st.chunks.clear()
+            st.buffered = 0
+            self.give_back(st, flow)
         if st.done:
             return
         if st.remote_ended:
@@ -820,6 +828,7 @@ class H2Pool:
         self.read_idle_timeout = READ_IDLE_TIMEOUT
         self.ping_timeout = PING_TIMEOUT
         self.idle_timeout = IDLE_TIMEOUT
+        self.connection_window = CONNECTION_WINDOW
         self.dials = 0
 
     @staticmethod
@@ -850,6 +859,7 @@ class H2Pool:
 
     async def connection(self) -> H2Conn:
         """A connection with room for one more stream (dialing one only when all are full)."""
+        unusable = 0
         while True:
             for conn in self.conns:
                 if len(conn.streams) < conn.max_streams and conn.usable:
@@ -861,8 +871,13 @@ class H2Pool:
                 dialing = self._dialing = asyncio.ensure_future(self._dial())
                 dialing.add_done_callback(self._dialed)
             conn = await asyncio.shield(dialing)
-            if len(conn.streams) < conn.max_streams and conn.usable:
-                return conn
+            if conn.usable:
+                if len(conn.streams) < conn.max_streams:
+                    return conn
+                continue  # the requests that waited with this one filled it: dial another
+            unusable += 1  # went away at once (GOAWAY): a few tries, not forever
+            if unusable >= 3:
+                raise NotSent("the upstream closed every new HTTP/2 connection at once")
 
     def _dialed(self, fut: asyncio.Future[H2Conn]) -> None:
         if self._dialing is fut:
