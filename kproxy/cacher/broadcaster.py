@@ -15,6 +15,8 @@ The apiserver's cacher, in one asyncio loop (``cacher.go``, ``cache_watcher.go``
   them; past that, a shared time budget (50 ms a second, at most 100 ms, as the cacher's) bounds how
   long they may stay behind before they are closed (the client sees its stream end and re-watches
   from the last resource version it got). Nobody else waits for them.
+* A watch ended while its initial events are written (shutdown, its timeout, too slow) ends after
+  whole events: a joined initial body is written to its end first, then the end of stream.
 * Bookmarks for watchers that asked: about every ``bookmark_interval`` seconds and 2 s before the
   watch's timeout; never queued behind a full buffer.
 * An event that cannot be encoded in a watcher's format ends that watcher's stream after what it
@@ -66,7 +68,9 @@ class Sink(Protocol):
         """The connection takes data (its buffer is below its high-water mark)."""
 
     async def drain(self) -> None:
-        """Wait until the connection is writable again."""
+        """Wait until the connection is writable again. Cancelling the wait must leave the
+        connection as it was (a watch ended during its initial events has its task cancelled
+        here, and its stream still ends cleanly)."""
 
     def closing(self) -> bool:
         """The client went away."""
@@ -147,6 +151,7 @@ class Watcher:
     start_rv: int
     pending: list[bytes] = field(default_factory=list)
     initial: bool = False  # its initial events are still being written
+    mid_head: bool = False  # writing a joined initial body in slices: a slice may end mid-event
     closed: bool = False
     dirty: bool = False
     draining: bool = False
@@ -315,7 +320,12 @@ class Broadcaster:
                 del self._groups[w.selection.key]
         if w.timer is not None:
             w.timer.cancel()
-        if w.task is not None and not w.task.done() and w.task is not asyncio.current_task():
+        # A joined initial body is written to its end first (its slices do not end on event
+        # boundaries, and an end of stream after part of an event is no clean end): its task ends
+        # the stream then. The cacher's watcher stops between events too (cache_watcher.go
+        # ``sendWatchCacheEvent``).
+        finishing = w.mid_head
+        if w.task is not None and not w.task.done() and w.task is not asyncio.current_task() and not finishing:
             w.task.cancel()
         if flush and w.pending and not w.initial and not w.sink.closing():
             self._write(w, {})
@@ -323,7 +333,8 @@ class Broadcaster:
             w.stream.leave(w)  # a compressed stream ends with a complete frame
         w.pending = []
         self.counters.watchers(len(self._watchers))
-        w.sink.close()
+        if not finishing:
+            w.sink.close()
 
     def close_all(self) -> None:
         for w in list(self._watchers):
@@ -578,14 +589,25 @@ class Broadcaster:
         try:
             if head:
                 view = memoryview(head)
-                for i in range(0, len(view), INITIAL_BATCH):
-                    await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
+                w.mid_head = True
+                try:
+                    for i in range(0, len(view), INITIAL_BATCH):
+                        await self._send(sink, bytes(view[i : i + INITIAL_BATCH]))
+                finally:
+                    w.mid_head = False
+                    if w.closed:  # ended meanwhile (shutdown, timeout, slow): the end after the body
+                        sink.close()
+                if w.closed:
+                    return
             elif head is None:
                 await self._send_objects(sink, w.media_type, objects, w.coding)
             if end:
                 sink.write(end)
         except (ConnectionError, RuntimeError, _Unencodable):
-            self.close(w, flush=False)
+            if w.closed:
+                sink.close()
+            else:
+                self.close(w, flush=False)
             return
         w.initial = False
         w.task = None

@@ -32,24 +32,33 @@ Starter = Callable[[Any, Any], Callable[[], None]]
 
 
 class EventStreamBody(StreamBody):
-    __slots__ = ("_start", "_stop", "coding")
+    __slots__ = ("_aborted", "_start", "_stop", "coding")
 
     def __init__(self, media_type: str, start: Starter) -> None:
         super().__init__(self._queued(), media_type=media_type)
         self._start = start
         self._stop: Callable[[], None] | None = None
+        self._aborted = False
         #: The content coding the frames are written in (``kproxy.compress.shared.WatchCoding``),
         #: set by the filter that put it in ``Content-Encoding``; None: as they are.
         self.coding: Any = None
 
     def attach(self, sink: Any) -> None:
-        """Start the watch; from now on its frames are written to ``sink``."""
+        """Start the watch; from now on its frames are written to ``sink``. A body aborted
+        before (shutdown while the request was on its way) ends at once, without a watch."""
         if self._stop is not None:
             raise RuntimeError("event stream already attached")
+        if self._aborted:
+            self._stop = _ended
+            sink.close()
+            return
         self._stop = self._start(sink, self.coding)
 
     def abort(self) -> None:
-        """End the watch cleanly (shutdown, or the client went away)."""
+        """End the watch cleanly (shutdown, or the client went away): what its watcher has
+        queued is written (initial events: the batches already written), then the end of
+        stream. The watcher is ended, not closed as a slow one."""
+        self._aborted = True
         if self._stop is not None:
             self._stop()
 
@@ -148,9 +157,14 @@ class TransportSink:
         return not self._protocol.writing_paused
 
     async def drain(self) -> None:
+        """Wait until the connection is writable again. Cancelling the wait (a watch ended while
+        its initial events wait for the client) leaves the connection as it was: the protocol's
+        waiter is shared with the response's own writes (its end of stream), and a waiter
+        cancelled under them would cancel those too."""
         if self._transport.is_closing():
             raise ConnectionError("client went away")
-        await self._protocol._drain_helper()
+        if self._protocol.writing_paused:
+            await asyncio.shield(self._protocol._drain_helper())
 
     def closing(self) -> bool:
         return self._transport.is_closing() or self._protocol.transport is None
@@ -159,11 +173,35 @@ class TransportSink:
         if not self.done.done():
             self.done.set_result(None)
 
+    async def flushed(self) -> None:
+        """Wait until everything written has left the process (the kernel has it), or the client
+        went away. What a transport still holds when the process exits is lost, and the client
+        sees the stream cut short: Go's server writes the end of a handler's response before the
+        connection is closed (net/http/server.go ``finishRequest``: ``w.w.Flush``, then
+        ``w.conn.bufw.Flush``), and ``Shutdown`` closes only idle connections."""
+        transport = self._transport
+        if transport.is_closing() or not transport.get_write_buffer_size():
+            return
+        low, high = transport.get_write_buffer_limits()
+        # Writing pauses while anything is buffered, and resumes once the buffer is empty.
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            with contextlib.suppress(ConnectionError):
+                await asyncio.shield(self._protocol._drain_helper())
+        finally:
+            if not transport.is_closing():
+                transport.set_write_buffer_limits(high=high, low=low)
+
+
+def _ended() -> None:
+    pass
+
 
 async def serve_events(request: web.BaseRequest, resp: web.StreamResponse, body: EventStreamBody) -> None:
     """Serve ``body`` on ``request``'s connection: headers out at once (the apiserver flushes
     them before the first event), then its frames straight to the transport until the watch
-    ends (timeout, slow client, shutdown: a clean end of stream) or the client goes away."""
+    ends (timeout, slow client, shutdown: a clean end of stream, written out of the process
+    before this returns) or the client goes away."""
     chunked = request.version >= aiohttp.HttpVersion11
     if chunked:
         resp.enable_chunked_encoding()
@@ -181,3 +219,6 @@ async def serve_events(request: web.BaseRequest, resp: web.StreamResponse, body:
             sink.write(body.empty_end())
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, OSError):
             await resp.write_eof()
+            # The end is only an end once the client can get it: out of the process before the
+            # handler returns (shutdown closes the connection once it has).
+            await sink.flushed()

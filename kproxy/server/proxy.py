@@ -300,6 +300,7 @@ class ProxyServer:
         for site in self._sites:
             await site.stop()
         log.info("draining", extra={"in_flight": self._in_flight, "streams": len(self._streams)})
+        until = asyncio.get_running_loop().time() + deadline
         for conn in list(self.http2.registry):
             conn.drain()  # GOAWAY: streams opened finish, clients open new ones elsewhere
         for stream in list(self._streams):
@@ -313,6 +314,19 @@ class ProxyServer:
         for stream in list(self._streams):
             stream.ending = True
             stream.body.abort()
+        # An ended watch is over once its last bytes and its end of stream have been written out
+        # (a watch served from the cache waits for that, kproxy.core.eventstream.serve_events);
+        # the runner's cleanup closes connections and would cut it short. Wait for those ends
+        # within the same deadline, as Go's Shutdown waits for its handlers to return.
+        while watches := [s for s in self._streams if s.watch]:
+            if asyncio.get_running_loop().time() >= until:
+                log.warning("drain deadline passed", extra={"watches": len(watches)})
+                break
+            for stream in watches:
+                if not stream.ending:  # one that started since
+                    stream.ending = True
+                    stream.body.abort()
+            await asyncio.sleep(0.05)
         for conn in list(self.http2.registry):
             conn.close()
         if self._runner is not None:

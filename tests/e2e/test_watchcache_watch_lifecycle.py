@@ -15,6 +15,7 @@ import json
 import selectors
 import signal
 import socket
+import subprocess
 import time
 import zlib
 from collections.abc import Callable
@@ -91,6 +92,78 @@ def test_sigterm_ends_cached_watches_cleanly(
                     sock.close()
                     del tails[sock]
     assert rp.proc.wait(30) == 0
+
+
+def _queued(server_port: int, client_port: int) -> int:
+    """Bytes of one loopback connection held by the kernel: what kproxy's socket has not sent
+    yet and what the client's has not read (``/proc/net/tcp``: tx_queue, rx_queue)."""
+    total = 0
+    with open("/proc/net/tcp") as table:
+        lines = table.read().splitlines()[1:]
+    for line in lines:
+        fields = line.split()
+        local, remote, queues = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16), fields[4]
+        tx, rx = (int(q, 16) for q in queues.split(":"))
+        if (local, remote) == (server_port, client_port):
+            total += tx
+        elif (local, remote) == (client_port, server_port):
+            total += rx
+    return total
+
+
+def test_sigterm_ends_a_watch_behind_on_its_initial_events_cleanly(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
+) -> None:
+    """A watch whose client is megabytes behind on its initial events when SIGTERM arrives ends
+    after whole events with the end of the chunked stream, which its client gets however long
+    it takes to read what came before (within the drain deadline); kproxy neither closes the
+    connection before, nor ends the watch as a slow one. (kproxy used to cut such a stream
+    short: ending the watch cancelled its initial events' wait for the connection, which
+    cancelled the end of stream waiting on the same connection; connections were closed 1 s
+    into shutdown with bytes unsent; and a joined initial body could end mid-event.)"""
+    value = "v" * (256 << 10)
+    names = {f"big-{i}" for i in range(32)}  # 8 MiB of initial events: more than both kernels hold
+    for name in names:
+        _configmap(control_plane, namespace, name, value)
+    rp = proxy_factory(extra=CACHED)
+    _ready(rp)
+    port = int(rp.url.rsplit(":", 1)[1])
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)  # a client that takes little at a time
+    sock.connect(("127.0.0.1", port))
+    sock.settimeout(30)
+    sock.sendall(f"GET /api/v1/namespaces/{namespace}/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    head, buf = read_head(sock)
+    assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head.lower(), head
+    wait_for(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
+    # The client reads nothing: kproxy writes until both kernels' buffers are full, then waits
+    # for the connection with the rest of the initial events unsent.
+    client_port = sock.getsockname()[1]
+    seen: list[int] = []
+
+    def blocked() -> bool:
+        seen.append(_queued(port, client_port))
+        return len(seen) >= 4 and seen[-1] > (1 << 20) and len(set(seen[-4:])) == 1
+
+    wait_for(blocked, 30, "kproxy to wait on the client with initial events unsent", interval=0.2)
+    rp.proc.send_signal(signal.SIGTERM)
+    # Past aiohttp's own 1 s, kproxy still waits for this client to take the end of its watch.
+    with pytest.raises(subprocess.TimeoutExpired):
+        rp.proc.wait(3)
+    while data := sock.recv(1 << 20):
+        buf += data
+    sock.close()
+    chunks, rest = split_chunks(buf)
+    assert chunks and chunks[-1] == b"" and rest == b"", f"no clean end of stream: {buf[-60:]!r}"
+    assert b"" not in chunks[:-1]
+    text = b"".join(chunks)
+    assert text.endswith(b"\n"), "the last event is cut short"
+    events = [json.loads(line) for line in text.splitlines()]
+    assert events and {e["type"] for e in events} == {"ADDED"}
+    assert all(e["object"]["metadata"]["name"] in names and e["object"]["data"]["v"] == value for e in events)
+    assert len({e["object"]["metadata"]["name"] for e in events}) == len(events)
+    assert rp.proc.wait(30) == 0
+    assert "unresponsiveness" not in rp.log_text()
 
 
 def test_watch_metrics_count_events_deliveries_and_latency(
