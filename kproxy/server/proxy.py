@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import h2.errors
 from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -346,9 +347,9 @@ class ProxyServer:
         raw = request.raw_path
         target = _read_target(request.method, raw)
         if target is None:  # Go's server refuses this target before any handler runs
-            return go_bad_request()
+            return _refuse_head(request)
         if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
-            return go_bad_request("malformed Host header")
+            return _refuse_head(request, "malformed Host header")
         refused_te = go_transfer_encoding_refused(request.version, request.headers.getall("Transfer-Encoding", []))
         if refused_te is not None:
             return refused_te
@@ -862,6 +863,15 @@ async def _stop_filters(filters: list[Filter]) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
+def _refuse_head(request: web.BaseRequest, why: str = "") -> web.StreamResponse:
+    """Go's answer to a request it cannot make an ``http.Request`` of: over HTTP/1.1 its raw 400;
+    over HTTP/2 the stream is reset PROTOCOL_ERROR (golang.org/x/net/http2/server.go)."""
+    if isinstance(request, H2Request):
+        request.response.reset(h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        return _H2_WRITTEN
+    return go_bad_request(why)
+
+
 def _read_target(method: str, raw: str) -> tuple[RequestURI, RequestInfo] | None:
     """The request target as Go's server reads it (``url.ParseRequestURI``) and its RequestInfo;
     None where Go's server answers 400 itself. An absolute-form target (``http://any/api/...``) is

@@ -16,7 +16,7 @@ import h2.exceptions
 import h2.settings
 from h2.frame_buffer import FrameBuffer
 from hpack import HeaderTuple
-from hpack.exceptions import HPACKDecodingError
+from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
 from hpack.hpack import Decoder, _unicode_if_needed
 from hpack.table import table_entry_size
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
@@ -90,11 +90,23 @@ class GoConnectionState(h2.connection.H2Connection):
             return [], [event]
 
 
+#: Fields a request keeps; past them the rest are dropped and the stream is answered 431 (kproxy's
+#: own bound: Go counts only bytes, but each field costs Python's h2 ~100 times what it costs Go, so
+#: 30,000 one-byte fields under the byte limit would hold the event loop for a fifth of a second).
+#: client-go sends about ten.
+MAX_FIELDS = 1000
+#: Fields decoded at all: past them decoding stops, and since the HPACK table is then out of step
+#: with the client's, the connection ends (GOAWAY ENHANCE_YOUR_CALM).
+MAX_DECODED_FIELDS = 4 * MAX_FIELDS
+
+
 class TruncatingDecoder(Decoder):
     """HPACK's decoder, keeping Go's hpack decoder's behaviour past the header list limit: the
     whole block is still decoded (the dynamic table must stay in step with the client's), fields
     past the limit are dropped, and ``truncated`` says so (Go's ``MetaHeadersFrame.Truncated``).
-    hpack's own decoder raises midway instead, leaving the table out of step: a connection error."""
+    hpack's own decoder raises midway instead, leaving the table out of step: a connection error.
+    Past ``MAX_FIELDS`` fields a list is truncated too; past ``MAX_DECODED_FIELDS`` decoding stops
+    (a connection error)."""
 
     def __init__(self, base: Decoder) -> None:
         super().__init__(base.max_allowed_table_size)
@@ -105,7 +117,7 @@ class TruncatingDecoder(Decoder):
         self.truncated = False
         view = memoryview(data)
         headers: list[HeaderTuple] = []
-        size = 0
+        size = fields = 0
         pos, end = 0, len(data)
         limit = self.max_header_list_size
         while pos < end:
@@ -123,9 +135,14 @@ class TruncatingDecoder(Decoder):
             else:
                 header, consumed = self._decode_literal_no_index(view[pos:])
             pos += consumed
-            if header and not self.truncated:
+            if not header:
+                continue
+            fields += 1
+            if fields > MAX_DECODED_FIELDS:
+                raise OversizedHeaderListError(f"more than {MAX_DECODED_FIELDS} header fields")
+            if not self.truncated:
                 size += table_entry_size(header[0], header[1])
-                if size > limit:
+                if size > limit or fields > MAX_FIELDS:
                     self.truncated = True  # decoded on, kept no more
                 else:
                     headers.append(header)

@@ -67,6 +67,13 @@ _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connecti
 _TOO_LARGE = b"<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>"
 
 
+def _usable(method: bytes, scheme: bytes, path: bytes) -> bool:
+    """A request the proxy can serve: a method, an http(s) scheme and an origin-form path (or
+    ``*``). h2 has checked the pseudo-header fields are present and well placed."""
+    origin_form = path[:1] == b"/" or path == b"*"
+    return bool(method) and method != b"CONNECT" and scheme in (b"https", b"http") and origin_form
+
+
 class _Stream:
     __slots__ = ("closed", "ended_remote", "finished", "queue", "queued", "request", "task", "waiters")
 
@@ -253,7 +260,7 @@ class H2ServerConnection:
             self._h2.truncated.discard(sid)
             self._too_large(sid)
             return
-        method = path = authority = b""
+        method = path = authority = scheme = b""
         cookies: list[bytes] = []
         headers: CIMultiDict[str] = CIMultiDict()
         for name, value in event.headers or ():
@@ -264,6 +271,8 @@ class H2ServerConnection:
                     path = value
                 elif name == b":authority":
                     authority = value
+                elif name == b":scheme":
+                    scheme = value
             elif name == b"cookie":
                 cookies.append(value)  # RFC 9113 8.2.3: joined again, as Go does
             else:
@@ -274,8 +283,14 @@ class H2ServerConnection:
             authority = headers.get("Host", "").encode("utf-8", "surrogateescape")
         if authority:
             headers["Host"] = authority.decode("utf-8", "surrogateescape")
+        if not _usable(method, scheme, path):
+            # Go's server resets a request it cannot make an http.Request of: a CONNECT (which it
+            # would serve; kproxy has no upstream for it, so it is refused as malformed here), or a
+            # :path that is not origin-form (golang.org/x/net/http2/server.go, "bad_path").
+            self._h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
         method_s = method.decode("utf-8", "surrogateescape")
-        target = (authority if method_s == "CONNECT" else path).decode("utf-8", "surrogateescape")
+        target = path.decode("utf-8", "surrogateescape")
         ended = event.stream_ended is not None
         request = H2Request(self, sid, method_s, target, headers, ended, self._remote or None)
         st = self._streams[sid] = _Stream(request)
