@@ -158,7 +158,7 @@ def test_tiny_header_fields_do_not_starve_other_callers(
     """A header list of ~30,000 empty fields (1 byte each on the wire by HPACK index, under the
     1 MiB list limit) cost kproxy ~0.2 s of its one event loop per request: another caller's GETs
     went from 2.5 ms to a median of 15 s (the apiserver directly, same frames: 3 ms to 12.6 ms).
-    kproxy now keeps 1,000 fields of a request (431 past them) and decodes at most 4,000 (then the
+    kproxy now keeps 1,000 fields of a request (431 past them) and decodes at most 16,384 (then the
     connection ends): kproxy/server/http2/goframes.py."""
     eve, _ = callers
     # A kproxy of its own: it stays busy with the attack's backlog after the attacker has left.

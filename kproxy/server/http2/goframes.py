@@ -97,7 +97,7 @@ class GoConnectionState(h2.connection.H2Connection):
 MAX_FIELDS = 1000
 #: Fields decoded at all: past them decoding stops, and since the HPACK table is then out of step
 #: with the client's, the connection ends (GOAWAY ENHANCE_YOUR_CALM).
-MAX_DECODED_FIELDS = 4 * MAX_FIELDS
+MAX_DECODED_FIELDS = 16 * 1024
 
 
 class TruncatingDecoder(Decoder):
