@@ -53,7 +53,10 @@ Handler = Callable[[Req], Awaitable[None]]
 class ServerConn(asyncio.Protocol):
     def __init__(self, server: H2Server) -> None:
         self.server = server
-        cfg = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        # Sends what the test says, even what h2 would refuse to send.
+        cfg = h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
+        )
         self.h2 = h2.connection.H2Connection(cfg)
         self.reqs: dict[int, Req] = {}
         self.transport: asyncio.Transport | None = None
@@ -531,3 +534,33 @@ async def test_upstream_falls_back_to_http11_when_h2_is_not_offered(tmp_path: Pa
     finally:
         await up.close()
         server.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        (b"x-a", b"one\r\nx-injected: 1"),
+        (b"x-a", b"nul\x00"),
+        (b"X-Upper", b"v"),
+        (b":path", b"/pseudo-in-a-response"),
+    ],
+)
+async def test_malformed_response_heads_reset_the_stream(tmp_path: Path, bad: tuple[bytes, bytes]) -> None:
+    async def answer(req: Req) -> None:
+        if req.header(b":path") == b"/bad":  # the head, and the stream left open
+            req.conn.h2.send_headers(req.sid, [(b":status", b"200"), bad])
+            req.conn.flush()
+        else:
+            await req.respond(200, body=b"fine")
+
+    async with H2Server(tmp_path, answer) as srv:
+        pool = srv.pool()
+        with pytest.raises(UpstreamClosed, match="malformed response header"):
+            await pool.request("GET", "/bad", [], None, None)
+        req = srv.requests[0]
+        await asyncio.wait_for(req.reset_seen.wait(), 10)
+        assert req.reset == h2.errors.ErrorCodes.PROTOCOL_ERROR  # as Go's client resets it
+        # Only that stream: the connection serves the next request.
+        assert await (await pool.request("GET", "/good", [], None, None)).read() == b"fine"
+        assert len(srv.conns) == 1
+        pool.close()

@@ -44,6 +44,7 @@ import asyncio
 import collections
 import functools
 import logging
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -98,6 +99,8 @@ _CONNECTION_SPECIFIC = frozenset(
 #: Fields whose values are never entered in the HPACK dynamic table (credentials: a
 #: compression side channel must never tell one caller's token from another's).
 _SENSITIVE = frozenset(("authorization", "proxy-authorization", "cookie"))
+#: A response header name as HTTP/2 carries it: a lower-case token.
+_RESPONSE_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+\Z")
 # httpguts' isCTL && !isLWS: the bytes no field value may hold.
 _CONTROLS = bytes([*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F])
 
@@ -442,7 +445,8 @@ class H2Conn(asyncio.Protocol):
             header_encoding=None,
             validate_outbound_headers=False,  # request_fields validated them, as Go does
             normalize_outbound_headers=False,  # values go out byte for byte
-            validate_inbound_headers=True,
+            validate_inbound_headers=False,  # _head checks them as Go does, in a fraction of the time
+            normalize_inbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=config)
         self.h2.state_machine = _GoawayKeepsStreams()
@@ -466,6 +470,7 @@ class H2Conn(asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._flush_scheduled = False
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -489,7 +494,7 @@ class H2Conn(asyncio.Protocol):
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as err:
             # h2 queued the GOAWAY for the connection error; send it and close.
-            self.flush()
+            self.flush_now()
             self._lost(UpstreamClosed(f"HTTP/2 protocol error from the upstream: {err}"))
             return
         for event in events:
@@ -572,14 +577,34 @@ class H2Conn(asyncio.Protocol):
             pass  # the apiserver sends none; a stream's end comes as StreamEnded
 
     def _head(self, st: _Stream, raw: list[Any]) -> None:
+        """The response head, checked as Go's client checks it (x/net/http2 frame.go
+        ``readMetaFrame``, transport.go ``handleResponse``): names lower-case tokens, one 3-digit
+        ``:status`` and no other pseudo-header, values that ``httpguts.ValidHeaderFieldValue``
+        takes; anything else resets the stream (PROTOCOL_ERROR) and fails the request."""
         headers: list[tuple[str, str]] = []
-        status = 0
+        status = b""
+        values: list[bytes] = []
+        bad = False
         for name, value in raw:
             if name == b":status":
-                status = int(value)
-            elif name[:1] != b":":
+                bad = bad or bool(status)
+                status = value
+            elif _RESPONSE_NAME.match(name) is None:
+                bad = True
+            else:
+                values.append(value)
                 headers.append((_response_name(name), value.decode(HEADER_CHARSET, "surrogateescape")))
-        st.status = status
+        joined = b"\n".join(values)
+        if (
+            bad
+            or len(status) != 3
+            or not status.isdigit()
+            or len(joined) - len(joined.translate(None, _CONTROLS)) != max(len(values) - 1, 0)
+        ):
+            st.fail(UpstreamClosed("malformed response header from the upstream"))
+            self.cancel(st, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        st.status = int(status)
         st.headers = headers
         if not st.head.done():
             st.head.set_result(None)
@@ -676,12 +701,14 @@ class H2Conn(asyncio.Protocol):
         if st.remote_ended and st.local_ended:
             self._finish(st, reset=False)
 
-    def _finish(self, st: _Stream, reset: bool = False) -> None:
+    def _finish(
+        self, st: _Stream, reset: bool = False, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.CANCEL
+    ) -> None:
         if st.done:
             return
         st.done = True
         if reset:
-            self._reset(st, h2.errors.ErrorCodes.CANCEL)
+            self._reset(st, code)
         self.streams.pop(st.sid, None)
         if not self.streams:
             self.idle_since = time.monotonic()
@@ -697,8 +724,8 @@ class H2Conn(asyncio.Protocol):
             return  # closed already
         self.flush()
 
-    def cancel(self, st: _Stream) -> None:
-        """The consumer abandons the stream: reset it unless it is over."""
+    def cancel(self, st: _Stream, code: h2.errors.ErrorCodes = h2.errors.ErrorCodes.CANCEL) -> None:
+        """The consumer abandons the stream: reset it (CANCEL) unless it is over."""
         if st.chunks:
             # Data nobody will read: its share of the connection's window goes back (else every
             # abandoned response would shrink the connection's window for good).
@@ -714,7 +741,7 @@ class H2Conn(asyncio.Protocol):
         st.remote_ended = st.local_ended = True
         if st.error is None:
             st.fail(UpstreamClosed("the response was abandoned"))
-        self._finish(st, reset=True)
+        self._finish(st, reset=True, code=code)
 
     async def send_body_chunk(self, st: _Stream, data: bytes) -> None:
         """Send ``data`` on the stream as the windows allow; stops early (quietly) when the
@@ -756,6 +783,14 @@ class H2Conn(asyncio.Protocol):
         await w
 
     def flush(self) -> None:
+        """Write what h2 has queued, once per loop pass: the frames of every stream that went
+        out in this pass (HEADERS of concurrent requests, window updates) leave in one TLS write."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush_now)
+
+    def flush_now(self) -> None:
+        self._flush_scheduled = False
         data = self.h2.data_to_send()
         if data and self.transport is not None:
             self.transport.write(data)
@@ -764,7 +799,7 @@ class H2Conn(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             try:
                 self.h2.close_connection()
-                self.flush()
+                self.flush_now()
             except h2.exceptions.ProtocolError:
                 pass
             self.transport.close()

@@ -1,0 +1,124 @@
+"""kproxy to the apiserver over HTTP/2 (``upstream.http2: true``) against the HTTP/1.1 pool.
+
+    python -m benchmarks.http2_upstream [--envtest-dir DIR] [--duration 5] [--rounds 3]
+                                        [--concurrency 16]
+
+A small GET (one ConfigMap) through ``kproxy run`` (empty chain, ``credentials: proxy``, plain
+HTTP listener), closed loop with ``h2load --h1`` (nghttp2's C load generator: ``--concurrency``
+connections to kproxy), each round measuring both upstream settings in turn on a kproxy of its own.
+Per setting: req/s, CPU ms per request of kproxy (``/proc/<pid>/stat``) and of the apiserver over
+the measured window, and the TCP connections kproxy held to the apiserver at its end.
+
+The control plane is started in a temporary directory and stopped at the end unless
+``--envtest-dir`` names one of ``kproxy envtest up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kproxy.testing import envtest
+from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.testing.proxyproc import start_proxy
+
+NAMESPACE = "bench-h2-upstream"
+NAME = "cm-small"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def connections_to(pid: int, port: int) -> int:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                if cols[3] == "01" and int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in inodes:
+                    count += 1
+    return count
+
+
+def seed(cp: ControlPlaneInfo) -> None:
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    cp.request("POST", "/api/v1/namespaces", body=json.dumps(ns).encode())
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": NAME}, "data": {"k": "v" * 200}}
+    cp.request("POST", f"/api/v1/namespaces/{NAMESPACE}/configmaps", body=json.dumps(cm).encode())
+
+
+def measure(cp: ControlPlaneInfo, tmp: Path, http2: bool, duration: float, concurrency: int) -> dict[str, float]:
+    rp = start_proxy(tmp, cp.admin_kubeconfig, extra={"upstream": {"http2": http2}})
+    try:
+        url = f"{rp.url}/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}"
+        load = ["h2load", "--h1", "-c", str(concurrency), "-m", "1", url]
+        subprocess.run([*load, "-D", "1"], capture_output=True, check=True)  # warm up
+        pid, api = rp.proc.pid, cp.apiserver_pid or 0
+        k0, a0 = cpu_seconds(pid), cpu_seconds(api) if api else 0.0
+        out = subprocess.run([*load, "-D", f"{duration:g}"], capture_output=True, text=True, check=True).stdout
+        k1, a1 = cpu_seconds(pid), cpu_seconds(api) if api else 0.0
+        done = int(re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out).group(2))  # type: ignore[union-attr]
+        return {
+            "req/s": done / duration,
+            "kproxy ms/req": (k1 - k0) * 1000 / max(done, 1),
+            "apiserver ms/req": (a1 - a0) * 1000 / max(done, 1),
+            "upstream connections": connections_to(pid, cp.apiserver_port),
+        }
+    finally:
+        rp.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--envtest-dir", type=Path)
+    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=16)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kproxy-bench-h2up-") as tmpdir:
+        tmp = Path(tmpdir)
+        own = args.envtest_dir is None
+        directory = tmp / "cp" if own else args.envtest_dir
+        cp = envtest.up(directory) if own else envtest.load(directory)
+        try:
+            seed(cp)
+            samples: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+            for r in range(args.rounds):
+                for http2 in (True, False) if r % 2 == 0 else (False, True):
+                    samples[http2].append(measure(cp, tmp / f"r{r}-{http2}", http2, args.duration, args.concurrency))
+                    time.sleep(0.5)
+            print(f"small GET, h2load --h1 -c {args.concurrency}, {args.duration:g}s x {args.rounds} rounds (medians)")
+            print("| upstream | req/s | kproxy CPU ms/req | apiserver CPU ms/req | connections to the apiserver |")
+            print("| --- | --: | --: | --: | --: |")
+            for http2, label in ((True, "HTTP/2"), (False, "HTTP/1.1")):
+                med = {k: statistics.median(s[k] for s in samples[http2]) for k in samples[http2][0]}
+                print(
+                    f"| {label} | {med['req/s']:.0f} | {med['kproxy ms/req']:.3f} | "
+                    f"{med['apiserver ms/req']:.3f} | {med['upstream connections']:.0f} |"
+                )
+        finally:
+            if own:
+                envtest.down(directory)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
