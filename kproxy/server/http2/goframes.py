@@ -6,6 +6,7 @@ the HPACK state kept (not a connection error)."""
 
 from __future__ import annotations
 
+import binascii
 from typing import Any
 
 import h2.config
@@ -14,10 +15,11 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hyperframe.frame
 from h2.frame_buffer import FrameBuffer
 from hpack import HeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
-from hpack.hpack import Decoder, _unicode_if_needed
+from hpack.hpack import Decoder, Encoder, _unicode_if_needed
 from hpack.table import table_entry_size
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
 
@@ -98,6 +100,29 @@ MAX_FIELDS = 1000
 #: Fields decoded at all: past them decoding stops, and since the HPACK table is then out of step
 #: with the client's, the connection ends (GOAWAY ENHANCE_YOUR_CALM).
 MAX_DECODED_FIELDS = 16 * 1024
+
+
+class PlainEncoder(Encoder):
+    """HPACK's encoder without Huffman coding: hpack codes each byte in a Python loop, the largest
+    part of what a response's HEADERS frame cost kproxy (headers grow by about a fifth on the wire;
+    Go codes a string with Huffman only when that is shorter, which a decoder need not know)."""
+
+    def encode(self, headers: Any, huffman: bool = False) -> bytes:
+        return super().encode(headers, huffman=False)
+
+
+def _shown_hex(data: bytes | None) -> str:
+    """hyperframe's ``_raw_data_repr``, with the same result, hexlifying only the bytes it shows.
+    h2 builds the repr of every frame it receives for a trace log it does not write
+    (h2/connection.py ``_receive_frame``), which hexlified each DATA frame's whole payload: a
+    tenth of a large LIST's CPU in kproxy."""
+    if not data:
+        return "None"
+    shown = binascii.hexlify(data[:11]).decode("ascii")
+    return "<hex:" + (shown[:20] + "..." if len(shown) > 20 else shown) + ">"
+
+
+hyperframe.frame._raw_data_repr = _shown_hex
 
 
 class TruncatingDecoder(Decoder):

@@ -44,7 +44,7 @@ from hyperframe.frame import GoAwayFrame, SettingsFrame
 from multidict import CIMultiDict
 
 from kproxy.server.http2.flood import FrameMeter
-from kproxy.server.http2.goframes import GoConnectionState, HeaderBlockLimit, TruncatingDecoder
+from kproxy.server.http2.goframes import GoConnectionState, HeaderBlockLimit, PlainEncoder, TruncatingDecoder
 from kproxy.server.http2.settings import (
     GOAWAY_TIMEOUT,
     HEADER_TABLE_SIZE,
@@ -116,6 +116,7 @@ class H2ServerConnection:
         self._h2 = GoConnectionState(config=config)
         self._h2.incoming_buffer = HeaderBlockLimit(limits.max_header_list_size)
         self._h2.decoder = TruncatingDecoder(self._h2.decoder)
+        self._h2.encoder = PlainEncoder()
         self._streams: dict[int, _Stream] = {}
         self._meter = FrameMeter()
         self._running = 0  # handlers running (a reset stream's handler counts until it returns)
@@ -129,6 +130,7 @@ class H2ServerConnection:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._close_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        self._flush_pending = False
         self._dead = False  # a connection error was sent
         self._loop = asyncio.get_event_loop()
 
@@ -554,7 +556,7 @@ class H2ServerConnection:
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._h2.highest_inbound_stream_id
         frame.error_code = code
-        self._flush()
+        self._flush_now()
         self.transport.write(frame.serialize())
         if not self._streams:
             self._close_soon()
@@ -571,6 +573,7 @@ class H2ServerConnection:
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            self._flush_now()
             self.transport.close()
 
     def abort(self) -> None:
@@ -607,6 +610,15 @@ class H2ServerConnection:
         return len(self._streams)
 
     def _flush(self) -> None:
+        """Write what h2 has queued, once per pass of the event loop: a response's HEADERS and
+        DATA, and the answers to a read's frames, go out in one TLS write (as Go's server
+        flushes only once its write queue is empty)."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_pending = False
         data = self._h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
