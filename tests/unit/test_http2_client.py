@@ -564,3 +564,26 @@ async def test_malformed_response_heads_reset_the_stream(tmp_path: Path, bad: tu
         assert await (await pool.request("GET", "/good", [], None, None)).read() == b"fine"
         assert len(srv.conns) == 1
         pool.close()
+
+
+async def test_content_reads_frames_and_lines_across_chunks() -> None:
+    from kproxy.server.http2.client import Content
+
+    async def chunks(*parts: bytes) -> Any:
+        for p in parts:
+            yield p
+
+    content = Content(chunks(b"\x00\x00", b"\x00\x03ab", b'c{"a":1}\n{"b"', b":2}\n", b"tail"))
+    assert await content.readexactly(4) == b"\x00\x00\x00\x03"
+    assert await content.readexactly(3) == b"abc"
+    assert [line async for line in content] == [b'{"a":1}\n', b'{"b":2}\n', b"tail"]
+    # At a clean end of stream: IncompleteReadError with nothing read, as aiohttp's reader raises it
+    # (the watch cache's protobuf framing ends there).
+    with pytest.raises(asyncio.IncompleteReadError) as err:
+        await content.readexactly(4)
+    assert err.value.partial == b""
+    cut = Content(chunks(b"\x00\x00\x00\x09", b"short"))
+    await cut.readexactly(4)
+    with pytest.raises(asyncio.IncompleteReadError) as err:
+        await cut.readexactly(9)
+    assert err.value.partial == b"short"
