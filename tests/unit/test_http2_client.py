@@ -587,3 +587,30 @@ async def test_content_reads_frames_and_lines_across_chunks() -> None:
     with pytest.raises(asyncio.IncompleteReadError) as err:
         await cut.readexactly(9)
     assert err.value.partial == b"short"
+
+
+async def test_upstream_sends_callers_requests_on_h2_and_refuses_what_go_would(tmp_path: Path) -> None:
+    from kproxy.core.status import StatusError
+    from kproxy.server.kubeconfig import UpstreamTarget
+    from kproxy.server.upstream import Upstream
+    from kproxy.testing.exchange import make_exchange
+
+    async with H2Server(tmp_path, _echo) as srv:
+        target = UpstreamTarget(server=f"https://127.0.0.1:{srv.port}/gw/", ca_pem=srv.ca_pem)
+        up = Upstream(target)
+        await up.start()
+        try:
+            for value in ("a\x00b", "a\x7f", "a\x1bb", "a\r\nImpersonate-Group: system:masters"):
+                with pytest.raises(StatusError) as err:
+                    await up(make_exchange("POST", "/api/v1/pods", [("X-Caller", value)], b"{}"))
+                assert err.value.code == 400
+                assert 'invalid HTTP header value for header "X-Caller"' in err.value.message
+            assert srv.requests == []  # nothing was written
+            reply = await up(make_exchange("POST", "/api/v1/pods?x=1", [("X-Caller", "a\tb ü")], b"{}"))
+            assert reply.status == 200
+            got = srv.requests[0]
+            assert got.header(b":path") == b"/gw/api/v1/pods?x=1"  # the server URL's path prefix
+            assert got.header(b"x-caller") == "a\tb ü".encode()
+            assert got.header(b"content-length") == b"2" and bytes(got.body) == b"{}"
+        finally:
+            await up.close()
