@@ -862,7 +862,6 @@ async def _stop_filters(filters: list[Filter]) -> None:
             log.exception("filter failed to stop", extra={"filter": flt.name})
 
 
-@functools.lru_cache(maxsize=1024)
 def _refuse_head(request: web.BaseRequest, why: str = "") -> web.StreamResponse:
     """Go's answer to a request it cannot make an ``http.Request`` of: over HTTP/1.1 its raw 400;
     over HTTP/2 the stream is reset PROTOCOL_ERROR (golang.org/x/net/http2/server.go)."""
@@ -872,6 +871,7 @@ def _refuse_head(request: web.BaseRequest, why: str = "") -> web.StreamResponse:
     return go_bad_request(why)
 
 
+@functools.lru_cache(maxsize=1024)
 def _read_target(method: str, raw: str) -> tuple[RequestURI, RequestInfo] | None:
     """The request target as Go's server reads it (``url.ParseRequestURI``) and its RequestInfo;
     None where Go's server answers 400 itself. An absolute-form target (``http://any/api/...``) is
