@@ -328,8 +328,14 @@ class ProxyServer:
                     stream.ending = True
                     stream.body.abort()
             await asyncio.sleep(0.05)
+        # HTTP/2 connections write out what their streams left (a watch's last events, its
+        # END_STREAM) before they close, within the same deadline; then they are cut.
         for conn in list(self.http2.registry):
             conn.close()
+        while self.http2.registry and asyncio.get_running_loop().time() < until:
+            await asyncio.sleep(0.05)
+        for conn in list(self.http2.registry):
+            conn.abort()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._admin_runner is not None:
