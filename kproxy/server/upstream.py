@@ -30,6 +30,7 @@ from kproxy.core.status import StatusError, internal_error
 from kproxy.gocompat.httpguts import valid_header_field_value
 from kproxy.gocompat.strings import to_lower
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
+from kproxy.server.http2.callers import CallerPools
 from kproxy.server.http2.client import H2Pool, H2Response, H2Unavailable
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.kubeconfig import UpstreamTarget
@@ -109,6 +110,8 @@ class Upstream:
         self.http2 = http2 and self.ssl_callers is not None
         self._h2: H2Pool | None = None
         self._h2_own: H2Pool | None = None
+        #: forward mode: each caller credential's own HTTP/2 connections (kproxy.server.http2.callers)
+        self._h2_callers: CallerPools | None = None
 
     def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -140,6 +143,8 @@ class Upstream:
         if self.http2:
             self._h2 = self._h2_pool(self.mode == "forward")
             self._h2_own = self._h2 if self.mode != "forward" else self._h2_pool(False)
+            if self.mode == "forward":
+                self._h2_callers = CallerPools(lambda: self._h2_pool(True))
 
     def _h2_pool(self, forward: bool) -> H2Pool:
         ctx = self.target.ssl_context(with_client_cert=not forward)
@@ -154,6 +159,8 @@ class Upstream:
         for h2pool in {self._h2, self._h2_own}:
             if h2pool is not None:
                 h2pool.close()
+        if self._h2_callers is not None:
+            self._h2_callers.close()
         if self.session is not None:
             await self.session.close()
 
@@ -239,13 +246,23 @@ class Upstream:
         data: bytes | AsyncIterator[bytes] | None,
         length: int | None,
     ) -> UpstreamResponse:
-        """On HTTP/2 when the upstream speaks it, else on the HTTP/1.1 pool."""
-        h2pool = self._h2
+        """On HTTP/2 when the upstream speaks it, else on the HTTP/1.1 pool. In forward mode on
+        the caller's credential's own HTTP/2 connections (``kproxy.server.http2.callers``)."""
+        h2pool, key = self._h2, b""
         if h2pool is not None and not h2pool.unavailable:
-            try:
-                return await h2pool.request(method, target, headers.items(), data, length)
-            except H2Unavailable:
-                log.info("upstream %s does not offer HTTP/2; using HTTP/1.1", self.base)
+            if self._h2_callers is not None:
+                h2pool, key = self._h2_callers.pool(headers.get("Authorization"))
+            if h2pool is not None:
+                try:
+                    resp = await h2pool.request(method, target, headers.items(), data, length)
+                except H2Unavailable:
+                    log.info("upstream %s does not offer HTTP/2; using HTTP/1.1", self.base)
+                    if self._h2 is not None:
+                        self._h2.unavailable = True
+                else:
+                    if resp.status == 401 and self._h2_callers is not None:
+                        self._h2_callers.refused(key)
+                    return resp
         assert self._pool is not None
         return await self._pool.request(method, target, headers.items(), data, length)
 

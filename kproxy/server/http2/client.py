@@ -914,6 +914,11 @@ class H2Pool:
             if unusable >= 3:
                 raise NotSent("the upstream closed every new HTTP/2 connection at once")
 
+    @property
+    def dialing(self) -> bool:
+        """Whether a connection is being dialed."""
+        return self._dialing is not None
+
     def _dialed(self, fut: asyncio.Future[H2Conn]) -> None:
         if self._dialing is fut:
             self._dialing = None
