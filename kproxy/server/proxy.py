@@ -62,7 +62,7 @@ from kproxy.server.metrics import CHAIN_REPLIED, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
 from kproxy.server.upgrade import splice
-from kproxy.server.upstream import Upstream
+from kproxy.server.upstream import CLIENT_H2, Upstream
 
 log = logging.getLogger("kproxy")
 access = logging.getLogger("kproxy.access")
@@ -386,6 +386,8 @@ class ProxyServer:
             upgrade=upgrade,
             host=uri.host or request.headers.get("Host", ""),
         )
+        if isinstance(request, H2Request):
+            ex.state[CLIENT_H2] = request.connection  # forward mode: its upstream connections
         client.caller = lambda: flow_of(self.context, ex)
         if self.cfg.credentials == "forward":
             # Impersonate mode identifies every caller before the chain (_impersonating); proxy

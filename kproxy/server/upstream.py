@@ -48,6 +48,9 @@ _UPSTREAM_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, a
 
 Mode = Literal["proxy", "forward", "impersonate"]
 
+#: ``Exchange.state`` key: the number of the client HTTP/2 connection a request came on.
+CLIENT_H2 = "kproxy.server.client_h2"
+
 #: The request-header (front proxy) authenticator's default header names
 #: (--requestheader-username-headers, --requestheader-uid-headers, --requestheader-group-headers,
 #: --requestheader-extra-headers-prefix as kubeadm and most clusters set them).
@@ -149,9 +152,7 @@ class Upstream:
     def _h2_pool(self, forward: bool) -> H2Pool:
         ctx = self.target.ssl_context(with_client_cert=not forward)
         assert ctx is not None
-        return H2Pool(
-            self.host, self.port, H2Pool.alpn_context(ctx), self.server_hostname, self.connect_timeout
-        )
+        return H2Pool(self.host, self.port, H2Pool.alpn_context(ctx), self.server_hostname, self.connect_timeout)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -226,7 +227,7 @@ class Upstream:
         resp: UpstreamResponse
         try:
             headers.popall("Content-Length", None)  # the pool frames the body itself
-            resp = await self._send(ex.method, self.target_of(ex), headers, data, length)
+            resp = await self._send(ex.method, self.target_of(ex), headers, data, length, ex.state.get(CLIENT_H2))
         except InvalidRequestHead as err:
             raise err.status() from None
         except StatusError:
@@ -245,13 +246,15 @@ class Upstream:
         headers: CIMultiDict[str],
         data: bytes | AsyncIterator[bytes] | None,
         length: int | None,
+        client_h2: int | None = None,
     ) -> UpstreamResponse:
         """On HTTP/2 when the upstream speaks it, else on the HTTP/1.1 pool. In forward mode on
-        the caller's credential's own HTTP/2 connections (``kproxy.server.http2.callers``)."""
+        HTTP/2 connections of the caller's own (``kproxy.server.http2.callers``): its client
+        HTTP/2 connection's (numbered ``client_h2``), or its credential's."""
         h2pool, key = self._h2, b""
         if h2pool is not None and not h2pool.unavailable:
             if self._h2_callers is not None:
-                h2pool, key = self._h2_callers.pool(headers.get("Authorization"))
+                h2pool, key = self._h2_callers.pool(headers.get("Authorization"), client_h2)
             if h2pool is not None:
                 try:
                     resp = await h2pool.request(method, target, headers.items(), data, length)

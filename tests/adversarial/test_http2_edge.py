@@ -88,11 +88,6 @@ def prx(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFactor
 # Findings (fail today)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "forward mode shares its upstream HTTP/2 connections between callers: a request the apiserver "
-    "answers 401 makes it GOAWAY the shared connection (UnauthenticatedHTTP2DOSMitigation), and "
-    "other callers' streamed writes opened after it fail with 429 (kproxy/server/http2/client.py "
-    "H2Pool.request: NotSent for a body already started)"))  # fmt: skip
 def test_an_unauthenticated_caller_cannot_fail_other_callers_writes(
     fwd: RunningProxy, callers: tuple[str, str], twins: Twins
 ) -> None:
@@ -101,7 +96,8 @@ def test_an_unauthenticated_caller_cannot_fail_other_callers_writes(
     the apiserver directly the garbage requests cost the apiserver nothing shared; through
     kproxy every one of them made the apiserver send GOAWAY on the connection all callers share
     (measured: 226 of 240 writes answered 429 "the upstream sent GOAWAY", and 99 upstream TLS
-    connections dialed per 100 garbage requests)."""
+    connections dialed per 100 garbage requests). Each credential now has connections of its own
+    (kproxy/server/http2/callers.py)."""
     eve, _ = callers
     stop = threading.Event()
     answers: Counter[int] = Counter()

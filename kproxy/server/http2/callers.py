@@ -5,17 +5,20 @@ apiserver ends an HTTP/2 connection with GOAWAY after a request it answers 401 o
 anonymous user (its ``UnauthenticatedHTTP2DOSMitigation``,
 staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go): on connections shared by
 every caller, one caller without valid credentials would end the connection under everyone's
-requests, and the writes whose bodies were already streaming could not be sent again. So, as each
-client-go process has a connection of its own to the apiserver:
+requests, and the writes whose bodies were already streaming could not be sent again. So kproxy
+keeps the connections a caller would have had going direct:
 
-- a request without ``Authorization`` goes on HTTP/1.1, where the apiserver ends nothing;
-- each credential has HTTP/2 connections of its own (at most ``MAX_CALLERS`` credentials at
-  once; the least recently used whose connections have all closed makes room), so a 401 ends
-  only its own caller's connection;
-- a credential the apiserver answered 401 goes on HTTP/1.1 for ``REFUSED_FOR`` seconds, and new
-  credentials get connections of their own at a bounded rate (``NEW_PER_SECOND``, ``NEW_BURST``):
-  past it they go on HTTP/1.1 too, so a caller inventing tokens cannot make kproxy dial the
-  apiserver once per request.
+- the requests of one client HTTP/2 connection (a client-go process: every credential it uses,
+  service-account tokens per controller included) go on HTTP/2 connections of their own; when
+  the apiserver ends one after an unauthenticated request, kproxy ends that client's connection
+  the same way (``ProxyServer._unauthenticated_h2``), as the apiserver would have;
+- a request that came over HTTP/1.1 goes on its credential's own HTTP/2 connections, or on
+  HTTP/1.1 when it has no ``Authorization`` (the apiserver ends no HTTP/1.1 connection);
+- a credential the apiserver answered 401 goes on HTTP/1.1 for ``REFUSED_FOR`` seconds;
+- new partitions get connections at a bounded rate (``NEW_PER_SECOND``, ``NEW_BURST``) and at most
+  ``MAX_CALLERS`` exist at once (the least recently used whose connections have all closed makes
+  room): past that, requests go on HTTP/1.1, so a caller inventing tokens or connections cannot
+  make kproxy dial the apiserver once per request.
 
 Credentials are keyed by a hash: no token is kept here.
 """
@@ -36,7 +39,7 @@ NEW_BURST = 50.0
 
 
 def credential_key(authorization: str) -> bytes:
-    return hashlib.blake2b(authorization.encode("utf-8", "surrogateescape"), digest_size=16).digest()
+    return b"t" + hashlib.blake2b(authorization.encode("utf-8", "surrogateescape"), digest_size=16).digest()
 
 
 class CallerPools:
@@ -50,11 +53,15 @@ class CallerPools:
         self._tokens = NEW_BURST
         self._stamp = clock()
 
-    def pool(self, authorization: str | None) -> tuple[H2Pool | None, bytes]:
-        """The pool for a request with this ``Authorization`` (None: HTTP/1.1) and its key."""
-        if not authorization:
+    def pool(self, authorization: str | None, connection: int | None = None) -> tuple[H2Pool | None, bytes]:
+        """The pool for a request with this ``Authorization`` that came on the client HTTP/2
+        connection numbered ``connection`` (None: HTTP/1.1), or None for HTTP/1.1; and its key."""
+        if connection is not None:
+            key = b"c" + connection.to_bytes(8, "big")
+        elif not authorization:
             return None, b""
-        key = credential_key(authorization)
+        else:
+            key = credential_key(authorization)
         pool = self._pools.get(key)
         if pool is not None:
             self._pools.move_to_end(key)
@@ -74,8 +81,15 @@ class CallerPools:
         return pool, key
 
     def refused(self, key: bytes) -> None:
-        """The apiserver answered this credential 401: HTTP/1.1 for it a while."""
+        """The apiserver answered this partition 401: a credential goes on HTTP/1.1 a while; a
+        client connection's partition goes (kproxy ends that client connection too)."""
         if not key:
+            return
+        if key[:1] == b"c":
+            pool = self._pools.get(key)
+            if pool is not None and not any(conn.streams for conn in pool.conns):
+                del self._pools[key]
+                pool.close()
             return
         pool = self._pools.pop(key, None)
         if pool is not None and not any(conn.streams for conn in pool.conns):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -65,6 +66,7 @@ _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connecti
 
 
 _TOO_LARGE = b"<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>"
+_NUMBERS = itertools.count(1)
 
 
 def _usable(method: bytes, scheme: bytes, path: bytes) -> bool:
@@ -101,6 +103,8 @@ class H2ServerConnection:
     ) -> None:
         self._on_idle = on_idle
         self._handler = handler
+        #: This connection's number (never reused in the process).
+        self.number = next(_NUMBERS)
         self._limits = limits
         self._registry = registry
         self._on_close = on_close

@@ -123,6 +123,7 @@ class H2Request:
 
     __slots__ = (
         "body_exists",
+        "connection",
         "content",
         "content_length",
         "headers",
@@ -147,6 +148,8 @@ class H2Request:
         remote: str | None,
     ) -> None:
         self.method = method
+        #: The number of the client connection the request came on.
+        self.connection: int = conn.number
         self.raw_path = target
         self.headers = CIMultiDictProxy(headers)
         self.remote = remote

@@ -79,3 +79,16 @@ def test_the_oldest_closed_pool_makes_room() -> None:
     cast(FakePool, first).conns.clear()  # the least recently used one's connections closed
     assert p.pool("Bearer new")[0] is not None
     assert cast(FakePool, first).closed and len(p) == callers.MAX_CALLERS
+
+
+def test_a_client_h2_connection_keeps_every_credential_on_its_own_pool() -> None:
+    p = pools()
+    a, key = p.pool("Bearer controller-a", connection=7)
+    b, _ = p.pool("Bearer controller-b", connection=7)
+    anonymous, _ = p.pool(None, connection=7)
+    other, _ = p.pool("Bearer controller-a", connection=8)
+    assert a is not None and a is b is anonymous and other is not a
+    p.refused(key)  # its connection ends (kproxy ends the client's too); nothing is refused
+    assert cast(FakePool, a).closed
+    again, _ = p.pool("Bearer controller-a", connection=9)
+    assert again is not None
