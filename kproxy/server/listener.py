@@ -270,7 +270,11 @@ class GoRequestHandler(RequestHandler):
         self._disarm()
         self._phase = _BUSY
         self._conns.enter(self, None)
-        conn = H2ServerConnection(http2.handler, http2.limits, http2.registry, self._release, self._h2_idle)
+        def closed() -> None:
+            self._release()
+            http2.gone(conn.number)
+
+        conn = H2ServerConnection(http2.handler, http2.limits, http2.registry, closed, self._h2_idle)
         self._h2 = conn
         tls.set_protocol(conn)  # type: ignore[arg-type]
         conn.connection_made(tls)
@@ -406,12 +410,14 @@ class GoRequestHandler(RequestHandler):
 class Http2Serving:
     """What a listener needs to serve HTTP/2 (its TLS context offers ``h2`` in ALPN)."""
 
-    __slots__ = ("handler", "limits", "registry")
+    __slots__ = ("gone", "handler", "limits", "registry")
 
     def __init__(self, handler: Handler, limits: H2Limits) -> None:
         self.handler = handler
         self.limits = limits
         self.registry: set[H2ServerConnection] = set()  # the open ones (a drain sends each GOAWAY)
+        #: Told the number of each connection that closed (its upstream connections can go).
+        self.gone: Callable[[int], None] = lambda number: None
 
 
 class GoServer(web.Server):

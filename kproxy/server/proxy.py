@@ -165,6 +165,7 @@ class ProxyServer:
         self.admin_bound: tuple[str, int] | None = None
         self.admin_connections = Connections()  # the admin listener's own bounds
         self.http2 = Http2Serving(self.handle, H2Limits())  # the TLS listener's h2 connections
+        self.http2.gone = self.upstream.client_gone
         self.metrics.watch_http2(self.http2.registry)
 
     # ----------------------------------------------------------------- lifecycle

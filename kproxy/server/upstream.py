@@ -165,6 +165,11 @@ class Upstream:
         if self.session is not None:
             await self.session.close()
 
+    def client_gone(self, connection: int) -> None:
+        """A client HTTP/2 connection closed (forward mode: its upstream connections go too)."""
+        if self._h2_callers is not None:
+            self._h2_callers.connection_closed(connection)
+
     async def own_auth_header(self) -> str | None:
         """``Bearer <token>`` for the proxy's own credentials, if it authenticates by token."""
         if self.target.token is None:

@@ -80,6 +80,14 @@ class CallerPools:
         pool = self._pools[key] = self._make()
         return pool, key
 
+    def connection_closed(self, connection: int) -> None:
+        """The client connection numbered ``connection`` closed: its upstream connections close
+        once their streams have ended (as the client's own would have, going direct)."""
+        key = b"c" + connection.to_bytes(8, "big")
+        pool = self._pools.pop(key, None)
+        if pool is not None:
+            pool.close_when_idle()
+
     def refused(self, key: bytes) -> None:
         """The apiserver answered this partition 401: a credential goes on HTTP/1.1 a while; a
         client connection's partition goes (kproxy ends that client connection too)."""

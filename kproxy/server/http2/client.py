@@ -1011,6 +1011,14 @@ class H2Pool:
         if not task.cancelled() and task.exception() is not None:
             st.conn.cancel(st)
 
+    def close_when_idle(self) -> None:
+        """No more requests come: each connection closes once its streams have ended (the health
+        check closes the busy ones within a few seconds of their last stream)."""
+        self.idle_timeout = 0.0
+        for conn in [*self.conns]:
+            if not conn.streams:
+                conn.close()
+
     def close(self) -> None:
         for conn in [*self.conns]:
             conn.close()

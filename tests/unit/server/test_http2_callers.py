@@ -92,3 +92,13 @@ def test_a_client_h2_connection_keeps_every_credential_on_its_own_pool() -> None
     assert cast(FakePool, a).closed
     again, _ = p.pool("Bearer controller-a", connection=9)
     assert again is not None
+
+
+def test_a_closed_client_connection_lets_its_upstream_connections_go() -> None:
+    p = pools()
+    pool, _ = p.pool("Bearer kubectl", connection=11)
+    closing: list[bool] = []
+    cast(Any, pool).close_when_idle = lambda: closing.append(True)
+    p.connection_closed(11)
+    assert closing == [True] and len(p) == 0
+    p.connection_closed(12)  # one that never had a pool
