@@ -62,6 +62,7 @@ from multidict import CIMultiDict
 
 from kproxy.gocompat.httpguts import TOKEN_CHARS, first_invalid_name, valid_host_header
 from kproxy.gocompat.strconv import go_quote
+from kproxy.server.http2.goframes import PlainEncoder
 from kproxy.server.httputil import HEADER_CHARSET, InvalidRequestHead, end_to_end
 from kproxy.server.pool import NotSent, UpstreamClosed
 
@@ -459,6 +460,7 @@ class H2Conn(asyncio.Protocol):
             },
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        self.h2.encoder = PlainEncoder()  # no Huffman coding: its Python loop was most of a HEADERS frame's cost
         self.streams: dict[int, _Stream] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.goaway = False
