@@ -74,6 +74,7 @@ from benchmarks.watchfanout_client import client_main as h1_client_main
 from benchmarks.watchfanout_writer import WriterResult, WriterSpec, writer_main
 from kproxy.testing import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
+from kproxy.testing.sockets import tcp_connections
 
 H1, H2 = "HTTP/1.1", "h2"
 _T = TypeVar("_T")
@@ -102,28 +103,6 @@ def kproxy(
 
 def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
-
-
-def tcp_connections(pid: int, local_port: int, remote_port: int) -> tuple[int, int]:
-    """Established TCP connections of ``pid``: (accepted on ``local_port``, to ``remote_port``)."""
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    accepted = outgoing = 0
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                cols = line.split()
-                if cols[3] != "01" or cols[9] not in inodes:  # 01: ESTABLISHED
-                    continue
-                local, remote = int(cols[1].rsplit(":", 1)[1], 16), int(cols[2].rsplit(":", 1)[1], 16)
-                accepted += local == local_port
-                outgoing += remote == remote_port
-    return accepted, outgoing
 
 
 def h2load(url: str, proto: str, connections: int, streams: int, extra: Sequence[str] = ()) -> list[str]:

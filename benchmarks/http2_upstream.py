@@ -28,6 +28,7 @@ from pathlib import Path
 from kproxy.testing import envtest
 from kproxy.testing.controlplane import ControlPlaneInfo
 from kproxy.testing.proxyproc import start_proxy
+from kproxy.testing.sockets import connections_to
 
 NAMESPACE = "bench-h2-upstream"
 NAME = "cm-small"
@@ -36,26 +37,6 @@ NAME = "cm-small"
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def connections_to(pid: int, port: int) -> int:
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            next(f)
-            for line in f:
-                cols = line.split()
-                if cols[3] == "01" and int(cols[2].rsplit(":", 1)[1], 16) == port and cols[9] in inodes:
-                    count += 1
-    return count
 
 
 def seed(cp: ControlPlaneInfo) -> None:

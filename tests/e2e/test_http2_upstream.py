@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,31 +17,9 @@ import pytest
 from kproxy.testing import certs, envtest
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.sockets import connections_to as upstream_connections
 
 pytestmark = pytest.mark.e2e
-
-
-def upstream_connections(pid: int, port: int) -> int:
-    """Established TCP connections of process ``pid`` to ``port`` (the apiserver's), from
-    /proc: the process's socket inodes matched against the kernel's TCP tables."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            next(f)
-            for line in f:
-                cols = line.split()
-                remote_port = int(cols[2].rsplit(":", 1)[1], 16)
-                if cols[3] == "01" and remote_port == port and cols[9] in inodes:
-                    count += 1
-    return count
 
 
 def _admin_ssl(cp: ControlPlaneInfo) -> ssl.SSLContext:

@@ -11,7 +11,6 @@ roll a deployment out (through kproxy). Counted from each process's own sockets 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections import Counter
@@ -26,33 +25,13 @@ from kproxy.testing.cluster import (
     wait_nodes_ready,
 )
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.sockets import tcp_connections
 
 pytestmark = pytest.mark.e2e
 
 #: How long the counts are sampled once the nodes are ready (the controllers' informers start and
 #: sync within it, and the rollout below runs in it).
 WINDOW = 20.0
-
-
-def established(pid: int, port: int) -> int:
-    """TCP connections of process ``pid`` established to ``port`` on loopback."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as rows:
-            next(rows)
-            for row in rows:
-                fields = row.split()
-                if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
-                    count += 1
-    return count
 
 
 def test_controllers_hold_as_few_connections_as_to_the_apiserver(living: ControlPlaneInfo) -> None:
@@ -83,10 +62,10 @@ def test_controllers_hold_as_few_connections_as_to_the_apiserver(living: Control
         while time.monotonic() - start < WINDOW or ready != "5":
             assert time.monotonic() - start < 180, f"the rollout did not finish through kproxy ({ready!r} ready)"
             now = {
-                name: established(pids[name], kproxy_port)
+                name: tcp_connections(pids[name], remote_port=kproxy_port)[1]
                 for name in ("kube-controller-manager", "kube-scheduler", "kwok")
             }
-            now["kproxy"] = established(pids["kproxy"], living.apiserver_port)
+            now["kproxy"] = tcp_connections(pids["kproxy"], remote_port=living.apiserver_port)[1]
             for name, n in now.items():
                 most[name] = max(most[name], n)
             if time.monotonic() - checked > 2:
