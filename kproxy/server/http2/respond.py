@@ -19,7 +19,7 @@ import h2.errors
 
 from kproxy.core.chain import BytesBody, Exchange, Reply, StreamBody, UpgradeBody
 from kproxy.core.eventstream import EventStreamBody
-from kproxy.server.http2.stream import H2Request, H2Sink
+from kproxy.server.http2.h2stream import H2Request, H2Sink
 
 _STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 

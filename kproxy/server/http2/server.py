@@ -46,6 +46,7 @@ from multidict import CIMultiDict
 
 from kproxy.server.http2.flood import FrameMeter
 from kproxy.server.http2.goframes import GoConnectionState, HeaderBlockLimit, PlainEncoder, TruncatingDecoder
+from kproxy.server.http2.h2stream import H2Request, StreamReset
 from kproxy.server.http2.settings import (
     GOAWAY_TIMEOUT,
     HEADER_TABLE_SIZE,
@@ -54,7 +55,6 @@ from kproxy.server.http2.settings import (
     UNSTARTED_HANDLERS_FACTOR,
     H2Limits,
 )
-from kproxy.server.http2.stream import H2Request, StreamReset
 
 log = logging.getLogger("kproxy")
 

@@ -12,13 +12,32 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import HttpVersion
 from multidict import CIMultiDict, CIMultiDictProxy
 
-if TYPE_CHECKING:
-    from kproxy.server.http2.server import H2ServerConnection
+
+class H2ServerConnection(Protocol):
+    """What a stream needs of its connection (``kproxy.server.http2.server`` has it)."""
+
+    number: int
+    transport: Any
+    writing_paused: bool
+
+    def consumed(self, sid: int, n: int) -> None: ...
+    def stream_closed(self, sid: int) -> bool: ...
+    def reset(self, sid: int, code: int = ...) -> None: ...
+    def send_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None: ...
+    def send_response_headers(
+        self, sid: int, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], end: bool
+    ) -> None: ...
+    async def send_data(self, sid: int, data: bytes | memoryview, end: bool) -> None: ...
+    def queue_data(self, sid: int, data: bytes) -> None: ...
+    def queued(self, sid: int) -> int: ...
+    async def wait_queued_below(self, sid: int, size: int) -> None: ...
+    def goaway(self, code: int = ...) -> None: ...
+
 
 HTTP_2 = HttpVersion(2, 0)
 
