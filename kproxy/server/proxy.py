@@ -45,9 +45,9 @@ from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, h
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
 from kproxy.server.connections import Connections, admin_limits, raise_fd_limit
+from kproxy.server.http2.h2stream import H2Request
 from kproxy.server.http2.respond import respond as respond_h2
 from kproxy.server.http2.settings import H2Limits
-from kproxy.server.http2.stream import H2Request
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
 from kproxy.server.listener import (
