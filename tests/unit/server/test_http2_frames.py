@@ -8,7 +8,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import pytest
-from hpack import Encoder
+from hpack import Decoder, Encoder
 from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, PriorityFrame, SettingsFrame
 
 from kproxy.server.http2.flood import BURST, RATE, FrameMeter
@@ -125,3 +125,16 @@ def test_a_stream_over_the_limit_is_refused_and_the_connection_goes_on() -> None
     events = conn.receive_data(HeadersFrame(5, data=enc.encode(three), flags=["END_HEADERS"]).serialize())
     received = next(e for e in events if isinstance(e, h2.events.RequestReceived))
     assert (b"x-three", b"only-in-stream-3") in list(received.headers or [])
+
+
+def test_what_kproxy_sends_is_not_huffman_coded() -> None:
+    """hpack's Huffman encoder is quadratic: a 900 KB header value took it over a minute, which a
+    caller's header forwarded upstream (or a large response header) would cost kproxy's event loop."""
+    from kproxy.server.http2.goframes import PlainEncoder
+
+    value = b"a" * 900_000
+    block = PlainEncoder().encode([(b"x-big", value)])
+    assert value in block  # the literal bytes, not a Huffman code
+    decoded = Decoder()
+    decoded.max_header_list_size = 1 << 21
+    assert decoded.decode(block, raw=True) == [(b"x-big", value)]
