@@ -347,6 +347,17 @@ def test_slow_reader_on_a_watch(
     its RSS stays bounded. The apiserver's own RSS grows with the objects in its watch cache
     whatever the reader does, so only kproxy's is bounded."""
     objects, size = 32, 900_000
+    try:
+        _slow_reader(control_plane, namespace, target, verdict, objects, size)
+    finally:
+        # 28 MB of ConfigMaps left in the session's cluster would slow every later test that lists
+        # or caches ConfigMaps (the session has no namespace controller to clean them up).
+        control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps")
+
+
+def _slow_reader(
+    control_plane: ControlPlaneInfo, namespace: str, target: Target, verdict: Measure, objects: int, size: int
+) -> None:
     with verdict() as v, target.wire() as w:
         w.window_update(0, 1 << 30)  # the connection's window is open; only the watch's stays shut
         w.request(1, f"/api/v1/namespaces/{namespace}/configmaps?watch=1", token=target.token)

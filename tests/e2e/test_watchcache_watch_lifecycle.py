@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import aiohttp
 import pytest
@@ -111,6 +111,15 @@ def _queued(server_port: int, client_port: int) -> int:
     return total
 
 
+@pytest.fixture
+def dropped_configmaps(control_plane: ControlPlaneInfo, namespace: str) -> Iterator[None]:
+    """The test's ConfigMaps are deleted after it: megabytes left in the session's cluster (which
+    has no namespace controller) would slow every later test that lists or caches ConfigMaps."""
+    yield
+    control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps")
+
+
+@pytest.mark.usefixtures("dropped_configmaps")
 def test_sigterm_ends_a_watch_behind_on_its_initial_events_cleanly(
     proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str
 ) -> None:
