@@ -14,10 +14,13 @@ export KPROXY_HELM_BIN := $(HELM_BIN)/helm
 H2SPEC_VERSION := $(shell sed -n 's|^\s*\(require \)\?github.com/summerwind/h2spec \(v[0-9][0-9.a-z+]*\).*|\2|p' tools/h2spec/go.mod | head -1)
 H2SPEC_BIN := $(KPROXY_CACHE)/h2spec/$(H2SPEC_VERSION)
 export KPROXY_H2SPEC_BIN := $(H2SPEC_BIN)/h2spec
+TOXIPROXY_VERSION := $(shell sed -n 's|^\s*\(require \)\?github.com/Shopify/toxiproxy/v2 \(v[0-9][0-9.]*\).*|\2|p' tools/toxiproxy/go.mod | head -1)
+TOXIPROXY_BIN := $(KPROXY_CACHE)/toxiproxy/$(TOXIPROXY_VERSION)
+export KPROXY_TOXIPROXY_BIN_DIR := $(TOXIPROXY_BIN)
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
-.PHONY: run stop test unit e2e lint envtest-bin helm-bin h2spec-bin docs docs-check bench proto clean venv
+.PHONY: run stop test unit e2e lint envtest-bin helm-bin h2spec-bin toxiproxy-bin docs docs-check bench proto clean venv
 
 venv: $(VENV)/.installed
 
@@ -63,6 +66,14 @@ h2spec-bin:
 	@if [ "$$(cat $(H2SPEC_BIN)/VERSION 2>/dev/null)" != "$(H2SPEC_VERSION)" ]; then \
 	  echo "building h2spec $(H2SPEC_VERSION) from its Go module into $(H2SPEC_BIN)"; \
 	  time bash tools/h2spec/build.sh $(H2SPEC_BIN); \
+	fi
+
+# toxiproxy (latency and bandwidth on a TCP link) built from its Go module (tools/toxiproxy) for
+# benchmarks/wan.py; not part of `make test`. Rebuilt only when the pin changes.
+toxiproxy-bin:
+	@if [ "$$(cat $(TOXIPROXY_BIN)/VERSION 2>/dev/null)" != "$(TOXIPROXY_VERSION)" ]; then \
+	  echo "building toxiproxy $(TOXIPROXY_VERSION) from its Go module into $(TOXIPROXY_BIN)"; \
+	  time bash tools/toxiproxy/build.sh $(TOXIPROXY_BIN); \
 	fi
 
 # docs/filters.md is generated from the filters' config models (tests/unit/test_docs.py checks it).
