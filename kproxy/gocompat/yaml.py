@@ -37,11 +37,12 @@ set in map`` (``setMapIndex``) names the line of the value node of the repeated 
 
 The result is what ``convertToJSONableObject`` makes of it (sigs.k8s.io/yaml yaml.go): map keys
 become strings (ints in decimal, booleans as ``true``/``false``), mappings come out with their
-keys sorted as Go's JSON encoder writes them. Scalars are resolved by pyyaml's YAML 1.1 resolver
-plus go-yaml's ``y``/``n`` booleans (resolve.go ``resolveMapList``); timestamps stay strings, as
-go-yaml v2 leaves them when decoding into ``interface{}``, and so do scalars with a tag it does
-not know. What kproxy does not convert (float or null keys, malformed tagged scalars) is
-:class:`UnsupportedYAML`: the apiserver's answer to it is left to the apiserver.
+keys sorted as Go's JSON encoder writes them. Plain scalars are resolved as go-yaml v2 resolves
+them (:mod:`kproxy.gocompat.yamlresolve`), not as YAML 1.1 would; explicitly tagged ones by pyyaml's
+constructors. Timestamps stay strings, as go-yaml v2 leaves them when decoding into
+``interface{}``, and so do scalars with a tag it does not know. What kproxy does not convert
+(float or null keys, malformed tagged scalars) is :class:`UnsupportedYAML`: the apiserver's answer
+to it is left to the apiserver.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from kproxy.gocompat.yamlresolve import FLOAT, resolve_plain
 
 __all__ = [
     "ALIAS_RATIO_RANGE_HIGH",
@@ -73,8 +76,6 @@ _ALIAS_RATIO_RANGE = float(ALIAS_RATIO_RANGE_HIGH - ALIAS_RATIO_RANGE_LOW)
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MISSING = object()
-# resolve.go's booleans that pyyaml's YAML 1.1 resolver leaves as strings (the rest agree).
-_GO_ONLY_BOOLS = {"y": True, "Y": True, "n": False, "N": False}
 _PLAIN_CACHE = 4096
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
 
@@ -260,6 +261,14 @@ def _depth_error(line: int) -> GoYAMLError:
     return GoYAMLError(f"yaml: {where}exceeded max depth of {MAX_DEPTH}")
 
 
+def _json_float(value: float) -> None:
+    """json.Marshal in YAMLToJSON refuses what JSON cannot write: "json: unsupported value: NaN"
+    (FormatFloat 'g')."""
+    if math.isnan(value) or math.isinf(value):
+        text = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+        raise GoYAMLError(f"json: unsupported value: {text}")
+
+
 class _Decoder:
     """One document, event by event (see the module docstring)."""
 
@@ -297,9 +306,14 @@ class _Decoder:
 
     def _scalar_value(self, event: yaml.ScalarEvent) -> Any:
         tag = event.tag
-        if tag is None and event.implicit[0] and event.value in _GO_ONLY_BOOLS:
-            return _GO_ONLY_BOOLS[event.value]
-        if tag is None or tag == "!":
+        if tag is None and event.implicit[0]:
+            kind, value = resolve_plain(event.value)  # go-yaml's resolve, not YAML 1.1's
+            if kind == FLOAT:
+                _json_float(value)
+            return value
+        if tag == "!":
+            return event.value  # resolve.go: "!" is not a tag it resolves, so the text stays a string
+        if tag is None:
             tag = self.loader.resolve(yaml.ScalarNode, event.value, event.implicit)
         node = yaml.ScalarNode(tag, event.value, None, None, event.style)
         construct = self.constructors.get(tag)
@@ -307,7 +321,9 @@ class _Decoder:
             return event.value  # resolve.go: a tag it does not know leaves the text a string
         try:
             value = construct(self.loader, node)
-        except yaml.constructor.ConstructorError as err:
+        except (yaml.constructor.ConstructorError, ValueError, OverflowError) as err:
+            # A tagged scalar pyyaml cannot build ("!!int 0x_", 20,000 digits): go-yaml refuses
+            # it too, and the apiserver's own answer is the one to give.
             raise UnsupportedYAML(str(err)) from None
         if isinstance(value, bytes):
             # decode.go scalar: binary data decoded into interface{} is a Go string of its bytes,
@@ -315,10 +331,8 @@ class _Decoder:
             return value.decode("utf-8", "replace")
         if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
             value = float(value)  # go-yaml's resolve: neither int64 nor uint64, so float64
-        if type(value) is float and (math.isnan(value) or math.isinf(value)):
-            # json.Marshal in YAMLToJSON: "json: unsupported value: NaN" (FormatFloat 'g').
-            text = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-            raise GoYAMLError(f"json: unsupported value: {text}")
+        if type(value) is float:
+            _json_float(value)
         return value
 
     # -- the document

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-import yaml
 from corpus.compare import JSON, PROTOBUF, YAML, Answer, Sides
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.codec import MAGIC, ProtobufCodec
+from kproxy.gocompat.yaml import yaml_to_json
 
 __all__ = [
     "JSON",
@@ -57,19 +57,11 @@ _CURRENT_RV = re.compile(rb"(Too large resource version: \d+, current: )\d+")
 _codec: ProtobufCodec | None = None
 
 
-class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml: lists are large
-    """A safe loader that reads a plain ``=`` or ``<<`` value as the string it is (YAML 1.1's
-    "value" and "merge" tags aside), as go-yaml writes them unquoted."""
-
-
-for _tag in ("tag:yaml.org,2002:value", "tag:yaml.org,2002:merge"):  # plain "=" and "<<" values
-    _YamlLoader.add_constructor(_tag, lambda loader, node: loader.construct_scalar(node))
-_YAML_LOADER: Any = _YamlLoader
-
-
 def load_yaml(text: str | bytes) -> Any:
-    """YAML as go-yaml writes it (kubectl -o yaml, the apiserver's application/yaml)."""
-    return yaml.load(text, Loader=_YAML_LOADER)
+    """YAML as go-yaml writes it (kubectl -o yaml, the apiserver's application/yaml), read as the
+    apiserver reads it: a plain ``=`` or ``<<`` is a string, and so are digits too many for a
+    float64, which go-yaml writes unquoted."""
+    return yaml_to_json(text).value
 
 
 def codec() -> ProtobufCodec:
@@ -169,7 +161,7 @@ def _json_list(body: bytes) -> ListView:
 
 
 def _yaml_list(body: bytes) -> ListView:
-    doc = yaml.load(body, Loader=_YAML_LOADER)
+    doc = load_yaml(body)
     meta = doc.get("metadata") or {}
     # Keys are sorted (apiVersion, items, kind, metadata): the list's own metadata is the last
     # top-level block, everything before it must be byte-equal.

@@ -14,6 +14,8 @@
 //	["containstoken", token, value, ...]
 //	                        httpguts.HeaderValuesContainsToken(values, token): {"in": bool}
 //	["mediatype", v]        mime.ParseMediaType (how the apiserver reads Content-Type): {"err": bool, "type"}
+//	["yamltojson", doc]     sigs.k8s.io/yaml YAMLToJSON (how the apiserver reads a YAML body): {"err": bool, "json"}
+//	["yamlstring", s]       sigs.k8s.io/yaml Marshal of {"v": s} (how the apiserver writes a string in YAML): {"out"}
 //	["unicode"]             the unicode tables: {"space": [r...], "lower": [[r, l]...], "fold": [[r, f]...]}
 //	                        (unicode.IsSpace; unicode.ToLower and unicode.SimpleFold where they differ from r)
 //	["request", name, value, name, value, ...]
@@ -52,6 +54,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
+	"sigs.k8s.io/yaml"
 )
 
 // echo accepts every token that does not start with "bad"; the user's name is the token.
@@ -171,6 +174,15 @@ func main() {
 		case "mediatype":
 			mt, _, err := mime.ParseMediaType(args[0])
 			_ = out.Encode(map[string]any{"err": err != nil, "type": []byte(mt)})
+		case "yamltojson":
+			j, err := yaml.YAMLToJSON([]byte(args[0]))
+			_ = out.Encode(map[string]any{"err": err != nil, "json": j})
+		case "yamlstring":
+			y, err := yaml.Marshal(map[string]string{"v": args[0]})
+			if err != nil {
+				panic(err)
+			}
+			_ = out.Encode(map[string]any{"out": y})
 		case "unicode":
 			_ = out.Encode(unicodeTables())
 		case "request":
