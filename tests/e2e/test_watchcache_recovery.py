@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 import pytest
+from watchcache_diff import reads_total
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
@@ -41,6 +42,14 @@ def _via(rp: RunningProxy, path: str) -> dict[str, str] | None:
     return _state(json.loads(body)["items"])
 
 
+def _from_cache(rp: RunningProxy, path: str, resource: str) -> dict[str, str] | None:
+    """The list through kproxy, only when its cache answered it (a cache that is not ready sends
+    reads to the apiserver, whose answer would match without saying anything about the cache)."""
+    before = reads_total(rp.metrics(), resource=resource, verb="list", served="cache")
+    state = _via(rp, path)
+    return state if reads_total(rp.metrics(), resource=resource, verb="list", served="cache") > before else None
+
+
 def _direct(cp: ControlPlaneInfo, path: str) -> dict[str, str]:
     status, body = cp.request("GET", path)
     assert status == 200, body
@@ -67,10 +76,13 @@ def test_outage_and_compaction_relist_and_converge(
         assert cp.request("POST", base, body=_cm(f"cm{i}", "a"))[0] == 201
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "secrets"]}]})
     listing = f"{base}?resourceVersion=0"
-    wait_for(lambda: _via(rp, listing) == _direct(cp, base), 30, "the cache to hold the configmaps")
+    wait_for(
+        lambda: _from_cache(rp, listing, "configmaps") == _direct(cp, base), 30, "the cache to hold the configmaps"
+    )
+    secrets = f"/api/v1/namespaces/{namespace}/secrets"
+    wait_for(lambda: _from_cache(rp, f"{secrets}?resourceVersion=0", "secrets") == {}, 30, "the secrets cache")
 
     # The etcd head moves on (other resources) while the configmaps cache stays where it was.
-    secrets = f"/api/v1/namespaces/{namespace}/secrets"
     for i in range(3):
         body = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"s{i}"}}).encode()
         assert cp.request("POST", secrets, body=body)[0] == 201
@@ -85,7 +97,7 @@ def test_outage_and_compaction_relist_and_converge(
     assert cp.request("POST", base, body=_cm("cm9", "c"))[0] == 201
 
     def converged() -> bool:
-        return _via(rp, listing) == _direct(cp, base)
+        return _from_cache(rp, listing, "configmaps") == _direct(cp, base)
 
     wait_for(converged, 60, "the cache to converge to the apiserver's state after the outage")
     relists = [line for line in rp.metrics().splitlines() if "relists_total{" in line]
