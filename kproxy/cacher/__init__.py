@@ -24,6 +24,7 @@ from .reflector import (
     NotServed,
     Reflector,
     StreamingListUnsupported,
+    TooLarge,
     UpstreamEvent,
 )
 from .watch_cache import Snapshot, WatchCache
@@ -46,6 +47,7 @@ __all__ = [
     "Reflector",
     "Snapshot",
     "StreamingListUnsupported",
+    "TooLarge",
     "UpstreamEvent",
     "WatchCache",
     "decode_continue",

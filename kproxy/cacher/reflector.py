@@ -36,6 +36,11 @@ class Expired(Exception):
     """The upstream no longer has the requested resource version (410 / Expired)."""
 
 
+class TooLarge(Exception):
+    """The upstream has not reached the requested resource version (its 504 "Too large resource
+    version"): it is behind, or it is not the upstream the version came from."""
+
+
 class NotServed(Exception):
     """The upstream no longer serves the resource (404: its CustomResourceDefinition is gone)."""
 
@@ -116,6 +121,10 @@ class Reflector:
         # The id of the watch whose events are being applied straight to the cache, if one runs.
         self._live: int | None = None
         self._streams = 0
+        # The cache was filled from disk and no stream has delivered anything since: a watch the
+        # upstream cannot resume (it never reached that resource version: another etcd, or one
+        # restored from a backup) means listing again rather than retrying.
+        self.resumed = False
         # Whether a continue token's revision is compacted upstream (asked only for tokens).
         self.compaction = CompactionTracker(lambda rv: self.lw.servable_at(rv))
 
@@ -204,7 +213,9 @@ class Reflector:
     async def _run(self) -> None:
         # Cleared by _replace once a list (streaming or paged) has been applied: from then on a
         # stream that ends or breaks is resumed, also when it was the streaming list's own.
-        self._need_list = True
+        # A cache loaded from disk is resumed from its resource version, as after a broken watch.
+        self._need_list = not self.cache.ready
+        self.resumed = self.cache.ready
         first_backoff, max_backoff = self.backoff
         backoff = first_backoff
         while True:
@@ -227,6 +238,20 @@ class Reflector:
                 self.last_error = ""
             except asyncio.CancelledError:
                 raise
+            except TooLarge as err:
+                if not (self.resumed and self._delivered == delivered):
+                    self.last_error = f"TooLarge: {err}"
+                    log.warning("%s: upstream watch failed (%s); retrying in %.1fs", self.name, err, backoff)
+                    await asyncio.sleep(backoff * (1 + random.random() / 2))
+                    backoff = min(backoff * 2, max_backoff)
+                    continue
+                log.info(
+                    "%s: the upstream never reached the persisted resource version %d; listing",
+                    self.name,
+                    self.cache.applied_rv,
+                )
+                self._need_list = True
+                self._relist_reason = "expired"
             except Expired:
                 log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.applied_rv)
                 self._need_list = True
@@ -291,8 +316,11 @@ class Reflector:
         else:
             self._go_live()
         try:
+            if not listing and self.resumed:
+                log.info("%s: resuming from the persisted state at resource version %s", self.name, rv)
             async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
                 self._delivered += 1
+                self.resumed = False
                 if pending is not None:
                     if ev.type == ADDED and ev.obj is not None:
                         pending.append(ev.obj)

@@ -69,6 +69,9 @@ class WatchCache:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._listeners: list[Listener] = []
         self._reset_listeners: list[Callable[[], None]] = []
+        self._replace_listeners: list[Callable[[], None]] = []
+        # True while a list's differences go to the listeners (they are not upstream events).
+        self.replacing = False
         # What readers encoded from the current objects (whole-list item parts), dropped when an
         # object changes (not when only the resource version moves). ``generation`` counts changes.
         self.bodies: dict[tuple[object, ...], object] = {}
@@ -120,8 +123,14 @@ class WatchCache:
         self._wake()
         if back_in_time:
             self._reset()
-        if events:
-            self._notify(events)
+        self.replacing = True
+        try:
+            if events:
+                self._notify(events)
+        finally:
+            self.replacing = False
+        for listener in list(self._replace_listeners):
+            listener()
         return events
 
     def apply(self, type_: str, obj: CachedObject) -> CacheEvent | None:
@@ -176,6 +185,13 @@ class WatchCache:
         """``listener()`` when the history no longer leads to the current state (the upstream went
         back in time, or stopped serving the resource): watches must start again."""
         self._reset_listeners.append(listener)
+
+    def add_replace_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` after every ``replace`` (a list), once its differences were notified."""
+        self._replace_listeners.append(listener)
+
+    def remove_replace_listener(self, listener: Callable[[], None]) -> None:
+        self._replace_listeners.remove(listener)
 
     def _reset(self) -> None:
         for listener in list(self._reset_listeners):

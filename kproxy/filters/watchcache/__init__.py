@@ -18,17 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 from multidict import CIMultiDict
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kproxy.cacher import DELETED, CacheEvent, object_key, select
+from kproxy.cacher.persist import ResourceStore, Sealer, UnsafeStorage, prepare_dir, read_key_file
 from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
+from kproxy.config import ConfigError as KproxyConfigError
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import PROTOBUF_CODEC, FilterContext
 from kproxy.core.negotiation import JSON, PROTOBUF
@@ -76,6 +83,82 @@ def _default_authorization() -> AuthorizationSettings:
     return AuthorizationSettings.model_validate({})
 
 
+#: Resources persisted only when ``persist.resources`` names them (not through ``*``), and then
+#: encrypted; ``persist.sensitive`` adds to it.
+ALWAYS_SENSITIVE = ("secrets",)
+
+
+class PersistSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dir: str = Field(
+        min_length=1,
+        description="Directory of the persisted state, created 0700 if absent; kproxy refuses to start when it "
+        "is not owned by kproxy's user or is writable by group or others. One kproxy process per directory.",
+    )
+    resources: list[str] = Field(
+        default_factory=lambda: ["*"],
+        min_length=1,
+        description="Which cached resources are persisted (names as in `resources`; `*`: all of them except "
+        "the sensitive ones).",
+    )
+    sensitive: list[str] = Field(
+        default_factory=list,
+        description="Resources persisted only when `persist.resources` names them, and then encrypted "
+        "(Secrets always are).",
+    )
+    encryption_key_file: str | None = Field(
+        None,
+        description="File holding base64 of a 16, 24 or 32 byte AES-GCM key (`head -c 32 /dev/urandom | base64`): "
+        "required to persist a sensitive resource. Another key, or none, makes kproxy drop what was persisted "
+        "with the old one and list.",
+    )
+    compact_min_bytes: int = Field(
+        8 << 20,
+        ge=4096,
+        description="A resource's snapshot is rewritten when its event log grows past this many bytes and "
+        "past the snapshot's own size.",
+    )
+
+    @field_validator("resources", "sensitive")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            try:
+                parse_name(name)
+            except ConfigError as err:
+                raise ValueError(str(err)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _key_for_sensitive(self) -> PersistSettings:
+        if self.encryption_key_file:
+            return self
+        sensitive = [parse_name(n) for n in (*ALWAYS_SENSITIVE, *self.sensitive)]
+        for name in self.resources:
+            group, _, resource = parse_name(name)
+            if resource == "*":
+                continue
+            for s_group, _, s_resource in sensitive:
+                if resource == s_resource and (group is None or s_group is None or group == s_group):
+                    raise ValueError(
+                        f"resources names {name!r}, a sensitive resource: it is persisted only encrypted; "
+                        "set encryption_key_file"
+                    )
+        return self
+
+
+def _matches(name: str, spec: ResourceSpec, *, wildcard: bool = True) -> bool:
+    group, version, resource = parse_name(name)
+    if resource == "*":
+        return wildcard
+    return (
+        spec.resource == resource
+        and (group is None or group == spec.group)
+        and (version is None or version == spec.version)
+    )
+
+
 class WatchCacheSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -118,6 +201,12 @@ class WatchCacheSettings(BaseModel):
     )
     bookmark_interval: float = Field(
         60.0, gt=0, description="Seconds between bookmarks for watchers that allow them (the apiserver's 1 min)."
+    )
+    persist: PersistSettings | None = Field(
+        None,
+        description="Keep the cache on disk (off by default): a restarted kproxy serves resourceVersion=0 "
+        "and not-older-than reads from it at once and resumes the upstream watches from where it stopped "
+        "(docs/using/watchcache.md, \"A cache that survives restarts\").",
     )
     write_wait: float = Field(
         1.0,
@@ -165,6 +254,7 @@ class WatchCacheFilter(FilterBase):
         self._tasks: set[asyncio.Task[None]] = set()
         self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
         self._version = UpstreamVersion()  # the shared one once started
+        self._persist: _Persist | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, ctx: FilterContext) -> None:
@@ -175,6 +265,8 @@ class WatchCacheFilter(FilterBase):
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
+        if self.settings.persist is not None:
+            self._persist = _open_persist(ctx, self.settings.persist)
         self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
 
     async def stop(self) -> None:
@@ -313,6 +405,7 @@ class WatchCacheFilter(FilterBase):
                 watch_buffer=s.watch_buffer,
                 bookmark_interval=s.bookmark_interval,
                 version=self._version,
+                store=self._persist.store(spec) if self._persist is not None else None,
             )
             if key == _CRD_KEY:
                 rc.cache.add_listener(self._crds_changed)
@@ -566,6 +659,75 @@ class WatchCacheFilter(FilterBase):
             kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty, rc.partial_encode
         )
         return _reply(body, read.media_type)
+
+
+@dataclass(slots=True)
+class _Persist:
+    """The persist settings made real: the directory (checked, locked), the key, the owners."""
+
+    settings: PersistSettings
+    directory: Path
+    sealer: Sealer | None
+    owners: dict[str, object]
+    upstream: str
+
+    def store(self, spec: ResourceSpec) -> ResourceStore | None:
+        """The store of ``spec``'s cache, or None when it is not to be persisted."""
+        p = self.settings
+        sensitive = any(_matches(n, spec) for n in (*ALWAYS_SENSITIVE, *p.sensitive))
+        if sensitive:
+            if not any(_matches(n, spec, wildcard=False) for n in p.resources) or self.sealer is None:
+                return None
+        elif not any(_matches(n, spec) for n in p.resources):
+            return None
+        parts = (spec.group or "core", spec.version, spec.resource)
+        if not all(_SAFE_NAME.fullmatch(x) for x in parts):
+            log.warning("watchcache: %s: not persisted (its name does not make a file name)", spec.label)
+            return None
+        identity = {
+            "upstream": self.upstream,
+            "group": spec.group,
+            "version": spec.version,
+            "resource": spec.resource,
+            "kind": spec.kind.kind,
+            "protobuf": spec.kind.protobuf,
+            "encrypted": sensitive,
+        }
+        return ResourceStore(
+            self.directory,
+            "+".join(parts),
+            identity,
+            self.sealer if sensitive else None,
+            compact_min_bytes=p.compact_min_bytes,
+            owners=self.owners,
+        )
+
+
+_SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*")
+
+
+def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
+    """Check the directory and the key file, and take the directory's lock (held until the
+    process exits: a config reload in the same process keeps it). Refuses with a config error."""
+    try:
+        directory = prepare_dir(p.dir)
+        sealer = read_key_file(p.encryption_key_file) if p.encryption_key_file else None
+    except UnsafeStorage as err:
+        raise KproxyConfigError(f"watchcache: persist: {err}") from None
+    locks: dict[str, Any] = ctx.shared("kproxy.filters.watchcache.persist.locks", dict)
+    key = str(directory.resolve())
+    if key not in locks:
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise KproxyConfigError(
+                f"watchcache: persist: dir {p.dir} is in use by another kproxy process (one per directory)"
+            ) from None
+        locks[key] = fd
+    owners: dict[str, object] = ctx.shared("kproxy.filters.watchcache.persist.owners:" + key, dict)
+    return _Persist(p, directory, sealer, owners, ctx.api.server)
 
 
 async def _drained(rc: ResourceCache, timeout: float) -> None:

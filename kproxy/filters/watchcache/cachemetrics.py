@@ -23,6 +23,7 @@ class CacheMetrics:
     slow_closed: Counter
     latency: Histogram
     write_wait: Histogram
+    persist_loads: Counter
 
 
 def cache_metrics(ctx: FilterContext) -> CacheMetrics:
@@ -88,6 +89,13 @@ def cache_metrics(ctx: FilterContext) -> CacheMetrics:
                 "be written to the cache's watchers (outcome: delivered, or timeout at write_wait).",
                 ["resource", "outcome"],
                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+                registry=r,
+            ),
+            Counter(
+                "kproxy_watchcache_persist_loads_total",
+                "Starts of a persisted resource's cache, by what was on disk: loaded, none, or discarded "
+                "(torn, corrupt, another key or upstream: removed, the resource listed).",
+                ["resource", "outcome"],
                 registry=r,
             ),
         )

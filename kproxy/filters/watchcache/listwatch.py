@@ -3,6 +3,7 @@ credentials (``ctx.api``), in protobuf for built-in kinds and JSON for the rest.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from urllib.parse import urlencode
 import msgspec
 import orjson
 
-from kproxy.cacher import BOOKMARK, Expired, ListPage, NotServed, StreamingListUnsupported, UpstreamEvent
+from kproxy.cacher import BOOKMARK, Expired, ListPage, NotServed, StreamingListUnsupported, TooLarge, UpstreamEvent
 from kproxy.cacher.ingest import ObjectFactory, list_meta_rv, split_list
 from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
@@ -20,6 +21,8 @@ from kproxy.core.context import ApiClient
 from kproxy.core.negotiation import PROTOBUF
 
 from .resources import ResourceSpec
+
+log = logging.getLogger("kproxy.watchcache.upstream")
 
 # A name no object can have (names are DNS subdomains): a selector that matches nothing.
 _NOTHING = "metadata.name=.kproxy-matches-nothing"
@@ -50,6 +53,13 @@ def _status_error(status: int, body: bytes) -> Exception:
         return Expired(message)
     if status == 404:
         return NotServed(message)
+    # storage.NewTooLargeResourceVersionError (apiserver/pkg/storage/errors.go): a Timeout whose
+    # cause is ResourceVersionTooLarge, as the HTTP status or a watch's ERROR event.
+    causes = ((obj.get("details") or {}).get("causes") or []) if isinstance(obj, dict) else []
+    if any(isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes) or (
+        str(message).startswith("Too large resource version")
+    ):
+        return TooLarge(message)
     return UpstreamError(f"upstream answered {status}: {message}")
 
 
@@ -68,6 +78,7 @@ class HttpListerWatcher:
         return f"{self.spec.list_path}?{urlencode(query)}"
 
     async def _get_list(self, query: dict[str, str]) -> ListPage:
+        log.debug("upstream list %s", self._target(query))
         async with self.api.request(
             "GET", self._target(query), headers={"Accept": self._accept}, timeout=120.0
         ) as resp:
@@ -137,6 +148,7 @@ class HttpListerWatcher:
         return self._watch(query)
 
     async def _watch(self, query: dict[str, str]) -> AsyncIterator[UpstreamEvent]:
+        log.debug("upstream watch %s", self._target(query))
         async with self.api.request("GET", self._target(query), headers={"Accept": self._accept}, timeout=None) as resp:
             if resp.status != 200:
                 body = await resp.read()

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 
+from kproxy import gctuning
 from kproxy.cacher import Reflector, WatchCache
 from kproxy.cacher.broadcaster import Broadcaster
 from kproxy.cacher.fields import SelectableFields, builtin_fields, crd_fields
 from kproxy.cacher.ingest import ObjectFactory
 from kproxy.cacher.objects import JsonEncoder
+from kproxy.cacher.persist import ResourceStore
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
 from kproxy.core.upstreamversion import UpstreamVersion
@@ -47,8 +49,11 @@ class ResourceCache:
         watch_buffer: int = 100,
         bookmark_interval: float = 60.0,
         version: UpstreamVersion | None = None,
+        store: ResourceStore | None = None,
     ) -> None:
         self.spec = spec
+        self.store = store
+        self._persist_loads = metrics.persist_loads
         self.crd_paths = crd_paths
         self.fields = selectable_fields(spec, crd_paths)
         self.version = version or UpstreamVersion()
@@ -95,14 +100,39 @@ class ResourceCache:
 
     def start(self) -> None:
         self.broadcaster.start()
+        if self.store is not None:
+            self._load()
         self.reflector.start()
         self._expire = asyncio.create_task(self._expire_loop())
         if self._encode_ahead:
             self._warm = asyncio.create_task(self._warm_loop())
 
+    def _load(self) -> None:
+        """The persisted state, if any, into the cache before the reflector starts: it then
+        resumes the upstream watch from the state's resource version instead of listing."""
+        store = self.store
+        assert store is not None
+        factory = self.factory
+        decode = factory.from_proto if self.spec.kind.protobuf else factory.from_json
+        with gctuning.paused():  # long-lived objects (see kproxy.gctuning)
+            loaded = store.load(decode, self.cache)
+        outcome = "loaded" if loaded is not None else store.load_outcome
+        self._persist_loads.labels(self.spec.label, outcome).inc()
+        if loaded is not None:
+            self._objects.set(len(self.cache))
+            log.info(
+                "%s: %d objects at resource version %d loaded from disk",
+                self.spec.label,
+                len(self.cache),
+                self.cache.applied_rv,
+            )
+        store.attach(self.cache, loaded)
+
     async def stop(self) -> None:
         await self.broadcaster.stop()  # open watches end cleanly; their clients watch again
         await self.reflector.stop()
+        if self.store is not None:
+            await self.store.close()
         for task in (self._expire, self._warm):
             if task is not None:
                 task.cancel()

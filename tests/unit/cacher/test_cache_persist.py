@@ -1,0 +1,202 @@
+"""The watch cache on disk (kproxy.cacher.persist): what is written is what loads back, a torn,
+truncated or altered file never loads, secrets are encrypted, files and directory are private."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import stat
+from pathlib import Path
+
+import orjson
+import pytest
+
+from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache, object_key
+from kproxy.cacher.persist import ResourceStore, Sealer, UnsafeStorage, prepare_dir, read_key_file, read_state
+
+GIZMO = Kind("wc.kproxy.test/v1", "Gizmo", "GizmoList", protobuf=False)
+IDENTITY = {"upstream": "https://127.0.0.1:6443", "resource": "gizmos"}
+IDENT = "wc.kproxy.test+v1+gizmos"
+
+
+def obj(name: str, rv: int, value: str = "v") -> CachedObject:
+    raw = orjson.dumps(
+        {"kind": "Gizmo", "metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv)}, "v": value}
+    )
+    return decode(raw)
+
+
+def decode(raw: bytes) -> CachedObject:
+    meta = orjson.loads(raw)["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    return CachedObject(object_key(ns, name), ns, name, int(meta["resourceVersion"]), {}, {}, json=raw)
+
+
+def state(cache: WatchCache) -> dict[str, bytes]:
+    return {k: o.item_json for k, o in cache.store.items()}
+
+
+def store(tmp: Path, sealer: Sealer | None = None, **kw: int) -> ResourceStore:
+    return ResourceStore(tmp, IDENT, IDENTITY, sealer, **kw)
+
+
+async def settle(s: ResourceStore) -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+    if s._compacting is not None:
+        await s._compacting
+    s.flush()
+
+
+async def filled(tmp: Path, sealer: Sealer | None = None, **kw: int) -> tuple[WatchCache, ResourceStore]:
+    """A cache listed at 10 (a, b, c), then b modified at 11, c deleted at 12, d added at 13."""
+    cache = WatchCache(GIZMO)
+    s = store(tmp, sealer, **kw)
+    s.attach(cache, None)
+    cache.replace([obj("a", 5), obj("b", 6), obj("c", 7)], 10)
+    await settle(s)
+    cache.apply(MODIFIED, obj("b", 11, "changed"))
+    cache.apply(DELETED, obj("c", 12))
+    cache.apply(ADDED, obj("d", 13))
+    await settle(s)
+    return cache, s
+
+
+def load(tmp: Path, sealer: Sealer | None = None) -> tuple[WatchCache, ResourceStore]:
+    cache = WatchCache(GIZMO)
+    s = store(tmp, sealer)
+    s.load(decode, cache)
+    return cache, s
+
+
+async def test_state_loads_back_as_it_was(tmp_path: Path) -> None:
+    cache, s = await filled(tmp_path)
+    cache.progress(20)  # a bookmark: the cache is at 20 with nothing new
+    await s.close()
+    again, s2 = load(tmp_path)
+    assert s2.load_outcome == "loaded"
+    assert again.ready and state(again) == state(cache)
+    assert again.applied_rv == 20 and again.rv == 20
+    for path in tmp_path.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+async def test_compaction_rewrites_the_snapshot_and_drops_the_old_log(tmp_path: Path) -> None:
+    cache, s = await filled(tmp_path, compact_min_bytes=4096)
+    for i in range(200):
+        cache.apply(MODIFIED, obj("a", 100 + i, "x" * 100))
+        if i % 10 == 0:
+            await settle(s)
+    await settle(s)
+    assert s.compactions >= 2
+    logs = sorted(p.name for p in tmp_path.glob("*.events"))
+    assert len(logs) == 1, logs
+    await s.close()
+    again, _ = load(tmp_path)
+    assert state(again) == state(cache) and again.applied_rv == 299
+
+
+async def test_a_relist_writes_a_new_snapshot_not_its_differences(tmp_path: Path) -> None:
+    cache, s = await filled(tmp_path)
+    cache.replace([obj("a", 5), obj("z", 30)], 31)  # after a 410: b and d gone, z new
+    await settle(s)
+    await s.close()
+    head = read_state(tmp_path, IDENT, IDENTITY, None)
+    assert head is not None and head.rv == 31 and head.events == []
+    again, _ = load(tmp_path)
+    assert sorted(again.store) == ["ns/a", "ns/z"] and again.applied_rv == 31
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["torn snapshot", "snapshot without trailer", "truncated event log", "flipped byte in snapshot", "flipped byte in log"],
+)
+async def test_damaged_state_is_never_loaded(tmp_path: Path, damage: str) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    snap = tmp_path / f"{IDENT}.snapshot"
+    log = next(tmp_path.glob("*.events"))
+    target = snap if "snapshot" in damage else log
+    data = bytearray(target.read_bytes())
+    if damage == "torn snapshot":
+        del data[len(data) // 2 :]
+    elif damage == "snapshot without trailer":
+        del data[-(8 + 1 + 8) :]  # exactly the trailer record: every record left is whole
+    elif damage == "truncated event log":
+        del data[-5:]
+    else:
+        data[len(data) - 20] ^= 0x01
+    target.write_bytes(bytes(data))
+    cache, s2 = load(tmp_path)
+    assert s2.load_outcome == "discarded"
+    assert not cache.ready and len(cache) == 0
+    assert list(tmp_path.iterdir()) == []  # removed: the resource is listed from scratch
+
+
+async def test_loose_file_permissions_are_not_loaded(tmp_path: Path) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    os.chmod(tmp_path / f"{IDENT}.snapshot", 0o644)
+    cache, s2 = load(tmp_path)
+    assert s2.load_outcome == "discarded" and not cache.ready
+
+
+async def test_state_of_another_upstream_is_not_loaded(tmp_path: Path) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    cache = WatchCache(GIZMO)
+    other = ResourceStore(tmp_path, IDENT, {**IDENTITY, "upstream": "https://elsewhere:6443"}, None)
+    assert other.load(decode, cache) is None and other.load_outcome == "discarded"
+
+
+async def test_encrypted_state_holds_no_plaintext_and_needs_its_key(tmp_path: Path) -> None:
+    key = Sealer(os.urandom(32))
+    cache, s = await filled(tmp_path, key)
+    cache.apply(ADDED, obj("secret", 40, "top-secret-value"))
+    await settle(s)
+    await s.close()
+    for path in tmp_path.iterdir():
+        data = path.read_bytes()
+        assert b"top-secret-value" not in data and b'"v"' not in data, path
+    again, _ = load(tmp_path, key)
+    assert state(again) == state(cache)
+    # Another key, or none (a plain reader), loads nothing.
+    _, s3 = load(tmp_path, Sealer(os.urandom(32)))
+    assert s3.load_outcome == "discarded"
+
+
+async def test_plain_state_is_not_loaded_where_encryption_is_expected(tmp_path: Path) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    _, s2 = load(tmp_path, Sealer(os.urandom(32)))
+    assert s2.load_outcome == "discarded"
+
+
+def test_directory_checks(tmp_path: Path) -> None:
+    d = tmp_path / "state"
+    assert stat.S_IMODE(prepare_dir(str(d)).stat().st_mode) == 0o700
+    os.chmod(d, 0o755)
+    prepare_dir(str(d))
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700  # readable by others: made private
+    os.chmod(d, 0o770)
+    with pytest.raises(UnsafeStorage, match="writable by group or others"):
+        prepare_dir(str(d))
+    os.chmod(d, 0o700)
+    link = tmp_path / "link"
+    link.symlink_to(d)
+    with pytest.raises(UnsafeStorage, match="not a directory"):
+        prepare_dir(str(link))
+
+
+def test_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    os.chmod(key, 0o600)
+    assert isinstance(read_key_file(str(key)), Sealer)
+    key.write_text(base64.b64encode(os.urandom(20)).decode())
+    with pytest.raises(UnsafeStorage, match="20 bytes"):
+        read_key_file(str(key))
+    os.chmod(key, 0o666)
+    with pytest.raises(UnsafeStorage, match="writable"):
+        read_key_file(str(key))
