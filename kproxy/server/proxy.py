@@ -47,6 +47,7 @@ from kproxy.server.adminauth import MetricsAuthorizer
 from kproxy.server.connections import Connections, admin_limits, raise_fd_limit
 from kproxy.server.http2.h2stream import H2Request
 from kproxy.server.http2.respond import respond as respond_h2
+from kproxy.server.http2.server import H2ServerConnection
 from kproxy.server.http2.settings import H2Limits
 from kproxy.server.httputil import REQUEST_SKIP, UPGRADE_REQUEST_SKIP, end_to_end, is_upgrade
 from kproxy.server.kubeconfig import UpstreamTarget
@@ -97,6 +98,13 @@ class _OpenStream:
     body: StreamBody
     watch: bool
     ending: bool = False
+    h2: H2Request | None = None  # served on an HTTP/2 stream
+
+    def end(self) -> None:
+        """End it cleanly: a watch after a whole event (the client watches again)."""
+        if not self.ending:
+            self.ending = True
+            self.body.abort()
 
 
 @dataclass(slots=True)
@@ -165,7 +173,8 @@ class ProxyServer:
         self.admin_bound: tuple[str, int] | None = None
         self.admin_connections = Connections()  # the admin listener's own bounds
         self.http2 = Http2Serving(self.handle, H2Limits())  # the TLS listener's h2 connections
-        self.http2.gone = self.upstream.client_gone
+        self.http2.gone = self._h2_gone
+        self._h2_leaving: set[int] = set()  # HTTP/2 connections sent GOAWAY, by number
         self.metrics.watch_http2(self.http2.registry)
 
     # ----------------------------------------------------------------- lifecycle
@@ -277,7 +286,42 @@ class ProxyServer:
         self._draining.add(old)
         if old.active == 0:
             await self._retire(old)
+        # HTTP/2 clients move to new connections, served by the new chain (an HTTP/1.1 watch
+        # stays on the old chain until it ends: nothing tells its client to leave).
+        self._h2_go_away(list(self.http2.registry), self.cfg.shutdown_timeout)
         return ignored
+
+    def _h2_go_away(self, conns: list[H2ServerConnection], deadline: float) -> None:
+        """A graceful GOAWAY (NO_ERROR) to each HTTP/2 connection, on a drain or a reload: the
+        streams it opened are served to their end and its watches end cleanly, so its client
+        opens its next streams, and watches again, on a new connection; each closes once its
+        streams are done. A watch not over ``deadline`` seconds on (its client reads nothing)
+        is reset; any other answer is never cut here."""
+        leaving = {conn.number for conn in conns}
+        for conn in conns:
+            conn.drain()
+        self._h2_leaving |= leaving
+        for stream in list(self._streams):
+            if stream.watch and stream.h2 is not None and stream.h2.connection in leaving:
+                stream.end()
+        if leaving:
+            asyncio.get_running_loop().call_later(deadline, self._h2_gone_away, leaving)
+
+    def _h2_gone_away(self, leaving: set[int]) -> None:
+        """The drain deadline of connections sent GOAWAY: their watches still open are reset."""
+        stuck = [s for s in self._streams if s.watch and s.h2 is not None and s.h2.connection in leaving]
+        for stream in stuck:
+            stream.h2.transport.abort()  # type: ignore[union-attr]
+        serving = [conn for conn in self.http2.registry if conn.number in leaving]
+        if serving:
+            log.info(
+                "HTTP/2 connections still serving after GOAWAY (the drain deadline passed)",
+                extra={"connections": len(serving), "streams": sum(c.streams for c in serving), "reset": len(stuck)},
+            )
+
+    def _h2_gone(self, number: int) -> None:
+        self._h2_leaving.discard(number)
+        self.upstream.client_gone(number)
 
     async def _retire(self, old: Chain) -> None:
         """Stop the filters of a drained chain that no chain still in use holds (the current
@@ -303,12 +347,10 @@ class ProxyServer:
             await site.stop()
         log.info("draining", extra={"in_flight": self._in_flight, "streams": len(self._streams)})
         until = asyncio.get_running_loop().time() + deadline
-        for conn in list(self.http2.registry):
-            conn.drain()  # GOAWAY: streams opened finish, clients open new ones elsewhere
+        self._h2_go_away(list(self.http2.registry), deadline)  # clients open new streams elsewhere
         for stream in list(self._streams):
             if stream.watch:
-                stream.ending = True
-                stream.body.abort()
+                stream.end()
         try:
             await asyncio.wait_for(self._idle.wait(), deadline)
         except TimeoutError:
@@ -325,9 +367,7 @@ class ProxyServer:
                 log.warning("drain deadline passed", extra={"watches": len(watches)})
                 break
             for stream in watches:
-                if not stream.ending:  # one that started since
-                    stream.ending = True
-                    stream.body.abort()
+                stream.end()  # one that started since
             await asyncio.sleep(0.05)
         # HTTP/2 connections write out what their streams left (a watch's last events, its
         # END_STREAM) before they close, within the same deadline; then they are cut.
@@ -517,7 +557,8 @@ class ProxyServer:
     async def _write(self, request: web.BaseRequest, ex: Exchange, reply: Reply) -> tuple[web.StreamResponse, int]:
         if isinstance(request, H2Request):
             request.last = self._unauthenticated_h2(ex, reply)
-            return _H2_WRITTEN, await respond_h2(request, ex, reply, self._open_stream)
+            track = functools.partial(self._open_stream, h2=request)
+            return _H2_WRITTEN, await respond_h2(request, ex, reply, track)
         body = reply.body
         if isinstance(body, BytesBody):
             if request.method == "HEAD":
@@ -592,10 +633,12 @@ class ProxyServer:
         return "Authorization" not in ex.headers  # forward: only a token reaches the apiserver
 
     @contextlib.contextmanager
-    def _open_stream(self, body: StreamBody, watch: bool) -> Iterator[_OpenStream]:
+    def _open_stream(self, body: StreamBody, watch: bool, h2: H2Request) -> Iterator[_OpenStream]:
         """A streamed answer on an HTTP/2 stream, known to the drain as HTTP/1.1's are."""
-        stream = _OpenStream(body, watch)
+        stream = _OpenStream(body, watch, h2=h2)
         self._streams.add(stream)
+        if watch and h2.connection in self._h2_leaving:
+            stream.end()  # its connection was sent GOAWAY while the request was on its way
         if watch:
             self.metrics.open_watches.inc()
         try:

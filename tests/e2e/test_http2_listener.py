@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from h2client import H2Client
+from h2client import H2Client, Response
 
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
@@ -196,6 +196,83 @@ async def test_drain_sends_goaway_and_lets_streams_end_cleanly(
     finally:
         await client.close()
     assert rp.proc.wait(30) == 0
+
+
+def _configmap(name: str) -> bytes:
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).encode()
+
+
+def _events(resp: Response) -> list[dict[str, Any]]:
+    """The watch events of a stream's body: every line a whole JSON event (a cut one fails)."""
+    return [json.loads(line) for line in bytes(resp.body).splitlines() if line.strip()]
+
+
+async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_chain(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
+) -> None:
+    """A config reload (SIGHUP): each HTTP/2 client gets GOAWAY (NO_ERROR, last stream the highest
+    it opened), as on a drain. Its request in flight, begun on the old chain, gets the apiserver's
+    answer even once the drain's deadline (``shutdown_timeout``) has passed; its watch ends
+    cleanly after whole events, so client-go watches again on a new connection, which the new
+    chain serves."""
+    rp = _forward(
+        proxy_factory,
+        control_plane,
+        reload_interval="0s",
+        shutdown_timeout="1s",
+        filters=[{"name": "readonly", "allow_namespaces": [namespace]}],
+    )
+    auth = [_bearer(control_plane.admin_token)]
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        watch = client.open("GET", f"{configmaps}?watch=1", auth)
+        await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
+        kubectl(["-n", namespace, "create", "configmap", "before-reload"])
+        await _until(lambda: b'"before-reload"' in bytes(client.responses[watch].body), 30)
+        # A create whose body is still on its way when the reload comes.
+        create = client.open("POST", configmaps, [*auth, ("content-type", "application/json")], end=False)
+        body = _configmap("in-flight")
+        client.conn.send_data(create, body[:10])
+        client.flush()
+        await _until(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30)
+
+        rp.write_config({"filters": [{"name": "readonly", "allow_namespaces": ["elsewhere"]}]})
+        rp.proc.send_signal(signal.SIGHUP)
+        await asyncio.wait_for(client.goaway_in.wait(), 20)
+        assert client.goaway is not None
+        assert (client.goaway.error_code, client.goaway.last_stream_id) == (0, create)
+        await asyncio.wait_for(client.responses[watch].ended.wait(), 20)
+        assert client.responses[watch].reset is None
+        assert [e["object"]["metadata"]["name"] for e in _events(client.responses[watch])] == ["before-reload"]
+
+        # Past the drain's deadline, the request in flight still gets its answer.
+        wait_for(lambda: "HTTP/2 connections still serving" in rp.log_text(), 20, "the reload's drain deadline")
+        assert not client.closed.is_set()
+        client.conn.send_data(create, body[10:], end_stream=True)
+        client.flush()
+        await asyncio.wait_for(client.responses[create].ended.wait(), 30)
+        assert client.responses[create].status == 201, bytes(client.responses[create].body)[:300]
+        await asyncio.wait_for(client.closed.wait(), 20)  # its last stream done, the connection closes
+    finally:
+        await client.close()
+    assert kubectl(["-n", namespace, "get", "configmap", "in-flight"], check=False).returncode == 0
+
+    again = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        rewatch = again.open("GET", f"{configmaps}?watch=1", auth)
+        await asyncio.wait_for(again.responses[rewatch].headers_in.wait(), 30)
+        assert again.responses[rewatch].status == 200
+        kubectl(["-n", namespace, "create", "configmap", "after-reload"])
+        await _until(lambda: b'"after-reload"' in bytes(again.responses[rewatch].body), 30)
+        refused = await again.request(
+            "POST", configmaps, [*auth, ("content-type", "application/json")], _configmap("x")
+        )
+        assert refused.status == 403 and b"kproxy readonly filter" in bytes(refused.body)  # the new chain
+        assert not again.goaway_in.is_set()
+    finally:
+        await again.close()
+    assert kubectl(["-n", namespace, "get", "configmap", "x"], check=False).returncode == 1
 
 
 async def test_an_idle_connection_is_ended_with_goaway(
