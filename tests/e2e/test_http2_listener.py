@@ -20,6 +20,7 @@ import pytest
 from h2client import H2Client, Response
 
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -273,6 +274,47 @@ async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_c
     finally:
         await again.close()
     assert kubectl(["-n", namespace, "get", "configmap", "x"], check=False).returncode == 1
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [[], [{"name": "watchcache", "resources": ["configmaps"]}]],
+    ids=["passed-through", "from-the-cache"],
+)
+def test_a_client_go_informer_follows_its_watch_across_reloads(
+    control_plane: ControlPlaneInfo,
+    proxy_factory: Callable[..., RunningProxy],
+    namespace: str,
+    kubectl: Any,
+    filters: list[dict[str, Any]],
+) -> None:
+    """client-go over HTTP/2 through two reloads: each GOAWAY ends its watch cleanly, and its
+    reflector watches again from where it was (a new connection), with no error and no relist."""
+    rp = _forward(proxy_factory, control_plane, reload_interval="0s", filters=filters)
+    inf = Informer(rp.kubeconfig, namespace=namespace, resource="/v1/configmaps")
+    try:
+        inf.wait(lambda: bool(inf.of("synced")), 60, "the first sync")
+        seen = lambda name: any(e["name"] == name for e in inf.of("event"))  # noqa: E731
+        for i in range(2):
+            kubectl(["-n", namespace, "create", "configmap", f"before-{i}"])
+            inf.wait(lambda i=i: seen(f"before-{i}"), 30, f"before-{i}")
+            rp.proc.send_signal(signal.SIGHUP)
+            inf.wait(lambda i=i: len(inf.of("watch")) == i + 2, 30, "the watch to be opened again")
+        kubectl(["-n", namespace, "create", "configmap", "after"])
+        inf.wait(lambda: seen("after"), 30, "the event made after the reloads")
+        watches = inf.of("watch")
+    finally:
+        inf.stop()
+    errors = [line for line in inf.lines if line["kind"] in ("watch-error", "watch-error-event", "watch-open-error")]
+    assert not errors, errors
+    assert len(inf.of("list")) == 1, inf.of("list")
+    assert [w["sendInitialEvents"] for w in watches[1:]] == [False, False]
+    assert all(w["resourceVersion"] not in ("", "0") for w in watches[1:]), watches  # resumed, not listed
+    assert b"ended with" not in inf.stderr, inf.stderr[-2000:]  # the reflector saw clean ends
+    lines = [json.loads(line) for line in rp.log_text().splitlines() if line.startswith("{")]
+    watched = [x for x in lines if x.get("logger") == "kproxy.access" and x.get("verb") == "watch"]
+    assert len(watched) >= 2 and {x["protocol"] for x in watched} == {"HTTP/2.0"}
+    assert "config reloaded" in rp.log_text()
 
 
 async def test_an_idle_connection_is_ended_with_goaway(
