@@ -206,7 +206,7 @@ class WatchCacheSettings(BaseModel):
         None,
         description="Keep the cache on disk (off by default): a restarted kproxy serves resourceVersion=0 "
         "and not-older-than reads from it at once and resumes the upstream watches from where it stopped "
-        "(docs/using/watchcache.md, \"A cache that survives restarts\").",
+        '(docs/using/watchcache.md, "A cache that survives restarts").',
     )
     write_wait: float = Field(
         1.0,

@@ -110,7 +110,13 @@ async def test_a_relist_writes_a_new_snapshot_not_its_differences(tmp_path: Path
 
 @pytest.mark.parametrize(
     "damage",
-    ["torn snapshot", "snapshot without trailer", "truncated event log", "flipped byte in snapshot", "flipped byte in log"],
+    [
+        "torn snapshot",
+        "snapshot without trailer",
+        "truncated event log",
+        "flipped byte in snapshot",
+        "flipped byte in log",
+    ],
 )
 async def test_damaged_state_is_never_loaded(tmp_path: Path, damage: str) -> None:
     _, s = await filled(tmp_path)
