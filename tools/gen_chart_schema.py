@@ -52,6 +52,8 @@ WATCHCACHE_RESOURCE_PATTERN = r"^([^/]+|v1/[^/]*|[^/]*/[^/]*/[^/]*)$"
 #: into the field's schema. tests/e2e/test_helm.py checks each against kproxy on examples.
 OVERLAYS: dict[tuple[str, str], dict[str, Any]] = {
     ("WatchCacheSettings", "resources"): {"items": {"type": "string", "pattern": WATCHCACHE_RESOURCE_PATTERN}},
+    ("PersistSettings", "resources"): {"items": {"type": "string", "pattern": WATCHCACHE_RESOURCE_PATTERN}},
+    ("PersistSettings", "sensitive"): {"items": {"type": "string", "pattern": WATCHCACHE_RESOURCE_PATTERN}},
     ("CompressionSettings", "encodings"): {"uniqueItems": True},
 }
 
