@@ -276,6 +276,50 @@ async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_c
     assert kubectl(["-n", namespace, "get", "configmap", "x"], check=False).returncode == 1
 
 
+async def test_after_a_reload_a_watch_its_client_does_not_read_is_reset_at_the_deadline(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
+) -> None:
+    """The wait after a reload's GOAWAY is bounded as a drain's: a watch whose client has let
+    its window close cannot end cleanly, and is reset once ``shutdown_timeout`` has passed. The
+    connection's other answers are never cut: its request in flight still gets the apiserver's
+    answer, and the connection closes after it."""
+    rp = _forward(proxy_factory, control_plane, reload_interval="0s", shutdown_timeout="1s")
+    auth = [_bearer(control_plane.admin_token)]
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    names = [f"big-{i}" for i in range(3)]  # 90 KB of initial events, past a 64 KiB stream window
+    for name in names:
+        kubectl(["-n", namespace, "create", "configmap", name, f"--from-literal=v={'x' * 30000}"])
+    client = await H2Client.connect(rp.url, str(rp.ca_file), auto_ack=False)
+    try:
+        client.conn.increment_flow_control_window(1 << 24)  # the connection's window: wide open
+        client.flush()
+        stuck = client.open("GET", f"{configmaps}?watch=1&resourceVersion=0", auth)
+        await _until(lambda: len(client.responses[stuck].body) == 65535, 30)  # its window is spent
+        create = client.open("POST", configmaps, [*auth, ("content-type", "application/json")], end=False)
+        client.conn.increment_flow_control_window(1 << 20, create)  # its answer can come
+        body = _configmap("in-flight")
+        client.conn.send_data(create, body[:10])
+        client.flush()
+        await _until(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30)
+
+        rp.proc.send_signal(signal.SIGHUP)
+        await asyncio.wait_for(client.goaway_in.wait(), 20)
+        assert client.goaway is not None and client.goaway.error_code == 0
+        await asyncio.wait_for(client.responses[stuck].ended.wait(), 20)
+        assert client.responses[stuck].reset == 2  # INTERNAL_ERROR, once the deadline passed
+        assert not client.responses[create].ended.is_set() and not client.closed.is_set()
+        client.conn.send_data(create, body[10:], end_stream=True)
+        client.flush()
+        await asyncio.wait_for(client.responses[create].ended.wait(), 30)
+        assert client.responses[create].status == 201, bytes(client.responses[create].body)[:300]
+        await asyncio.wait_for(client.closed.wait(), 20)
+    finally:
+        await client.close()
+        kubectl(["-n", namespace, "delete", "configmap", *names, "--ignore-not-found"])
+    assert kubectl(["-n", namespace, "get", "configmap", "in-flight"], check=False).returncode == 0
+    kubectl(["-n", namespace, "delete", "configmap", "in-flight"])
+
+
 @pytest.mark.parametrize(
     "filters",
     [[], [{"name": "watchcache", "resources": ["configmaps"]}]],
