@@ -17,9 +17,10 @@ What Go's server (golang.org/x/net/http2 server.go) does and this does too:
   the connection ends (the 2024 CONTINUATION flood class);
 - a client that does not read its answers cannot make control frames (PING and SETTINGS acks,
   resets) pile up: past ``MAX_QUEUED_CONTROL_FRAMES`` the connection is closed;
-- GOAWAY (NO_ERROR) on a graceful drain: streams already opened finish, new ones are refused, and
-  the connection closes a second after its last stream; an idle connection (no stream for the idle
-  timeout) is ended the same way;
+- GOAWAY (NO_ERROR) on a graceful drain (shutdown, or a config reload: ``ProxyServer._h2_go_away``
+  ends the connection's watches cleanly too): streams already opened finish, new ones are
+  refused, and the connection closes a second after its last stream; an idle connection (no
+  stream for the idle timeout) is ended the same way;
 - a request body that is not read to its end when the response has ended is stopped with
   RST_STREAM NO_ERROR (RFC 9113 8.1).
 """
