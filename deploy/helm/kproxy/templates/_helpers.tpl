@@ -161,6 +161,18 @@ Refuse combinations that are unsafe or cannot work, at render time, with the fix
 {{- fail "tls.generate: certManager needs tls.certManager.issuerRef.name (an Issuer or ClusterIssuer of cert-manager)" -}}
 {{- end -}}
 {{- end -}}
+{{- if .Values.persistence.enabled -}}
+{{- if ne .Values.mode "daemonset" -}}
+{{- fail "persistence.enabled: the watch cache is kept on disk in daemonset mode only (a gateway keeps it in memory)" -}}
+{{- end -}}
+{{- $dir := "" -}}
+{{- range ($cfg.filters | default list) -}}
+{{- if eq (toString .name) "watchcache" -}}{{- $dir = dig "persist" "dir" "" . -}}{{- end -}}
+{{- end -}}
+{{- if ne $dir .Values.persistence.mountPath -}}
+{{- fail (printf "persistence.enabled: set the watchcache filter's persist.dir to persistence.mountPath (%s)" .Values.persistence.mountPath) -}}
+{{- end -}}
+{{- end -}}
 {{- /* What kproxy checks across keys (kproxy/config.py parse_config, Config._unique_names), which values.schema.json cannot. */ -}}
 {{- $seen := dict -}}
 {{- range $i, $f := ($cfg.filters | default list) -}}
@@ -227,6 +239,12 @@ the kubelet rotates the token, which kproxy re-reads.
     items:
       - key: ca.crt
         path: ca.crt
+{{- end }}
+{{- if include "kproxy.persistence" . }}
+- name: kproxy-state
+  hostPath:
+    path: {{ .Values.persistence.hostPath }}
+    type: DirectoryOrCreate
 {{- end }}
 {{- end }}
 
@@ -299,6 +317,15 @@ the kubelet rotates the token, which kproxy re-reads.
       mountPath: /etc/kproxy-client-ca
       readOnly: true
     {{- end }}
+    {{- if include "kproxy.persistence" . }}
+    - name: kproxy-state
+      mountPath: {{ .Values.persistence.mountPath }}
+    {{- end }}
+{{- end }}
+
+{{/* Non-empty when the watch cache is kept on the node's disk (daemonset mode only). */}}
+{{- define "kproxy.persistence" -}}
+{{- if and (eq .Values.mode "daemonset") .Values.persistence.enabled -}}true{{- end -}}
 {{- end }}
 
 {{/* The pod spec of the gateway Deployment and the node-local DaemonSet. */}}
@@ -330,6 +357,37 @@ spec:
   {{- end }}
   securityContext:
     {{- toYaml .Values.podSecurityContext | nindent 4 }}
+  {{- if include "kproxy.persistence" . }}
+  initContainers:
+    # The hostPath directory as kubelet makes it is root's, 0755: make it kproxy's, 0700.
+    - name: kproxy-state-dir
+      image: {{ include "kproxy.image" . | quote }}
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      command:
+        - python
+        - -c
+        - |
+          import os, sys
+          d, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+          os.chown(d, uid, gid)
+          os.chmod(d, 0o700)
+        - {{ .Values.persistence.mountPath | quote }}
+        - {{ .Values.podSecurityContext.runAsUser | default 65532 | int | toString | quote }}
+        - {{ .Values.podSecurityContext.runAsGroup | default 65532 | int | toString | quote }}
+      securityContext:
+        runAsUser: 0
+        runAsNonRoot: false
+        readOnlyRootFilesystem: true
+        allowPrivilegeEscalation: false
+        capabilities:
+          drop: [ALL]
+          add: [CHOWN, FOWNER]
+        seccompProfile:
+          type: RuntimeDefault
+      volumeMounts:
+        - name: kproxy-state
+          mountPath: {{ .Values.persistence.mountPath }}
+  {{- end }}
   containers:
     {{- include "kproxy.container" . | nindent 4 }}
   volumes:
