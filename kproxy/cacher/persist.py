@@ -251,10 +251,17 @@ class Loaded:
 
 
 def snapshot_bytes(
-    ident: str, identity: dict[str, Any], sealer: Sealer | None, epoch: int, rv: int, objects: Sequence[bytes]
+    ident: str,
+    identity: dict[str, Any],
+    sealer: Sealer | None,
+    epoch: int,
+    rv: int,
+    objects: Sequence[bytes],
+    spec: dict[str, Any] | None = None,
 ) -> bytes:
     framer = _Framer(sealer, _aad(b"snapshot", ident))
     head = {"format": FORMAT, "kind": "snapshot", "resource": ident, "identity": identity, "epoch": epoch, "rv": rv}
+    head["spec"] = spec or {}
     parts = [framer.magic, framer.frame(_HEADER + orjson.dumps(head))]
     parts.extend(framer.frame(_OBJECT + o) for o in objects)
     parts.append(framer.frame(_TRAILER + len(objects).to_bytes(8, "big")))
@@ -301,6 +308,49 @@ def read_state(directory: Path, ident: str, identity: dict[str, Any], sealer: Se
                 raise Corrupt("unknown event record")
         state.events_bytes = len(events)
     return state
+
+
+def persisted(directory: Path, sealer: Sealer | None) -> list[tuple[str, dict[str, Any]]]:
+    """(file id, snapshot header) of each resource with a snapshot whose header reads (its
+    objects are checked when loaded): what can be loaded before the upstream is asked anything."""
+    found = []
+    for path in sorted(directory.glob("*.snapshot")):
+        ident = path.name[: -len(".snapshot")]
+        try:
+            head = _read_head(path, ident, sealer)
+        except (Corrupt, OSError, ValueError) as err:
+            log.debug("%s: header not readable (%s)", path.name, err)
+            continue
+        if head is not None:
+            found.append((ident, head))
+    return found
+
+
+def _read_head(path: Path, ident: str, sealer: Sealer | None) -> dict[str, Any] | None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            start = f.read(len(MAGIC_PLAIN) + _FRAME.size)
+            if len(start) < len(MAGIC_PLAIN) + _FRAME.size:
+                return None
+            n, _ = _FRAME.unpack_from(start, len(MAGIC_PLAIN))
+            if n > 1 << 20:
+                return None
+            data = start + f.read(n)
+    finally:
+        os.close(fd)
+    magic = data[: len(MAGIC_PLAIN)]
+    if magic == MAGIC_SEALED and sealer is None:
+        return None
+    framer = _Framer(sealer if magic == MAGIC_SEALED else None, _aad(b"snapshot", ident))
+    payload = next(framer.records(data), b"")
+    if payload[:1] != _HEADER:
+        return None
+    head = orjson.loads(payload[1:])
+    return head if isinstance(head, dict) and head.get("format") == FORMAT else None
 
 
 def discard(directory: Path, ident: str) -> None:
@@ -356,8 +406,10 @@ class ResourceStore:
         compact_min_bytes: int = 8 << 20,
         owners: dict[str, object] | None = None,
         progress_interval: float = 5.0,
+        spec: dict[str, Any] | None = None,
     ) -> None:
         self.directory = directory
+        self.spec = spec or {}
         self.ident = ident
         self.identity = identity
         self.sealer = sealer
@@ -556,7 +608,9 @@ class ResourceStore:
     async def _write(self, epoch: int, rv: int, payloads: list[bytes]) -> None:
         keep = f"{self.ident}+{epoch}.events"
         try:
-            data = await asyncio.to_thread(snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, payloads)
+            data = await asyncio.to_thread(
+                snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, payloads, self.spec
+            )
             if not self.owner:
                 return
             await asyncio.to_thread(_write_snapshot, self.directory, self.ident, data, keep)

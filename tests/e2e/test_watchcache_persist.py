@@ -267,3 +267,30 @@ def test_unsafe_directory_is_refused_at_start(proxy_factory: Callable[..., Runni
         AssertionError, match="kproxy: config error: watchcache: persist: .* writable by group or others"
     ):
         proxy_factory(extra=_config(state))
+
+
+def test_first_list_served_from_disk_before_the_apiserver_answers(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    """The persisted caches start before discovery: with the apiserver down, kproxy still answers a
+    ``resourceVersion=0`` list from disk; once it is back, the watch resumes and converges."""
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    _fill(cp, base, 10)
+    cfg = _config(tmp_path / "state")
+    _first_run(proxy_factory, cp, base, cfg)
+    before = _state(cp.request("GET", base)[1])
+    cp.stop_apiserver()
+    try:
+        rp = proxy_factory(extra=cfg, ready=False)
+        assert not cp.readyz()
+        status, body = rp.get(f"{base}?resourceVersion=0")
+        assert status == 200 and _state(body) == before
+        served = r'kproxy_watchcache_reads_total\{reason="any",resource="configmaps",served="cache",verb="list"\}'
+        assert _metric(rp.metrics(), served) == 1
+    finally:
+        cp.start_apiserver()
+    assert cp.request("DELETE", f"{base}/cm3")[0] == 200
+    # The restarted apiserver's own watch cache starts at its first list: the resumed watch is
+    # answered 410 and kproxy lists again, as it does after any apiserver restart.
+    wait_for(_converged(rp, cp, base), 60, "the cache to catch up and see the deletion")

@@ -31,8 +31,8 @@ import orjson
 from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kproxy.cacher import DELETED, CacheEvent, object_key, select
-from kproxy.cacher.persist import ResourceStore, Sealer, UnsafeStorage, prepare_dir, read_key_file
+from kproxy.cacher import DELETED, CacheEvent, Kind, object_key, select
+from kproxy.cacher.persist import ResourceStore, Sealer, UnsafeStorage, persisted, prepare_dir, read_key_file
 from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
@@ -267,6 +267,7 @@ class WatchCacheFilter(FilterBase):
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
         if self.settings.persist is not None:
             self._persist = _open_persist(ctx, self.settings.persist)
+            self._preload()
         self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
 
     async def stop(self) -> None:
@@ -377,7 +378,6 @@ class WatchCacheFilter(FilterBase):
         for key in gone:
             n = self._departures.confirmations
             await self._drop(key, f"not in discovery for {n} reads in a row (the apiserver ready)")
-        s = self.settings
         for key, spec in wanted.items():
             crd_paths = await self._crd_paths(spec)
             old = self.caches.get(key)
@@ -392,27 +392,68 @@ class WatchCacheFilter(FilterBase):
                 await old.stop()
             if crd_paths is _UNKNOWN:
                 crd_paths = ()  # only metadata fields are served, the rest pass through
-            rc = ResourceCache(
-                spec,
-                self.ctx.api,
-                codec,
-                self._metrics,
-                window=s.history_window,
-                max_events=s.history_max_events,
-                page_size=s.page_size,
-                crd_paths=crd_paths,
-                encode_ahead=s.encode_ahead,
-                watch_buffer=s.watch_buffer,
-                bookmark_interval=s.bookmark_interval,
-                version=self._version,
-                store=self._persist.store(spec) if self._persist is not None else None,
-            )
-            if key == _CRD_KEY:
-                rc.cache.add_listener(self._crds_changed)
-            self.caches[key] = rc
-            rc.start()
+            self._new_cache(spec, crd_paths)
         self._discovered.set()
         return [missing_note(name, served) for name in missing]
+
+    def _new_cache(self, spec: ResourceSpec, crd_paths: tuple[str, ...] | None) -> ResourceCache:
+        assert self.ctx is not None and self._codec is not None and self._metrics is not None
+        s = self.settings
+        rc = ResourceCache(
+            spec,
+            self.ctx.api,
+            self._codec,
+            self._metrics,
+            window=s.history_window,
+            max_events=s.history_max_events,
+            page_size=s.page_size,
+            crd_paths=crd_paths,
+            encode_ahead=s.encode_ahead,
+            watch_buffer=s.watch_buffer,
+            bookmark_interval=s.bookmark_interval,
+            version=self._version,
+            store=self._persist.store(spec, crd_paths) if self._persist is not None else None,
+        )
+        if spec.key == _CRD_KEY:
+            rc.cache.add_listener(self._crds_changed)
+        self.caches[spec.key] = rc
+        rc.start()
+        return rc
+
+    def _preload(self) -> None:
+        """Start the caches persisted on disk before asking the apiserver anything (discovery
+        then keeps them, or drops those it no longer serves): they answer ``resourceVersion=0``
+        reads at once and resume their watches from the persisted resource versions."""
+        assert self._persist is not None
+        for _, head in persisted(self._persist.directory, self._persist.sealer):
+            spec_doc = head.get("spec") or {}
+            try:
+                spec = ResourceSpec(
+                    str(spec_doc["group"]),
+                    str(spec_doc["version"]),
+                    str(spec_doc["resource"]),
+                    bool(spec_doc["namespaced"]),
+                    Kind(
+                        str(spec_doc["api_version"]),
+                        str(spec_doc["kind"]),
+                        str(spec_doc["list_kind"]),
+                        bool(spec_doc["protobuf"]),
+                    ),
+                )
+                paths = spec_doc.get("crd_paths")
+                crd_paths = None if paths is None else tuple(str(p) for p in paths)
+            except (KeyError, TypeError):
+                continue
+            if spec.key in self.caches or not any(_matches(n, spec) for n in self.settings.resources):
+                continue
+            if (
+                spec.kind.protobuf
+                and self._codec is not None
+                and not self._codec.knows(spec.kind.api_version, spec.kind.kind)
+            ):
+                continue
+            if self._persist.persists(spec):
+                self._new_cache(spec, crd_paths)
 
     def _note_absent(self, wanted: dict[Key, ResourceSpec], ready: bool) -> None:
         """Log what discovery lacks of the cached resources when that changes."""
@@ -671,15 +712,23 @@ class _Persist:
     owners: dict[str, object]
     upstream: str
 
-    def store(self, spec: ResourceSpec) -> ResourceStore | None:
+    def sensitive(self, spec: ResourceSpec) -> bool:
+        return any(_matches(n, spec) for n in (*ALWAYS_SENSITIVE, *self.settings.sensitive))
+
+    def persists(self, spec: ResourceSpec) -> bool:
+        """Whether ``spec`` is persisted: named by ``persist.resources`` (a sensitive one by name,
+        not through ``*``, and only with a key)."""
+        names = self.settings.resources
+        if self.sensitive(spec):
+            return self.sealer is not None and any(_matches(n, spec, wildcard=False) for n in names)
+        return any(_matches(n, spec) for n in names)
+
+    def store(self, spec: ResourceSpec, crd_paths: tuple[str, ...] | None) -> ResourceStore | None:
         """The store of ``spec``'s cache, or None when it is not to be persisted."""
         p = self.settings
-        sensitive = any(_matches(n, spec) for n in (*ALWAYS_SENSITIVE, *p.sensitive))
-        if sensitive:
-            if not any(_matches(n, spec, wildcard=False) for n in p.resources) or self.sealer is None:
-                return None
-        elif not any(_matches(n, spec) for n in p.resources):
+        if not self.persists(spec):
             return None
+        sensitive = self.sensitive(spec)
         parts = (spec.group or "core", spec.version, spec.resource)
         if not all(_SAFE_NAME.fullmatch(x) for x in parts):
             log.warning("watchcache: %s: not persisted (its name does not make a file name)", spec.label)
@@ -693,6 +742,11 @@ class _Persist:
             "protobuf": spec.kind.protobuf,
             "encrypted": sensitive,
         }
+        kind = spec.kind
+        about: dict[str, Any] = {"group": spec.group, "version": spec.version, "resource": spec.resource}
+        about |= {"namespaced": spec.namespaced, "crd_paths": None if crd_paths is None else list(crd_paths)}
+        about |= {"api_version": kind.api_version, "kind": kind.kind, "list_kind": kind.list_kind}
+        about["protobuf"] = kind.protobuf
         return ResourceStore(
             self.directory,
             "+".join(parts),
@@ -700,6 +754,7 @@ class _Persist:
             self.sealer if sensitive else None,
             compact_min_bytes=p.compact_min_bytes,
             owners=self.owners,
+            spec=about,
         )
 
 
