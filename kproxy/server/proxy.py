@@ -38,6 +38,7 @@ from kproxy.core.fairness import FairLimits, flow_of
 from kproxy.core.outage import NoAnswer
 from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
 from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
+from kproxy.core.upstreamlink import UPSTREAM_LINK
 from kproxy.gocompat.httpguts import valid_host_header
 from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
 from kproxy.identity.authn import authenticator
@@ -188,6 +189,7 @@ class ProxyServer:
             anonymous_auth=self.cfg.upstream.anonymous_auth,
         )
         offload.install(self.context, _fair_limits(self.cfg.bodies))
+        self.context.services[UPSTREAM_LINK] = self.upstream.link  # the compression filter's upstream_gzip: auto
         reviews = self.cfg.token_reviews
         review_limiter(self.context, reviews.max_in_flight, reviews.max_in_flight_per_client)
         if self.cfg.credentials == "impersonate":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Literal, Protocol
 
@@ -27,6 +28,7 @@ from yarl import URL
 from kproxy.core.chain import Body, BytesBody, Exchange, Reply, StreamBody
 from kproxy.core.outage import NoAnswer, upstream_failed
 from kproxy.core.status import StatusError, internal_error
+from kproxy.core.upstreamlink import UpstreamLink
 from kproxy.gocompat.httpguts import valid_header_field_value
 from kproxy.gocompat.strings import to_lower
 from kproxy.identity.impersonate import UnrepresentableIdentity, impersonation_headers, strip_impersonation
@@ -115,6 +117,9 @@ class Upstream:
         self._h2_own: H2Pool | None = None
         #: forward mode: each caller credential's own HTTP/2 connections (kproxy.server.http2.callers)
         self._h2_callers: CallerPools | None = None
+        #: The round trip to the upstream, from every request's time to its response head
+        #: (kproxy.core.upstreamlink; the server shares it with the filters).
+        self.link = UpstreamLink()
 
     def _session(self, ssl_ctx: ssl.SSLContext | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -232,7 +237,9 @@ class Upstream:
         resp: UpstreamResponse
         try:
             headers.popall("Content-Length", None)  # the pool frames the body itself
+            sent = time.monotonic()
             resp = await self._send(ex.method, self.target_of(ex), headers, data, length, ex.state.get(CLIENT_H2))
+            self.link.observe(time.monotonic() - sent)
         except InvalidRequestHead as err:
             raise err.status() from None
         except StatusError:
@@ -283,10 +290,13 @@ class Upstream:
         h2pool = self._h2_own
         if h2pool is None or h2pool.unavailable:
             return None
+        sent = time.monotonic()
         try:
-            return await h2pool.request(method, (self.prefix if prefixed else "") + target, headers.items(), data, None)
+            resp = await h2pool.request(method, (self.prefix if prefixed else "") + target, headers.items(), data, None)
         except H2Unavailable:
             return None
+        self.link.observe(time.monotonic() - sent)
+        return resp
 
     async def _reply(self, ex: Exchange, resp: UpstreamResponse) -> Reply:
         headers = resp.headers  # end-to-end already

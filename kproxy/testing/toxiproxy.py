@@ -64,29 +64,28 @@ def ensure_toxiproxy() -> Path:
 @dataclass(frozen=True, slots=True)
 class Link:
     """A WAN profile: ``rtt_ms`` round trip (half of it added each way) and ``mbit`` per second
-    each way."""
+    each way (None: no cap)."""
 
     name: str
     rtt_ms: int
-    mbit: float
+    mbit: float | None
 
     @property
     def rate_kb(self) -> int:
         """toxiproxy's bandwidth unit: bytes per millisecond (KB/s of 1,000 bytes)."""
+        assert self.mbit is not None
         return round(self.mbit * 1_000_000 / 8 / 1000)
 
 
 class Toxiproxy:
     """A running ``toxiproxy-server`` on 127.0.0.1, driven through its HTTP API."""
 
-    def __init__(self, log: Path | None = None, *, metrics: bool = False) -> None:
+    def __init__(self, log: Path | None = None) -> None:
         directory = ensure_toxiproxy()
         (self.port,) = free_ports(1)
         self.api = f"http://127.0.0.1:{self.port}"
         out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - the process keeps it
         argv = [str(directory / "toxiproxy-server"), "-host", "127.0.0.1", "-port", str(self.port)]
-        if metrics:  # /metrics: toxiproxy_proxy_{received,sent}_bytes_total per proxy and direction
-            argv.append("-proxy-metrics")
         self.proc = subprocess.Popen(
             argv,
             stdout=out,
@@ -126,11 +125,17 @@ class Toxiproxy:
         if link is None:
             return
         for stream in ("upstream", "downstream"):
-            self._call(
-                "POST",
-                f"/proxies/{name}/toxics",
-                {"name": f"bw-{stream}", "type": "bandwidth", "stream": stream, "attributes": {"rate": link.rate_kb}},
-            )
+            if link.mbit is not None:
+                self._call(
+                    "POST",
+                    f"/proxies/{name}/toxics",
+                    {
+                        "name": f"bw-{stream}",
+                        "type": "bandwidth",
+                        "stream": stream,
+                        "attributes": {"rate": link.rate_kb},
+                    },
+                )
             self._call(
                 "POST",
                 f"/proxies/{name}/toxics",
@@ -141,6 +146,16 @@ class Toxiproxy:
                     "attributes": {"latency": link.rtt_ms // 2, "jitter": 0},
                 },
             )
+
+    def relayed_bytes(self) -> int:
+        """Bytes the server has written so far: what it relayed, both ways, on every proxy (and
+        its API's small answers). toxiproxy's own counters (``-proxy-metrics``) count a
+        connection's bytes only once it closes, and kept-alive connections do not; the kernel's
+        count of the process's writes (``/proc/PID/io``, ``wchar``) is current."""
+        for line in Path(f"/proc/{self.proc.pid}/io").read_text().splitlines():
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+        raise EnvtestError("no wchar in /proc/PID/io")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

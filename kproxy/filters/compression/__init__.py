@@ -9,7 +9,11 @@ from the watch cache where it is fanned out, with one compressor for all the wat
 (``kproxy.cacher.shared_stream``). The apiserver does no compression work: for a request this
 filter will encode, the upstream request carries no ``Accept-Encoding`` (or ``gzip`` when ``upstream_gzip`` says the
 upstream link is the expensive part, in which case a gzip body is passed through untouched to a
-gzip client and decoded once otherwise).
+gzip client and decoded once otherwise). ``upstream_gzip: auto`` (the default) asks for gzip on
+reads (GET, not watches or followed logs) while the round trip kproxy measures to the upstream
+(``kproxy.core.upstreamlink``) is at least ``upstream_gzip_rtt``: across a WAN the transfer is the
+cost and the apiserver's gzip passed through saves most of it; next to the apiserver its gzip
+would only move compression work onto it.
 
 Place it first in the chain (outermost): every other filter then sees plain bodies, and what it
 sends back is what gets compressed. A filter below it that needs the body of a reply the
@@ -23,11 +27,12 @@ never another filter nor ``kproxy.server``.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kproxy.compress import stream
@@ -35,11 +40,13 @@ from kproxy.compress.backends import Codec, codec, gzip_library
 from kproxy.compress.headers import mark_encoded, no_transform
 from kproxy.compress.negotiate import Negotiated, negotiate
 from kproxy.compress.shared import WatchCoding
+from kproxy.config import Duration
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import FilterContext
 from kproxy.core.eventstream import EventStreamBody
 from kproxy.core.requestinfo import param_bool
 from kproxy.core.upstreamgzip import decode_reply
+from kproxy.core.upstreamlink import UPSTREAM_LINK, UpstreamLink
 
 Coding = Literal["zstd", "gzip"]
 
@@ -94,8 +101,12 @@ class CompressionSettings(BaseModel):
     watch_zstd_hash_log: int | None = Field(default=None, ge=6, le=26)
     #: Compress watch streams (and followed logs), flushed after every batch of events.
     watch: bool = False
-    #: Ask the upstream for gzip (a remote upstream link): gzip clients get its body untouched.
-    upstream_gzip: bool = False
+    #: Ask the upstream for gzip: gzip clients get its body untouched, others get it decoded once.
+    #: auto: for reads (not watches), while the measured round trip to it is upstream_gzip_rtt or more.
+    upstream_gzip: bool | Literal["auto"] = "auto"
+    #: upstream_gzip: auto asks for gzip from this round trip up (time to a response head, the
+    #: smallest in the last minute or two). "10ms": a link leaving the data centre.
+    upstream_gzip_rtt: Duration = 0.010
 
     @field_validator("encodings")
     @classmethod
@@ -106,6 +117,18 @@ class CompressionSettings(BaseModel):
 
 
 _METRICS_KEY = "compression.metrics"
+_RTT_KEY = "compression.upstream_round_trip"
+
+
+def _round_trip_gauge(registry: CollectorRegistry, link: UpstreamLink) -> Gauge:
+    gauge = Gauge(
+        "kproxy_upstream_round_trip_seconds",
+        "The smallest time from sending a request upstream to its response head in the last one to two "
+        "minutes (NaN before any); upstream_gzip: auto asks for gzip from upstream_gzip_rtt",
+        registry=registry,
+    )
+    gauge.set_function(lambda: math.nan if link.rtt is None else link.rtt)
+    return gauge
 
 
 class _Metrics:
@@ -182,6 +205,8 @@ class Compression(FilterBase):
         }
         self.offered = tuple(settings.encodings)
         self._use_metrics(_Metrics(CollectorRegistry()))
+        #: The server's measure of the upstream link (none observed until started).
+        self.link = UpstreamLink()
 
     def effective_settings(self) -> dict[str, object]:
         """The settings with each unset level replaced by the one in effect (for ``check-config``)."""
@@ -205,6 +230,8 @@ class Compression(FilterBase):
         # One set of series per registry: a reload that replaces this filter (or a second
         # compression entry) starts another instance with the same registry.
         self._use_metrics(ctx.shared(_METRICS_KEY, lambda: _Metrics(ctx.registry)))
+        self.link = link = ctx.shared(UPSTREAM_LINK, UpstreamLink)
+        ctx.shared(_RTT_KEY, lambda: _round_trip_gauge(ctx.registry, link))
 
     def _skip(self, reason: str) -> None:
         self.metrics.skipped.labels(reason).inc()
@@ -236,7 +263,7 @@ class Compression(FilterBase):
             return await call_next(ex)  # untouched: the client's own Accept-Encoding goes upstream
         coding = neg.coding
         assert coding is not None
-        if self.settings.upstream_gzip:
+        if self._upstream_gzip(ex, streaming):
             ex.headers["Accept-Encoding"] = "gzip"
         else:
             ex.headers.popall("Accept-Encoding", None)
@@ -244,6 +271,20 @@ class Compression(FilterBase):
         # own (kproxy.compress.headers), the only spelling its handlers match.
         reply = await call_next(ex)
         return await self._respond(reply, coding, neg.identity_ok, streaming, ex.info.verb == "watch")
+
+    def _upstream_gzip(self, ex: Exchange, streaming: bool) -> bool:
+        """Whether the upstream request asks for gzip (see the module doc)."""
+        setting = self.settings.upstream_gzip
+        if setting != "auto":
+            return bool(setting)
+        if ex.method != "GET" or streaming:
+            # Writes answer small objects (the apiserver gzips only over 128 KiB) and a filter
+            # below may read them; watches and followed logs this filter encodes as they come.
+            return False
+        rtt = self.link.rtt
+        # Nothing observed yet (the first request of a proxy without filters that start with
+        # requests of their own): as if near, what this filter did before it measured.
+        return rtt is not None and rtt >= self.settings.upstream_gzip_rtt
 
     # ------------------------------------------------------------------ response side
 
