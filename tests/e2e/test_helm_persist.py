@@ -48,6 +48,17 @@ def test_daemonset_mounts_a_private_host_directory(chart: Helm, tmp_path: Path) 
     parse_config(cfg)
 
 
+def test_encryption_key_from_a_secret(chart: Helm) -> None:
+    values = {**PERSISTED, "persistence": {"enabled": True, "keySecretName": "kproxy-persist-key"}}
+    pod = kinds(chart.template(values))["DaemonSet"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "kproxy-persist-key"]
+    assert volume["secret"]["secretName"] == "kproxy-persist-key" and volume["secret"]["defaultMode"] == 0o400
+    (container,) = pod["containers"]
+    assert {"name": "kproxy-persist-key", "mountPath": "/etc/kproxy-persist", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+
+
 def test_gateway_and_default_mount_no_host_directory(chart: Helm) -> None:
     for case in ("defaults", "daemonset"):
         docs = chart.template(CASES[case])

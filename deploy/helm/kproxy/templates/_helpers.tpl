@@ -245,6 +245,15 @@ the kubelet rotates the token, which kproxy re-reads.
   hostPath:
     path: {{ .Values.persistence.hostPath }}
     type: DirectoryOrCreate
+{{- if .Values.persistence.keySecretName }}
+- name: kproxy-persist-key
+  secret:
+    secretName: {{ .Values.persistence.keySecretName }}
+    defaultMode: 0400
+    items:
+      - key: key
+        path: key
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -320,6 +329,11 @@ the kubelet rotates the token, which kproxy re-reads.
     {{- if include "kproxy.persistence" . }}
     - name: kproxy-state
       mountPath: {{ .Values.persistence.mountPath }}
+    {{- if .Values.persistence.keySecretName }}
+    - name: kproxy-persist-key
+      mountPath: /etc/kproxy-persist
+      readOnly: true
+    {{- end }}
     {{- end }}
 {{- end }}
 
