@@ -534,7 +534,7 @@ class ResourceStore:
     def flush(self) -> None:
         """Write what is buffered (one write: a process killed meanwhile leaves whole records)."""
         self._flush_handle = None
-        if not self._buf or self._fd is None:
+        if not self._buf or self._fd is None or not self.owner:
             self._buf.clear()
             return
         data, self._buf = bytes(self._buf), bytearray()
@@ -598,6 +598,8 @@ class ResourceStore:
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None
+        if not self.owner:
+            self._buf.clear()
         if self._buf and self._fd is not None:
             data, self._buf = bytes(self._buf), bytearray()
             try:

@@ -8,6 +8,7 @@ import base64
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -206,3 +207,71 @@ def test_key_file(tmp_path: Path) -> None:
     os.chmod(key, 0o666)
     with pytest.raises(UnsafeStorage, match="writable"):
         read_key_file(str(key))
+
+
+async def test_a_newer_store_of_the_resource_takes_over_the_files(tmp_path: Path) -> None:
+    """A config reload starts a new filter (and store) before the old one stops: the old one
+    writes nothing more once the new one owns the resource."""
+    owners: dict[str, object] = {}
+    cache = WatchCache(GIZMO)
+    old = ResourceStore(tmp_path, IDENT, IDENTITY, None, owners=owners)
+    old.attach(cache, None)
+    cache.replace([obj("a", 5)], 10)
+    await settle(old)
+    again = WatchCache(GIZMO)
+    new = ResourceStore(tmp_path, IDENT, IDENTITY, None, owners=owners)
+    loaded = new.load(decode, again)
+    new.attach(again, loaded)
+    cache.apply(ADDED, obj("stale", 11))  # the old cache goes on a moment: not written
+    await settle(old)
+    await old.close()
+    again.apply(ADDED, obj("b", 12))
+    await settle(new)
+    await new.close()
+    final, _ = load(tmp_path)
+    assert sorted(final.store) == ["ns/a", "ns/b"]
+
+
+async def test_a_cache_loaded_from_disk_lists_when_the_upstream_never_reached_its_version() -> None:
+    """The persisted resource version is ahead of the upstream (another etcd, or one restored
+    from a backup): its "Too large resource version" makes the reflector list, not retry forever."""
+    from kproxy.cacher import ListPage, Reflector, TooLarge, UpstreamEvent
+
+    cache = WatchCache(GIZMO)
+    cache.replace([obj("a", 500)], 500)  # as loaded from disk
+    calls: list[str] = []
+    listed = asyncio.Event()
+
+    class LW:
+        async def list(self, *, limit: int, continue_token: str) -> ListPage:
+            raise AssertionError("streaming lists are used")
+
+        async def _watch(self, rv: str, initial: bool) -> Any:
+            calls.append("list" if initial else f"watch {rv}")
+            if not initial:
+                raise TooLarge("Too large resource version: 500, current: 40")
+            yield UpstreamEvent(ADDED, 30, obj("b", 30))
+            yield UpstreamEvent("BOOKMARK", 40, None, True)
+            listed.set()
+            await asyncio.Event().wait()
+
+        def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
+            return self._watch(resource_version, send_initial_events)
+
+        async def current_rv(self) -> int:
+            return 40
+
+        async def progress_rv(self) -> int:
+            return 40
+
+        async def servable_at(self, rv: int) -> bool:
+            return True
+
+    reflector = Reflector("gizmos", LW(), cache, backoff=(0.01, 0.01))
+    reflector.start()
+    try:
+        await asyncio.wait_for(listed.wait(), 5)
+    finally:
+        await reflector.stop()
+    assert calls == ["watch 500", "list"]
+    assert sorted(cache.store) == ["ns/b"] and cache.applied_rv == 40
