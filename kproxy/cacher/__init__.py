@@ -6,9 +6,10 @@ No HTTP here (the ``watchcache`` filter adapts it): a Reflector fills a WatchCac
 Owns: ``reflector``, ``watch_cache``, ``history``, ``broadcaster`` and ``shared_stream`` (watch
 fan-out), ``listing``, ``continue_token``, ``resource_version``, ``objects`` and ``ingest`` (from
 upstream bytes to CachedObjects), ``labels``, ``fields`` and ``selector_errors`` (label and field
-selectors, as apimachinery parses them), ``time_budget``.
+selectors, as apimachinery parses them), ``time_budget``, ``persist`` (the cache on disk).
 
-May import: ``kproxy.gocompat``, ``kproxy.codec``, ``kproxy.compress``, ``kproxy.gctuning``. No
+May import: ``kproxy.gocompat``, ``kproxy.codec``, ``kproxy.compress``, ``kproxy.gctuning``, ``cryptography``
+(persist's AES-GCM). No
 aiohttp, no filter, no server, no identity.
 """
 
