@@ -275,3 +275,18 @@ async def test_a_cache_loaded_from_disk_lists_when_the_upstream_never_reached_it
         await reflector.stop()
     assert calls == ["watch 500", "list"]
     assert sorted(cache.store) == ["ns/b"] and cache.applied_rv == 40
+
+
+async def test_events_appended_after_a_load_load_again(tmp_path: Path) -> None:
+    """A restarted kproxy appends to the log it loaded (the encrypted records' positions go on)."""
+    key = Sealer(os.urandom(32))
+    _, s = await filled(tmp_path, key)
+    await s.close()
+    for n in range(2):
+        cache, s = load(tmp_path, key)
+        s.attach(cache, read_state(tmp_path, IDENT, IDENTITY, key))
+        cache.apply(ADDED, obj(f"later{n}", 50 + n))
+        await settle(s)
+        await s.close()
+    final, s = load(tmp_path, key)
+    assert s.load_outcome == "loaded" and {"ns/later0", "ns/later1"} <= set(final.store)
