@@ -12,6 +12,11 @@ from kproxy.compress import stream
 from kproxy.compress.backends import gzip_decoder
 from kproxy.core.chain import BytesBody, Reply, StreamBody
 
+#: ``Exchange.state`` key set by the compression filter when it asked the upstream for gzip: a
+#: filter below that rewrites the request (transcode) keeps ``Accept-Encoding: gzip`` then and
+#: decodes the reply with :func:`decode_reply`, instead of asking for an unencoded body.
+ASKED = "kproxy.core.upstreamgzip.asked"
+
 
 def _ignore(n_in: int, n_out: int, seconds: float) -> None:
     return None

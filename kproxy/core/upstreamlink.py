@@ -30,39 +30,46 @@ UPSTREAM_LINK = "kproxy.core.UpstreamLink"
 #: window and the one before, so it follows a link that changed (a laptop moving from the office
 #: to a train) within two windows, and never rests on one sample taken a long time ago.
 WINDOW = 60.0
+#: Fewer samples than this in the two windows give no estimate: a first request's time includes
+#: dialling (TCP, TLS) and whatever was cold on either side, and may be the only one for a while.
+MIN_SAMPLES = 3
 
 
 class UpstreamLink:
-    """The smallest request-to-response-head time seen recently (seconds); None before any."""
+    """The smallest request-to-response-head time seen recently (seconds); None before
+    :data:`MIN_SAMPLES` of them."""
 
-    __slots__ = ("_clock", "_current", "_previous", "_started", "samples")
+    __slots__ = ("_clock", "_current", "_current_n", "_previous", "_previous_n", "_started")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._current = math.inf
-        self._previous = math.inf
+        self._current = self._previous = math.inf
+        self._current_n = self._previous_n = 0
         self._started = clock()
-        self.samples = 0
 
     def _roll(self, now: float) -> None:
         elapsed = now - self._started
         if elapsed < WINDOW:
             return
         # One window passed: the current becomes the previous; more than one: both are stale.
-        self._previous = self._current if elapsed < 2 * WINDOW else math.inf
-        self._current = math.inf
+        if elapsed < 2 * WINDOW:
+            self._previous, self._previous_n = self._current, self._current_n
+        else:
+            self._previous, self._previous_n = math.inf, 0
+        self._current, self._current_n = math.inf, 0
         self._started = now
 
     def observe(self, seconds: float) -> None:
         """One request's time from being sent to its response head."""
         self._roll(self._clock())
-        self.samples += 1
+        self._current_n += 1
         if seconds < self._current:
             self._current = seconds
 
     @property
     def rtt(self) -> float | None:
-        """The estimate in seconds, None when nothing was observed in the last two windows."""
+        """The estimate in seconds; None with fewer than MIN_SAMPLES in the last two windows."""
         self._roll(self._clock())
-        best = min(self._current, self._previous)
-        return None if best == math.inf else best
+        if self._current_n + self._previous_n < MIN_SAMPLES:
+            return None
+        return min(self._current, self._previous)

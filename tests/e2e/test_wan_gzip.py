@@ -262,6 +262,30 @@ def test_far_other_codings_decoded_once(
     assert _rows(ident.body) == _rows(plain)
 
 
+@pytest.mark.parametrize("protocol", ["http1", "h2"])
+def test_far_transcoded_list_crosses_the_link_gzipped(
+    control_plane: ControlPlaneInfo, toxi: Toxiproxy, far: RunningProxy, bigns: str, protocol: str
+) -> None:
+    """A JSON list the transcode filter asks in protobuf (ConfigMaps are not cached here): the
+    apiserver is asked for gzip, its gzip protobuf crosses the link, and the client gets the JSON
+    the apiserver would have sent, compressed by kproxy."""
+    assert _measured(far) >= 0.030
+    path = f"/api/v1/namespaces/{bigns}/configmaps"
+    protobuf = _direct(control_plane, path, [("Accept", "application/vnd.kubernetes.protobuf")])
+    assert protobuf.header("Content-Encoding") is None and len(protobuf.body) > 200_000
+    send = _h2 if protocol == "h2" else _h1
+    before = _sent(toxi)
+    got = send(far, path, [("Accept", "application/json"), ("Accept-Encoding", "gzip")])
+    link_bytes = _sent(toxi) - before
+    assert got.status == 200, got.body[:500]
+    assert got.header("Content-Encoding") == "gzip"
+    assert got.header("Content-Type") == "application/json"
+    direct = json.loads(_direct(control_plane, path, [("Accept", "application/json")]).body)
+    ours = json.loads(_decode(got.body, "gzip"))
+    assert ours["items"] == direct["items"]
+    assert link_bytes < len(protobuf.body) / 3, (link_bytes, len(protobuf.body))
+
+
 def test_far_kubectl_reads_are_whole(far: RunningProxy, kubectl: Kubectl, bigns: str) -> None:
     """kubectl itself through the far kproxy: its Table and its JSON list agree with the apiserver's."""
     ours = kubectl(["get", "configmaps", "-n", bigns, "--no-headers"], kubeconfig=far.kubeconfig).stdout

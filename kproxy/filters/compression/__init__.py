@@ -45,7 +45,7 @@ from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, S
 from kproxy.core.context import FilterContext
 from kproxy.core.eventstream import EventStreamBody
 from kproxy.core.requestinfo import param_bool
-from kproxy.core.upstreamgzip import decode_reply
+from kproxy.core.upstreamgzip import ASKED, decode_reply
 from kproxy.core.upstreamlink import UPSTREAM_LINK, UpstreamLink
 
 Coding = Literal["zstd", "gzip"]
@@ -265,6 +265,7 @@ class Compression(FilterBase):
         assert coding is not None
         if self._upstream_gzip(ex, streaming):
             ex.headers["Accept-Encoding"] = "gzip"
+            ex.state[ASKED] = True
         else:
             ex.headers.popall("Accept-Encoding", None)
         # If-None-Match goes up as sent: the ETags this filter hands out are the apiserver's

@@ -19,7 +19,9 @@ How it decides, per request (``upstream: protobuf``):
   wanted, which the apiserver does not stream either), watch streams event by event (each event
   is written as soon as its frame is complete).
 * ``Accept-Encoding`` is not sent upstream on the requests it rewrites (kproxy must read the body
-  to transcode it); compressing the answer is the ``compression`` filter's work.
+  to transcode it); compressing the answer is the ``compression`` filter's work. Except when
+  that filter asked the upstream for gzip (``upstream_gzip``: a slow link, where the transfer
+  costs more than decoding): ``gzip`` stays, and the body is decoded as it streams.
 
 ``upstream: auto`` does the same only for the API group versions the codec has schemas for
 (everything else goes through untouched); ``upstream: json`` turns the filter off.
@@ -90,6 +92,7 @@ from kproxy.core.negotiation import (
 )
 from kproxy.core.outage import upstream_failed
 from kproxy.core.status import StatusError, internal_error
+from kproxy.core.upstreamgzip import ASKED, decode_reply
 from kproxy.gocompat.jsonescape import go_json_dumps
 
 if TYPE_CHECKING:
@@ -266,7 +269,9 @@ class Transcode(FilterBase):
         accept = ex.headers.get("Accept") or JSON
         ex.headers.popall("Accept", None)
         ex.headers["Accept"] = f"{PROTOBUF}, {accept}"
-        ex.headers.popall("Accept-Encoding", None)
+        if not (ex.state.get(ASKED) and plan.shape != "watch"):
+            ex.headers.popall("Accept-Encoding", None)
+        # else: the compression filter asked for gzip (a slow upstream link); decoded below.
         reply = await call_next(ex)
         retry: Retry | None = None
         if ex.method == "GET" and plan.shape != "watch":
@@ -310,6 +315,8 @@ class Transcode(FilterBase):
             if m is not None:
                 m.passed.inc()
             return reply
+        if decode_reply(reply):  # the gzip the compression filter asked for: decoded as it streams
+            body = reply.body
         encoding = reply.headers.get("Content-Encoding", "").lower()
         streamable = plan.shape == "list" and plan.target == JSON and not plan.pretty
         if isinstance(body, StreamBody) and streamable and reply.status < 300 and not encoding:
