@@ -100,6 +100,7 @@ class _OpenStream:
     watch: bool
     ending: bool = False
     h2: H2Request | None = None  # served on an HTTP/2 stream
+    since: float = 0.0  # the loop's time when it started (HTTP/2)
 
     def end(self) -> None:
         """End it cleanly: a watch after a whole event (the client watches again)."""
@@ -116,6 +117,11 @@ class _ReadyCache:
 
 
 _SLICE = 1 << 20
+
+#: client-go's reflector takes a watch that ends less than a second after it began, with no event,
+#: for an error and lists again (staging/src/k8s.io/client-go/tools/cache/reflector.go,
+#: ``VeryShortWatchError``): a watch ended only to move it to a new connection is ended no sooner.
+_SHORTEST_WATCH = 1.0
 
 #: What ``handle`` returns for a request answered on an HTTP/2 stream (written there already).
 _H2_WRITTEN = web.StreamResponse()
@@ -295,17 +301,18 @@ class ProxyServer:
 
     def _h2_go_away(self, conns: list[H2ServerConnection], deadline: float) -> None:
         """A graceful GOAWAY (NO_ERROR) to each HTTP/2 connection, on a drain or a reload: the
-        streams it opened are served to their end and its watches end cleanly, so its client
-        opens its next streams, and watches again, on a new connection; each closes once its
-        streams are done. A watch not over ``deadline`` seconds on (its client reads nothing)
-        is reset; any other answer is never cut here."""
+        streams it opened are served to their end and its watches end cleanly (after a whole
+        event, none younger than a second: ``_move_watch``), so its client opens its next
+        streams, and watches again, on a new connection; each closes once its streams are done.
+        A watch not over ``deadline`` seconds on (its client reads nothing) is reset; any other
+        answer is never cut here. (A drain then ends every watch at once, HTTP/1.1's too.)"""
         leaving = {conn.number for conn in conns}
         for conn in conns:
             conn.drain()
         self._h2_leaving |= leaving
         for stream in list(self._streams):
             if stream.watch and stream.h2 is not None and stream.h2.connection in leaving:
-                stream.end()
+                self._move_watch(stream)
         if leaving:
             asyncio.get_running_loop().call_later(deadline, self._h2_gone_away, leaving)
 
@@ -320,6 +327,16 @@ class ProxyServer:
                 "HTTP/2 connections still serving after GOAWAY (the drain deadline passed)",
                 extra={"connections": len(serving), "streams": sum(c.streams for c in serving), "reset": len(stuck)},
             )
+
+    def _move_watch(self, stream: _OpenStream) -> None:
+        """End a watch so that its client watches again on a new connection: at once, or once
+        it is a second old (``_SHORTEST_WATCH``)."""
+        loop = asyncio.get_running_loop()
+        wait = stream.since + _SHORTEST_WATCH - loop.time()
+        if wait > 0:
+            loop.call_later(wait, stream.end)
+        else:
+            stream.end()
 
     def _h2_gone(self, number: int) -> None:
         self._h2_leaving.discard(number)
@@ -639,8 +656,10 @@ class ProxyServer:
         """A streamed answer on an HTTP/2 stream, known to the drain as HTTP/1.1's are."""
         stream = _OpenStream(body, watch, h2=h2)
         self._streams.add(stream)
-        if watch and h2.connection in self._h2_leaving:
-            stream.end()  # its connection was sent GOAWAY while the request was on its way
+        if watch:
+            stream.since = asyncio.get_running_loop().time()
+            if h2.connection in self._h2_leaving:
+                self._move_watch(stream)  # its connection was sent GOAWAY while it was on its way
         if watch:
             self.metrics.open_watches.inc()
         try:
