@@ -210,17 +210,24 @@ def _size(n: float) -> str:
 
 
 def report(profile: str, results: dict[str, dict[str, tuple[float, float]]], cache_ready: float) -> str:
+    """One table: each kproxy peer's time and its ratio to direct (above 1: kproxy is faster)."""
+    names = list(next(iter(results.values())))
+    others = [n for n in names if n != "direct"]
+    head = "| command | direct | " + " | ".join(f"{n} | ratio" for n in others) + " | link bytes: "
+    head += ", ".join(names) + " |"
     lines = [
         f"### {profile}",
         "",
         f"kproxy's watch cache (pods, configmaps, namespaces) filled over this link in {cache_ready:.1f} s.",
         "",
-        "| command | direct | through kproxy | ratio (direct / kproxy) | link bytes, direct | link bytes, kproxy |",
-        "| --- | --: | --: | --: | --: | --: |",
+        head,
+        "| --- | --: | " + "--: | --: | " * len(others) + "--: |",
     ]
     for label, peers in results.items():
-        (d, db), (k, kb) = peers["direct"], peers["kproxy"]
-        lines.append(f"| {label} | {d:.2f} s | {k:.2f} s | {d / k:.2f} | {_size(db)} | {_size(kb)} |")
+        d = peers["direct"][0]
+        cells = " | ".join(f"{peers[n][0]:.2f} s | {d / peers[n][0]:.2f}" for n in others)
+        sizes = ", ".join(_size(peers[n][1]) for n in names)
+        lines.append(f"| {label} | {d:.2f} s | {cells} | {sizes} |")
     return "\n".join(lines)
 
 
@@ -231,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profiles", default="loopback,50ms-20mbit,150ms-5mbit")
     p.add_argument("--compression", default="{}", help="settings added to kproxy's compression entry (JSON)")
+    p.add_argument(
+        "--also",
+        default="",
+        help="another kproxy peer in the same run: compression settings (JSON) for it, e.g. "
+        "'{\"upstream_gzip\": false}' to compare a setting with the default",
+    )
     p.add_argument("--only", default="", help="comma-separated command labels to run (default: all)")
     args = p.parse_args(argv)
     compression = json.loads(args.compression)
@@ -262,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 commands = {k: v for k, v in commands.items() if any(w in k for w in wanted)}
             out = [
                 f"{args.pods} pods; median of {args.rounds}; kproxy compression settings {compression or 'default'}; "
+                f"{('other kproxy: ' + args.also + '; ') if args.also else ''}"
                 f"load average {os.getloadavg()[0]:.1f} at start",
             ]
             for profile in args.profiles.split(","):
@@ -272,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 rp: RunningProxy = start_proxy(
                     tmp / f"kproxy-{profile}", wan_kubeconfig, extra={"filters": laptop_filters(compression)}
                 )
+                alt: RunningProxy | None = None
                 try:
                     rp.wait_cached("/api/v1/pods", "pods", timeout=600)
                     cache_ready = time.perf_counter() - t
@@ -279,9 +294,21 @@ def main(argv: list[str] | None = None) -> int:
                         Peer("direct", wan_kubeconfig, tmp / f"cache-direct-{profile}"),
                         Peer("kproxy", rp.kubeconfig, tmp / f"cache-kproxy-{profile}"),
                     ]
+                    if args.also:
+                        also = json.loads(args.also)
+                        alt = start_proxy(
+                            tmp / f"kproxy-also-{profile}",
+                            wan_kubeconfig,
+                            extra={"filters": laptop_filters({**compression, **also})},
+                        )
+                        alt.wait_cached("/api/v1/pods", "pods", timeout=600)
+                        label = "kproxy " + ",".join(f"{k}={v}" for k, v in also.items())
+                        peers.append(Peer(label, alt.kubeconfig, tmp / f"cache-also-{profile}"))
                     results = measure(commands, peers, args.rounds, LinkBytes(toxi))
                 finally:
                     rp.stop()
+                    if alt is not None:
+                        alt.stop()
                 out.append(report(profile, results, cache_ready))
                 print(out[-1], flush=True)
             print("\n\n".join(out))
