@@ -15,13 +15,18 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
+import hpack.hpack
+import hpack.table
 import hyperframe.frame
 from h2.frame_buffer import FrameBuffer
-from hpack import HeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
-from hpack.hpack import Decoder, Encoder, _unicode_if_needed
-from hpack.table import table_entry_size
+from hpack.hpack import Decoder, Encoder, _unicode_if_needed, encode_integer
+from hpack.table import HeaderTable
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
+
+_HEADERS, _CONTINUATION = 0x1, 0x9
+_END_STREAM, _END_HEADERS = 0x1, 0x4
 
 
 class HeaderBlockLimit(FrameBuffer):
@@ -47,6 +52,78 @@ class HeaderBlockLimit(FrameBuffer):
         return super()._update_header_buffer(f)
 
 
+#: Bytes a field name may hold: visible ASCII but upper case (RFC 9113 8.2.1, 8.2); ``translate``
+#: deletes them, so what is left of a name is what it may not hold.
+_NAME_BYTES = bytes([*range(0x21, 0x41), *range(0x5B, 0x7F)])
+_PSEUDO_FIELDS = frozenset((b":method", b":scheme", b":authority", b":path", b":status", b":protocol"))
+_CONNECTION_FIELDS = frozenset((b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"))
+
+
+def check_request_fields(headers: Any, trailer: bool) -> None:
+    """The checks h2 makes of a request's (or its trailers') header list when
+    ``validate_inbound_headers`` is on (h2/utilities.py ``validate_headers``: ten chained
+    generators, a fifth of what a small request cost kproxy's listener), in one pass, each
+    failure the same ``ProtocolError`` (h2 ends the connection with PROTOCOL_ERROR): a name that
+    is empty, upper case, or holds a control, space, non-ASCII byte or a colon past the first
+    byte; a value with NUL, CR or LF or that starts or ends with a space or tab; TE other than
+    ``trailers``; a connection-specific field; a pseudo-header repeated, after a regular field,
+    unknown, in trailers, or one a request may not carry; a request without ``:method`` (and,
+    but for CONNECT, ``:scheme`` and ``:path``), with an empty ``:path``, with neither
+    ``:authority`` nor Host, with two Hosts or a Host that differs from ``:authority``. Go's
+    server refuses the same fields (http2 server.go ``processHeaders``, ``checkValidHTTP2RequestHeaders``,
+    frame.go ``checkPseudos``; httpguts ``ValidHeaderFieldName``/``ValidHeaderFieldValue``)."""
+    pseudo: dict[bytes, bytes] = {}
+    regular = False
+    host: bytes | None = None
+    for name, value in headers:
+        if not name or name.translate(None, _NAME_BYTES) or name.find(b":", 1) != -1:
+            raise h2.exceptions.ProtocolError(f"Invalid header name {name!r}")
+        if value and (
+            b"\x00" in value
+            or b"\n" in value
+            or b"\r" in value
+            or value[0] in (0x20, 0x09)
+            or value[-1] in (0x20, 0x09)
+        ):
+            raise h2.exceptions.ProtocolError(f"Invalid header value for {name!r}")
+        if name[0] == 0x3A:
+            if regular or trailer:
+                raise h2.exceptions.ProtocolError(f"Received pseudo-header field out of sequence: {name!r}")
+            if name in pseudo or name not in _PSEUDO_FIELDS:
+                raise h2.exceptions.ProtocolError(f"Received duplicate or unknown pseudo-header field {name!r}")
+            pseudo[name] = value
+            continue
+        regular = True
+        if name in _CONNECTION_FIELDS:
+            raise h2.exceptions.ProtocolError(f"Connection-specific header field present: {name!r}.")
+        if name == b"te" and value.lower() != b"trailers":
+            raise h2.exceptions.ProtocolError(f"Invalid value for TE header: {value!r}")
+        if name == b"host":
+            if host is not None:
+                raise h2.exceptions.ProtocolError("Request header block has multiple Host headers.")
+            host = value
+    if trailer:
+        return
+    method = pseudo.get(b":method")
+    if method is None or b":status" in pseudo:
+        raise h2.exceptions.ProtocolError("Request header block without :method, or with :status")
+    if method == b"CONNECT" and b":protocol" not in pseudo:
+        if b":scheme" in pseudo or b":path" in pseudo:
+            raise h2.exceptions.ProtocolError("Ordinary CONNECT MUST NOT include :scheme or :path")
+    else:
+        if b":scheme" not in pseudo or b":path" not in pseudo:
+            raise h2.exceptions.ProtocolError("Request header block without :scheme or :path")
+        if b":protocol" in pseudo and method != b"CONNECT":
+            raise h2.exceptions.ProtocolError("Encountered connect-request-only headers")
+    if pseudo.get(b":path", b"-") == b"":
+        raise h2.exceptions.ProtocolError("An empty :path header is forbidden")
+    authority = pseudo.get(b":authority")
+    if authority is None and host is None:
+        raise h2.exceptions.ProtocolError("Request header block does not have an :authority or Host header.")
+    if authority is not None and host is not None and authority != host:
+        raise h2.exceptions.ProtocolError("Request header block has mismatched :authority and Host headers")
+
+
 class GoConnectionState(h2.connection.H2Connection):
     """h2's connection state, with Go's answers: a stream opened over the limit is refused (its
     header block still decoded, to keep HPACK in step) and the connection goes on; a stream whose
@@ -63,6 +140,10 @@ class GoConnectionState(h2.connection.H2Connection):
             frames, events = super()._receive_headers_frame(frame)
             if isinstance(decoder, TruncatingDecoder) and decoder.truncated:
                 self.truncated.add(frame.stream_id)
+            if not self.config.validate_inbound_headers:
+                for event in events:
+                    if isinstance(event, (h2.events.RequestReceived, h2.events.TrailersReceived)):
+                        check_request_fields(event.headers or (), isinstance(event, h2.events.TrailersReceived))
             return frames, events
         except h2.exceptions.TooManyStreamsError:
             h2.connection._decode_headers(self.decoder, frame.data)
@@ -74,6 +155,44 @@ class GoConnectionState(h2.connection.H2Connection):
             rst = RstStreamFrame(frame.stream_id)
             rst.error_code = code
             return [rst], []
+
+    def send_literal_headers(
+        self, stream_id: int, headers: list[tuple[bytes, bytes]], end_stream: bool, informational: bool = False
+    ) -> None:
+        """h2's ``send_headers`` for an answer on a stream the client opened, without its generic
+        pipeline (header normalization and validation off anyway, hpack's indexing encoder, one
+        hyperframe object per frame): the same state transitions, the block from
+        ``PlainEncoder.encode_literal``, cut into HEADERS and CONTINUATION frames of at most the
+        client's frame size."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            raise h2.exceptions.StreamClosedError(stream_id)
+        self.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
+        machine = stream.state_machine
+        if informational:
+            if end_stream:
+                raise h2.exceptions.ProtocolError("Cannot set END_STREAM on informational responses.")
+            machine.process_input(h2.stream.StreamInputs.SEND_INFORMATIONAL_HEADERS)
+        else:
+            machine.process_input(h2.stream.StreamInputs.SEND_HEADERS)
+        encoder = self.encoder
+        assert isinstance(encoder, PlainEncoder)
+        block = encoder.encode_literal(headers)
+        if end_stream:
+            machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
+        sid = stream_id.to_bytes(4, "big")
+        size = self.max_outbound_frame_size
+        flags = _END_STREAM if end_stream else 0
+        out = self._data_to_send
+        if len(block) <= size:
+            out += len(block).to_bytes(3, "big") + bytes((_HEADERS, flags | _END_HEADERS)) + sid + block
+            return
+        kind = _HEADERS
+        for pos in range(0, len(block), size):
+            piece = block[pos : pos + size]
+            last = pos + size >= len(block)
+            out += len(piece).to_bytes(3, "big") + bytes((kind, flags | (_END_HEADERS if last else 0))) + sid + piece
+            kind, flags = _CONTINUATION, 0
 
     def _receive_data_frame(self, frame: Any) -> Any:
         """DATA past a stream's window resets that stream (FLOW_CONTROL_ERROR) and gives the
@@ -110,6 +229,111 @@ class PlainEncoder(Encoder):
     def encode(self, headers: Any, huffman: bool = False) -> bytes:
         return super().encode(headers, huffman=False)
 
+    def encode_literal(self, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """``headers`` as HPACK without hpack's table search: a ``:status`` the static table
+        holds as its entry, a field of ``INDEXED_NAMES`` (values the apiserver repeats on every
+        answer) entered in the dynamic table the first time and then sent as its index, any other
+        field as a literal that is not indexed (RFC 7541 6.2.2; a static-table name by its index).
+        Entries are added only while the table has room for them (nothing is ever evicted, so
+        each entry's index is known from the order they were added); once the peer changes the
+        table's size no more are added or used. A table size change is signalled first, as hpack's
+        ``encode`` does. hpack's encoder searched its whole dynamic table for every field (in
+        Python), most of a response's HEADERS cost; don't mix this with ``encode`` on one
+        connection (that one enters fields in the table this does not know of)."""
+        parts: list[bytes] = []
+        if self.table_size_changes or self.header_table.resized:
+            parts.append(self._encode_table_size_change())
+            self.header_table.resized = False
+            self._entries = None  # the peer's table changed under ours: index nothing more
+        entries = self._entries
+        for name, value in headers:
+            if name == b":status":
+                status = _STATUS_INDEXED.get(value)
+                if status is not None:
+                    parts.append(status)
+                    continue
+            n = len(value)
+            if entries is not None and name in INDEXED_NAMES:
+                added = entries.get((name, value))
+                if added is not None:
+                    head = encode_integer(62 + len(entries) - 1 - added, 7)  # newest is 62
+                    head[0] |= 0x80
+                    parts.append(bytes(head))
+                    continue
+                size = len(name) + n + 32  # RFC 7541 4.1
+                if self._table_used + size <= self.header_table.maxsize:
+                    self._table_used += size
+                    entries[(name, value)] = len(entries)
+                    index = _STATIC_NAMES.get(name)
+                    if index is not None:
+                        head = encode_integer(index, 6)
+                        head[0] |= 0x40
+                        parts.append(bytes(head))
+                    else:
+                        parts.append(b"\x40" + bytes(encode_integer(len(name), 7)) + name)
+                    parts.append(_SHORT_LENGTHS[n] if n < 127 else bytes(encode_integer(n, 7)))
+                    parts.append(value)
+                    continue
+            prefix = _NAME_PREFIX.get(name)
+            if prefix is None:
+                prefix = _name_prefix(name)
+            parts.append(prefix)
+            parts.append(_SHORT_LENGTHS[n] if n < 127 else bytes(encode_integer(n, 7)))
+            parts.append(value)
+        return b"".join(parts)
+
+    #: ``encode_literal``'s dynamic table: the fields it added, each with its order of adding
+    #: (None: it adds and uses none), and their size.
+    _entries: dict[tuple[bytes, bytes], int] | None
+    _table_used = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries = {}
+
+
+#: Response fields whose values repeat from one answer to the next (the apiserver's content type
+#: and cache control, the APF flow schema and priority level of a caller): entered in the HPACK
+#: dynamic table by ``PlainEncoder.encode_literal``. Nothing that may be a credential.
+INDEXED_NAMES = frozenset(
+    (
+        b"content-type",
+        b"cache-control",
+        b"content-encoding",
+        b"vary",
+        b"x-kubernetes-pf-flowschema-uid",
+        b"x-kubernetes-pf-prioritylevel-uid",
+    )
+)
+
+
+#: ``:status`` values the HPACK static table holds (RFC 7541 Appendix A, entries 8-14), indexed.
+_STATUS_INDEXED = {
+    value: bytes((0x80 | i,)) for i, (name, value) in enumerate(HeaderTable.STATIC_TABLE, 1) if name == b":status"
+}
+#: A name's first static table index, for a literal with an indexed name.
+_STATIC_NAMES: dict[bytes, int] = {}
+for _i, (_name, _) in enumerate(HeaderTable.STATIC_TABLE, 1):
+    _STATIC_NAMES.setdefault(_name, _i)
+#: Encoded name parts of the fields sent, by name (bounded: names come from upstream answers).
+_NAME_PREFIX: dict[bytes, bytes] = {}
+_NAME_PREFIX_MAX = 1024
+#: A string's length as a 7-bit prefix integer with the Huffman bit clear, for lengths under 127.
+_SHORT_LENGTHS = [bytes((n,)) for n in range(127)]
+
+
+def _name_prefix(name: bytes) -> bytes:
+    """The start of a "literal header field without indexing" line for ``name``: the 4-bit
+    prefix index of a static-table name, else a zero index and the name as a plain string."""
+    index = _STATIC_NAMES.get(name)
+    if index is not None:
+        prefix = bytes(encode_integer(index, 4))  # the pattern 0000 keeps the high bits clear
+    else:
+        prefix = b"\x00" + bytes(encode_integer(len(name), 7)) + name
+    if len(_NAME_PREFIX) < _NAME_PREFIX_MAX:
+        _NAME_PREFIX[name] = prefix
+    return prefix
+
 
 def _shown_hex(data: bytes | None) -> str:
     """hyperframe's ``_raw_data_repr``, with the same result, hexlifying only the bytes it shows.
@@ -123,6 +347,20 @@ def _shown_hex(data: bytes | None) -> str:
 
 
 hyperframe.frame._raw_data_repr = _shown_hex
+
+
+class _Unlogged:
+    """hpack's module loggers, replaced: hpack logs every integer and field it codes at DEBUG
+    (about thirty calls for a small request and its answer, a tenth of what the listener spent
+    on it), and those records hold header values, credentials among them."""
+
+    @staticmethod
+    def debug(*args: Any, **kwargs: Any) -> None:
+        return None
+
+
+hpack.hpack.log = _Unlogged()  # type: ignore[assignment]
+hpack.table.log = _Unlogged()  # type: ignore[assignment]
 
 
 class TruncatingDecoder(Decoder):
@@ -141,15 +379,19 @@ class TruncatingDecoder(Decoder):
     def decode(self, data: bytes, raw: bool = False) -> Any:
         self.truncated = False
         view = memoryview(data)
-        headers: list[HeaderTuple] = []
+        headers: list[Any] = []
         size = fields = 0
         pos, end = 0, len(data)
         limit = self.max_header_list_size
+        entry = self.header_table.get_by_index
         while pos < end:
             current = data[pos]
             header: Any
             if current & 0x80:
-                header, consumed = self._decode_indexed(view[pos:])
+                if 0x80 < current < 0xFF:  # an index in the prefix byte (most fields of a request)
+                    header, consumed = entry(current & 0x7F), 1
+                else:
+                    header, consumed = self._decode_indexed(view[pos:])
             elif current & 0x40:
                 header, consumed = self._decode_literal_index(view[pos:])
             elif current & 0x20:
@@ -166,10 +408,10 @@ class TruncatingDecoder(Decoder):
             if fields > MAX_DECODED_FIELDS:
                 raise OversizedHeaderListError(f"more than {MAX_DECODED_FIELDS} header fields")
             if not self.truncated:
-                size += table_entry_size(header[0], header[1])
+                size += 32 + len(header[0]) + len(header[1])  # table_entry_size (RFC 7541 4.1)
                 if size > limit or fields > MAX_FIELDS:
                     self.truncated = True  # decoded on, kept no more
                 else:
                     headers.append(header)
         self._assert_valid_table_size()
-        return [_unicode_if_needed(h, raw) for h in headers]
+        return headers if raw else [_unicode_if_needed(h, raw) for h in headers]

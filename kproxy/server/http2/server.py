@@ -113,7 +113,7 @@ class H2ServerConnection:
         config = h2.config.H2Configuration(
             client_side=False,
             header_encoding=None,
-            validate_inbound_headers=True,
+            validate_inbound_headers=False,  # goframes.check_request_fields, in one pass
             normalize_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
@@ -322,7 +322,7 @@ class H2ServerConnection:
             (b"content-length", b"%d" % len(_TOO_LARGE)),
             (b"date", email.utils.formatdate(usegmt=True).encode()),
         ]
-        conn.send_headers(sid, headers)
+        conn.send_literal_headers(sid, headers, end_stream=False)  # never h2's: see encode_literal
         conn.send_data(sid, _TOO_LARGE, end_stream=True)
 
     def _data(self, event: h2.events.DataReceived) -> None:
@@ -415,7 +415,8 @@ class H2ServerConnection:
     def send_headers(self, sid: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
         if self.stream_closed(sid):
             raise StreamReset("stream reset")
-        self._h2.send_headers(sid, headers, end_stream=end)
+        informational = headers[0][1][:1] == b"1"  # :status comes first
+        self._h2.send_literal_headers(sid, headers, end, informational)
         if end:
             self._ended_local(sid)
         self._flush()
