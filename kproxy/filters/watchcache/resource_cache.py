@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from kproxy import gctuning
 from kproxy.cacher import Reflector, WatchCache
@@ -114,6 +115,7 @@ class ResourceCache:
         assert store is not None
         factory = self.factory
         decode = factory.from_proto if self.spec.kind.protobuf else factory.from_json
+        started = time.perf_counter()
         with gctuning.paused():  # long-lived objects (see kproxy.gctuning)
             loaded = store.load(decode, self.cache)
         outcome = "loaded" if loaded is not None else store.load_outcome
@@ -121,10 +123,11 @@ class ResourceCache:
         if loaded is not None:
             self._objects.set(len(self.cache))
             log.info(
-                "%s: %d objects at resource version %d loaded from disk",
+                "%s: %d objects at resource version %d loaded from disk in %.3f s",
                 self.spec.label,
                 len(self.cache),
                 self.cache.applied_rv,
+                time.perf_counter() - started,
             )
         store.attach(self.cache, loaded)
 
