@@ -626,6 +626,11 @@ class ResourceStore:
             self._compact_again = False
             self.compact()
 
+    def forget(self) -> None:
+        """Remove the resource's files (after ``close``), unless a newer store owns them."""
+        if self._owners.get(self.ident) in (None, self):
+            discard(self.directory, self.ident)
+
     async def close(self) -> None:
         """Write out what is pending (the last bookmark's resource version too) and sync."""
         if self._ticker is not None:

@@ -488,6 +488,8 @@ class WatchCacheFilter(FilterBase):
         log.info("watchcache: %s %s; dropping its cache", rc.spec.label, why)
         self._metrics.objects.labels(rc.spec.label).set(0)
         await rc.stop()  # its watches end, as the apiserver ends them when it stops serving one
+        if rc.store is not None:
+            rc.store.forget()  # not served any more: a restart must not answer from it
 
     def _definition_deleted(self, spec: ResourceSpec) -> bool:
         """Whether ``spec`` is a custom resource whose definition was deleted (discovery may list

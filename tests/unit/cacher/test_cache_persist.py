@@ -290,3 +290,10 @@ async def test_events_appended_after_a_load_load_again(tmp_path: Path) -> None:
         await s.close()
     final, s = load(tmp_path, key)
     assert s.load_outcome == "loaded" and {"ns/later0", "ns/later1"} <= set(final.store)
+
+
+async def test_a_dropped_resource_leaves_nothing_to_load(tmp_path: Path) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    s.forget()
+    assert list(tmp_path.iterdir()) == []
