@@ -488,6 +488,7 @@ class ResourceStore:
                 self._fail(err)
         cache.add_listener(self._on_events)
         cache.add_replace_listener(self._on_replace)
+        cache.add_reset_listener(self._on_reset)
         self._ticker = asyncio.create_task(self._tick())
 
     @property
@@ -563,6 +564,17 @@ class ResourceStore:
         while True:
             await asyncio.sleep(self.progress_interval)
             self._note_progress()
+
+    def _on_reset(self) -> None:
+        """The upstream stopped serving the resource (the cache turned unready): what is on
+        disk must not be served by a restarted kproxy. The next list writes a new snapshot."""
+        cache = self._cache
+        if cache is None or cache.ready or not self.owner:
+            return  # ready: the upstream went back in time, and the list's snapshot follows
+        self._buf.clear()
+        self._close_fd()
+        self._framer = None
+        discard(self.directory, self.ident)
 
     def _on_replace(self) -> None:
         self.flush_pending_only()  # events before the list, on the state it replaces
@@ -641,6 +653,7 @@ class ResourceStore:
         if cache is not None:
             cache.remove_listener(self._on_events)
             cache.remove_replace_listener(self._on_replace)
+            cache.remove_reset_listener(self._on_reset)
         task = self._compacting
         if task is not None:
             with contextlib.suppress(Exception):

@@ -186,6 +186,9 @@ class WatchCache:
         back in time, or stopped serving the resource): watches must start again."""
         self._reset_listeners.append(listener)
 
+    def remove_reset_listener(self, listener: Callable[[], None]) -> None:
+        self._reset_listeners.remove(listener)
+
     def add_replace_listener(self, listener: Callable[[], None]) -> None:
         """``listener()`` after every ``replace`` (a list), once its differences were notified."""
         self._replace_listeners.append(listener)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
@@ -294,3 +295,45 @@ def test_first_list_served_from_disk_before_the_apiserver_answers(
     # The restarted apiserver's own watch cache starts at its first list: the resumed watch is
     # answered 410 and kproxy lists again, as it does after any apiserver restart.
     wait_for(_converged(rp, cp, base), 60, "the cache to catch up and see the deletion")
+
+
+CRD = crds.crd("persist.kproxy.test", "widgets", "Widget", spec_fields={"color": "string"}, selectable=[".spec.color"])
+
+
+def test_custom_resources_persist_as_their_json_and_go_with_their_definition(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    cp = control_plane
+    crds.install(cp, CRD)
+    state = tmp_path / "state"
+    ident = "persist.kproxy.test+v1+widgets"
+    try:
+        base = f"/apis/persist.kproxy.test/v1/namespaces/{namespace}/widgets"
+
+        def create(name: str, color: str) -> bool:
+            body = {"apiVersion": "persist.kproxy.test/v1", "kind": "Widget", "metadata": {"name": name}}
+            body["spec"] = {"color": color}
+            return cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409)
+
+        wait_for(lambda: create("w1", "red"), 30, "the CRD to be served")
+        assert create("w2", "blue")
+        cfg = _config(state, ["widgets.persist.kproxy.test"])
+        cfg["filters"][0]["rediscovery_interval"] = 1
+        _first_run(proxy_factory, cp, base, cfg)
+        assert (state / f"{ident}.snapshot").exists()
+        rp = proxy_factory(extra=cfg)
+        # Served from disk: the apiserver's own JSON, byte for byte, and its selectable field.
+        query = "?resourceVersion=0&fieldSelector=spec.color%3Dblue"
+        status, via = rp.get(base + query)
+        direct = cp.request("GET", base + query)
+        assert status == 200 and (status, json.loads(via)["items"]) == (direct[0], json.loads(direct[1])["items"])
+        metrics = rp.metrics()
+        loads = r'kproxy_watchcache_persist_loads_total\{outcome="loaded",resource="widgets.persist.kproxy.test"\}'
+        assert _metric(metrics, loads) == 1
+        resource = 'resource="widgets.persist.kproxy.test"'
+        served = rf'kproxy_watchcache_reads_total\{{reason="any",{resource},served="cache",verb="list"\}}'
+        assert _metric(metrics, served) == 1
+    finally:
+        crds.uninstall(cp, "widgets.persist.kproxy.test")
+    # The definition deleted: the cache is dropped and so are its files.
+    wait_for(lambda: not list(state.glob(f"{ident}*")), 60, "the deleted resource's files to be removed")

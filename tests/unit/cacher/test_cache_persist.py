@@ -297,3 +297,17 @@ async def test_a_dropped_resource_leaves_nothing_to_load(tmp_path: Path) -> None
     await s.close()
     s.forget()
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_resource_no_longer_served_is_removed_from_disk_until_listed_again(tmp_path: Path) -> None:
+    cache, s = await filled(tmp_path)
+    cache.unready()  # the reflector's 404: the upstream no longer serves the resource
+    assert list(tmp_path.iterdir()) == []
+    cache.apply(ADDED, obj("ignored", 60))
+    await settle(s)
+    assert list(tmp_path.iterdir()) == []
+    cache.replace([obj("back", 70)], 70)  # served again: listed
+    await settle(s)
+    await s.close()
+    again, _ = load(tmp_path)
+    assert sorted(again.store) == ["ns/back"]
