@@ -292,11 +292,11 @@ class ProxyServer:
         logging.getLogger().setLevel(cfg.log.level.upper())
         old.retired = True
         self._draining.add(old)
-        if old.active == 0:
-            await self._retire(old)
         # HTTP/2 clients move to new connections, served by the new chain (an HTTP/1.1 watch
         # stays on the old chain until it ends: nothing tells its client to leave).
         self._h2_go_away(list(self.http2.registry), self.cfg.shutdown_timeout)
+        if old.active == 0:
+            await self._retire(old)
         return ignored
 
     def _h2_go_away(self, conns: list[H2ServerConnection], deadline: float) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -346,6 +347,9 @@ def test_a_client_go_informer_follows_its_watch_across_reloads(
             inf.wait(lambda i=i: seen(f"before-{i}"), 30, f"before-{i}")
             rp.proc.send_signal(signal.SIGHUP)
             inf.wait(lambda i=i: len(inf.of("watch")) == i + 2, 30, "the watch to be opened again")
+        # Once the new watch has reached kproxy (a connection still in its handshake when the
+        # reload comes is served by the new chain already, and is not sent GOAWAY):
+        wait_for(lambda: _watches(rp) == (2, 1), 10, "kproxy to serve the new watch")
         rp.proc.send_signal(signal.SIGHUP)  # the watch just opened has had no event
         inf.wait(lambda: len(inf.of("watch")) == 4, 30, "the new watch to be opened again")
         kubectl(["-n", namespace, "create", "configmap", "after"])
@@ -363,6 +367,14 @@ def test_a_client_go_informer_follows_its_watch_across_reloads(
     watched = [x for x in lines if x.get("logger") == "kproxy.access" and x.get("verb") == "watch"]
     assert len(watched) >= 2 and {x["protocol"] for x in watched} == {"HTTP/2.0"}
     assert "config reloaded" in rp.log_text()
+
+
+def _watches(rp: RunningProxy) -> tuple[float, float]:
+    """The watches kproxy has served to their end, and those open."""
+    text = rp.metrics()
+    ended = re.findall(r'^kproxy_requests_total\{[^}]*verb="watch"[^}]*\} (\S+)$', text, re.M)
+    opened = re.search(r"^kproxy_open_watches (\S+)$", text, re.M)
+    return sum(float(n) for n in ended), float(opened.group(1)) if opened else 0.0
 
 
 async def test_an_idle_connection_is_ended_with_goaway(
