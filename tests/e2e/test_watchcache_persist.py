@@ -68,12 +68,13 @@ def _config(state: Path, cached: list[str] | None = None, **persist: Any) -> dic
 
 
 def _upstream_requests(rp: RunningProxy, resource: str) -> list[str]:
-    """The cache's own list and watch requests for ``resource``, as kproxy logged them."""
+    """The cache's own list and watch requests for ``resource``, as kproxy logged them; not its
+    freshness probes (a list or watch matching no object, for the upstream's resource version)."""
     out = []
     for line in rp.log_text().splitlines():
         if "upstream list " in line or "upstream watch " in line:
             msg = json.loads(line).get("msg", "")
-            if re.search(rf"/{resource}\?", msg):
+            if re.search(rf"/{resource}\?", msg) and "kproxy-matches-nothing" not in msg:
                 out.append(msg)
     return out
 
@@ -125,6 +126,9 @@ def test_restart_serves_from_disk_and_resumes_the_watch(
     assert init_before >= COUNT  # the first run's streaming list: one initial event per configmap
 
     rp = proxy_factory(extra=cfg)
+    # A consistent read, the first request, is never answered from the persisted state alone.
+    consistent_status, consistent = rp.get(base)
+    assert consistent_status == 200 and _state(consistent) == _state(cp.request("GET", base)[1])
     # A watcher from the persisted resource version, on the restarted kproxy, gets what changed.
     watch_status, watch_body = rp.get(
         f"{base}?watch=1&resourceVersion={persisted_rv}&timeoutSeconds=1&allowWatchBookmarks=false", timeout=20
