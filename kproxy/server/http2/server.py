@@ -66,6 +66,12 @@ Handler = Callable[[Any], Awaitable[Any]]
 _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
 
+#: Response field names as sent (lower case), by the name the chain gave (short ones, a bounded
+#: number: names come from upstream answers).
+_FIELD_NAMES: dict[str, bytes] = {}
+_FIELD_NAMES_MAX = 1024
+_STATUS = {code: b"%d" % code for code in range(100, 600)}
+
 _TOO_LARGE = b"<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>"
 _NUMBERS = itertools.count(1)
 
@@ -133,6 +139,7 @@ class H2ServerConnection:
         self._going_away = False
         self._last_stream = 0
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None  # when the last stream ended, while none is open
         self._close_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._flush_pending = False
@@ -424,14 +431,20 @@ class H2ServerConnection:
     def send_response_headers(
         self, sid: int, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], end: bool
     ) -> None:
-        out = [(b":status", b"%d" % status)]
+        out = [(b":status", _STATUS.get(status) or b"%d" % status)]
         has_date = False
         items = headers.items() if isinstance(headers, CIMultiDict) else headers
+        names = _FIELD_NAMES
         for name, value in items:
-            key = name.lower().encode("utf-8", "surrogateescape")
+            key = names.get(name)
+            if key is None:
+                key = name.lower().encode("utf-8", "surrogateescape")
+                if len(names) < _FIELD_NAMES_MAX and len(name) <= 64:
+                    names[name] = key
             if key in _CONNECTION_SPECIFIC:
                 continue
-            has_date = has_date or key == b"date"
+            if key == b"date":
+                has_date = True
             out.append((key, value.encode("utf-8", "surrogateescape")))
         if not has_date:  # Go's server adds Date, as over HTTP/1.1
             out.append((b"date", email.utils.formatdate(usegmt=True).encode()))
@@ -452,12 +465,14 @@ class H2ServerConnection:
                     self._ended_local(sid)
                     self._flush()
                 return
-            n = min(len(view), self._h2.local_flow_control_window(sid), self._h2.max_outbound_frame_size)
+            window, frame_size = self._h2.send_window(sid)
+            n = min(len(view), window, frame_size)
             if n <= 0 or self.writing_paused:
                 await self._wait(st)
                 continue
             last = n == len(view)
-            self._h2.send_data(sid, view[:n].tobytes(), end_stream=end and last)
+            piece = data if last and n == len(data) and isinstance(data, bytes) else view[:n].tobytes()
+            self._h2.send_data_frame(sid, piece, end and last)
             if end and last:
                 self._ended_local(sid)
             self._flush()
@@ -490,7 +505,7 @@ class H2ServerConnection:
     def _pump(self, sid: int, st: _Stream) -> None:
         conn = self._h2
         while st.queue and not self.writing_paused:
-            window = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+            window = min(*conn.send_window(sid))
             if window <= 0:
                 return
             head = st.queue[0]
@@ -500,7 +515,7 @@ class H2ServerConnection:
             else:
                 piece, st.queue[0] = head[:window], head[window:]
             st.queued -= len(piece)
-            conn.send_data(sid, piece)
+            conn.send_data_frame(sid, piece, False)
 
     def _pump_all(self) -> None:
         if self._closed:
@@ -594,20 +609,32 @@ class H2ServerConnection:
             self._close_timer = self._loop.call_later(GOAWAY_TIMEOUT, self.close)
 
     def _arm_idle(self) -> None:
+        """The connection has no stream: the idle timeout runs from now. One timer serves many
+        idle spells (a request does not cancel it: it finds the connection busy, or idle for less
+        than the timeout, and is set again for what is left)."""
         self._disarm_idle()
         if self._closed:
             return
         if self._limits.idle_timeout > 0:
-            self._idle_timer = self._loop.call_later(self._limits.idle_timeout, self._idle)
+            self._idle_since = self._loop.time()
+            if self._idle_timer is None:
+                self._idle_timer = self._loop.call_later(self._limits.idle_timeout, self._idle)
         self._on_idle(True)
 
     def _disarm_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        if self._idle_since is not None:
+            self._idle_since = None
             self._on_idle(False)
 
     def _idle(self) -> None:
+        self._idle_timer = None
+        since = self._idle_since
+        if since is None or self._closed:
+            return  # busy: set again when the connection is idle again
+        left = since + self._limits.idle_timeout - self._loop.time()
+        if left > 0:
+            self._idle_timer = self._loop.call_later(left, self._idle)
+            return
         if not self._streams:
             self.goaway()
 
