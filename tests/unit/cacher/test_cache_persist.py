@@ -190,6 +190,11 @@ def test_directory_checks(tmp_path: Path) -> None:
     with pytest.raises(UnsafeStorage, match="writable by group or others"):
         prepare_dir(str(d))
     os.chmod(d, 0o700)
+    if os.geteuid() == 0:  # only root can give a directory away
+        os.chown(d, 12345, 12345)
+        with pytest.raises(UnsafeStorage, match="owned by uid 12345"):
+            prepare_dir(str(d))
+        os.chown(d, 0, 0)
     link = tmp_path / "link"
     link.symlink_to(d)
     with pytest.raises(UnsafeStorage, match="not a directory"):
