@@ -310,19 +310,19 @@ def read_state(directory: Path, ident: str, identity: dict[str, Any], sealer: Se
     return state
 
 
-def persisted(directory: Path, sealer: Sealer | None) -> list[tuple[str, dict[str, Any]]]:
-    """(file id, snapshot header) of each resource with a snapshot whose header reads (its
-    objects are checked when loaded): what can be loaded before the upstream is asked anything."""
-    found = []
+def persisted(directory: Path, sealer: Sealer | None) -> list[tuple[str, dict[str, Any] | None]]:
+    """(file id, snapshot header) of each resource with a snapshot: what can be loaded before
+    the upstream is asked anything (its objects are checked when loaded). The header is None
+    when it does not read (damaged, encrypted with another key or without one, not private)."""
+    found: list[tuple[str, dict[str, Any] | None]] = []
     for path in sorted(directory.glob("*.snapshot")):
         ident = path.name[: -len(".snapshot")]
         try:
             head = _read_head(path, ident, sealer)
         except (Corrupt, OSError, ValueError) as err:
             log.debug("%s: header not readable (%s)", path.name, err)
-            continue
-        if head is not None:
-            found.append((ident, head))
+            head = None
+        found.append((ident, head))
     return found
 
 

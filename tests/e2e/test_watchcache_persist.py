@@ -261,6 +261,22 @@ def test_secrets_persisted_only_when_named_and_then_encrypted(
     status, got = rp.get(f"{secrets}?resourceVersion=0")
     assert status == 200 and "s1" in _state(got)
     assert _metric(rp.metrics(), r'kproxy_watchcache_persist_loads_total\{outcome="loaded",resource="secrets"\}') == 1
+    assert rp.stop() == 0
+
+    # Another key: what the old one sealed is removed unread, and the secrets listed again.
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    old = (sealed / "core+v1+secrets.snapshot").read_bytes()
+    rp = proxy_factory(extra=cfg)
+    wait_for(_converged(rp, cp, secrets), 30, "the cache to list the secrets again")
+    assert "persisted state core+v1+secrets not readable" in rp.log_text()
+    assert _metric(rp.metrics(), r'kproxy_watchcache_persist_loads_total\{outcome="none",resource="secrets"\}') == 1
+    wait_for(lambda: (sealed / "core+v1+secrets.snapshot").exists(), 30, "the new key's snapshot")
+    assert (sealed / "core+v1+secrets.snapshot").read_bytes() != old
+    assert rp.stop() == 0
+
+    # Secrets no longer cached: their persisted state goes too.
+    rp = proxy_factory(extra=_config(sealed, ["configmaps"], resources=["*", "secrets"], encryption_key_file=str(key)))
+    assert not list(sealed.glob("core+v1+secrets*"))
     rp.stop(signal.SIGKILL)
 
 

@@ -32,7 +32,15 @@ from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kproxy.cacher import DELETED, CacheEvent, Kind, object_key, select
-from kproxy.cacher.persist import ResourceStore, Sealer, UnsafeStorage, persisted, prepare_dir, read_key_file
+from kproxy.cacher.persist import (
+    ResourceStore,
+    Sealer,
+    UnsafeStorage,
+    discard,
+    persisted,
+    prepare_dir,
+    read_key_file,
+)
 from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
@@ -425,35 +433,51 @@ class WatchCacheFilter(FilterBase):
         then keeps them, or drops those it no longer serves): they answer ``resourceVersion=0``
         reads at once and resume their watches from the persisted resource versions."""
         assert self._persist is not None
-        for _, head in persisted(self._persist.directory, self._persist.sealer):
-            spec_doc = head.get("spec") or {}
-            try:
-                spec = ResourceSpec(
-                    str(spec_doc["group"]),
-                    str(spec_doc["version"]),
-                    str(spec_doc["resource"]),
-                    bool(spec_doc["namespaced"]),
-                    Kind(
-                        str(spec_doc["api_version"]),
-                        str(spec_doc["kind"]),
-                        str(spec_doc["list_kind"]),
-                        bool(spec_doc["protobuf"]),
-                    ),
-                )
-                paths = spec_doc.get("crd_paths")
-                crd_paths = None if paths is None else tuple(str(p) for p in paths)
-            except (KeyError, TypeError):
+        directory = self._persist.directory
+        for ident, head in persisted(directory, self._persist.sealer):
+            described = self._persisted_spec(head)
+            if described is None:
+                log.info("watchcache: persisted state %s not readable (another key, or none); removed", ident)
+                discard(directory, ident)
                 continue
-            if spec.key in self.caches or not any(_matches(n, spec) for n in self.settings.resources):
+            spec, crd_paths = described
+            if spec.key in self.caches:
                 continue
-            if (
+            wanted = any(_matches(n, spec) for n in self.settings.resources) and self._persist.persists(spec)
+            if not wanted or (
                 spec.kind.protobuf
                 and self._codec is not None
                 and not self._codec.knows(spec.kind.api_version, spec.kind.kind)
             ):
+                log.info("watchcache: persisted state of %s: no longer to be persisted; removed", spec.label)
+                discard(directory, ident)
                 continue
-            if self._persist.persists(spec):
-                self._new_cache(spec, crd_paths)
+            self._new_cache(spec, crd_paths)
+
+    @staticmethod
+    def _persisted_spec(head: dict[str, Any] | None) -> tuple[ResourceSpec, tuple[str, ...] | None] | None:
+        """The resource a snapshot header describes (None: none it can describe)."""
+        if head is None:
+            return None
+        spec_doc = head.get("spec") or {}
+        try:
+            spec = ResourceSpec(
+                str(spec_doc["group"]),
+                str(spec_doc["version"]),
+                str(spec_doc["resource"]),
+                bool(spec_doc["namespaced"]),
+                Kind(
+                    str(spec_doc["api_version"]),
+                    str(spec_doc["kind"]),
+                    str(spec_doc["list_kind"]),
+                    bool(spec_doc["protobuf"]),
+                ),
+            )
+            paths = spec_doc.get("crd_paths")
+            crd_paths = None if paths is None else tuple(str(p) for p in paths)
+        except (KeyError, TypeError):
+            return None
+        return spec, crd_paths
 
     def _note_absent(self, wanted: dict[Key, ResourceSpec], ready: bool) -> None:
         """Log what discovery lacks of the cached resources when that changes."""
