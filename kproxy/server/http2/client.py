@@ -62,7 +62,7 @@ from multidict import CIMultiDict
 
 from kproxy.gocompat.httpguts import TOKEN_CHARS, first_invalid_name, valid_host_header
 from kproxy.gocompat.strconv import go_quote
-from kproxy.server.http2.goframes import PlainEncoder
+from kproxy.server.http2.goframes import PlainEncoder, send_request_headers
 from kproxy.server.httputil import HEADER_CHARSET, InvalidRequestHead, end_to_end
 from kproxy.server.pool import NotSent, UpstreamClosed
 
@@ -460,7 +460,7 @@ class H2Conn(asyncio.Protocol):
             },
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
-        self.h2.encoder = PlainEncoder()  # no Huffman coding: its Python loop was most of a HEADERS frame's cost
+        self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
         self.streams: dict[int, _Stream] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.goaway = False
@@ -680,7 +680,7 @@ class H2Conn(asyncio.Protocol):
     def open_stream(self, fields: list[Any], end_stream: bool) -> _Stream:
         sid = self.h2.get_next_available_stream_id()
         st = _Stream(self, sid)
-        self.h2.send_headers(sid, fields, end_stream=end_stream)
+        send_request_headers(self.h2, sid, fields, end_stream)
         st.local_ended = end_stream
         self.streams[sid] = st
         self.flush()

@@ -20,6 +20,7 @@ import hpack.hpack
 import hpack.table
 import hyperframe.frame
 from h2.frame_buffer import FrameBuffer
+from hpack import NeverIndexedHeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
 from hpack.hpack import Decoder, Encoder, _unicode_if_needed, encode_integer
 from hpack.table import HeaderTable
@@ -131,6 +132,42 @@ def check_request_fields(headers: Any, trailer: bool) -> None:
         raise h2.exceptions.ProtocolError("Request header block has mismatched :authority and Host headers")
 
 
+def write_header_block(out: bytearray, stream_id: int, block: bytes, end_stream: bool, frame_size: int) -> None:
+    """A header block as a HEADERS frame and as many CONTINUATION frames as ``frame_size`` needs."""
+    sid = stream_id.to_bytes(4, "big")
+    flags = _END_STREAM if end_stream else 0
+    if len(block) <= frame_size:
+        out += len(block).to_bytes(3, "big") + bytes((_HEADERS, flags | _END_HEADERS)) + sid + block
+        return
+    kind = _HEADERS
+    for pos in range(0, len(block), frame_size):
+        piece = block[pos : pos + frame_size]
+        last = pos + frame_size >= len(block)
+        out += len(piece).to_bytes(3, "big") + bytes((kind, flags | (_END_HEADERS if last else 0))) + sid + piece
+        kind, flags = _CONTINUATION, 0
+
+
+def send_request_headers(conn: h2.connection.H2Connection, stream_id: int, fields: list[Any], end_stream: bool) -> None:
+    """h2's ``send_headers`` opening a client stream, without its generic pipeline (kproxy's
+    upstream client checked the fields itself, as Go's transport does): h2's stream limit, the
+    same state transitions and stream, the block from ``PlainEncoder.encode_literal``. ``fields``
+    start with ``:authority`` and ``:method`` (``client.request_fields``)."""
+    if conn.open_outbound_streams + 1 > conn.remote_settings.max_concurrent_streams:
+        raise h2.exceptions.TooManyStreamsError("Max outbound streams reached")
+    conn.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
+    stream = conn._begin_new_stream(stream_id, h2.connection.AllowedStreamIDs.ODD)
+    machine = stream.state_machine
+    machine.process_input(h2.stream.StreamInputs.SEND_HEADERS)
+    encoder = conn.encoder
+    assert isinstance(encoder, PlainEncoder)
+    block = encoder.encode_literal(fields)
+    if end_stream:
+        machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
+    stream._authority = fields[0][1]
+    stream.request_method = fields[1][1]  # a HEAD's answer has no body (h2 checks its length)
+    write_header_block(conn._data_to_send, stream_id, block, end_stream, conn.max_outbound_frame_size)
+
+
 class GoConnectionState(h2.connection.H2Connection):
     """h2's connection state, with Go's answers: a stream opened over the limit is refused (its
     header block still decoded, to keep HPACK in step) and the connection goes on; a stream whose
@@ -187,19 +224,7 @@ class GoConnectionState(h2.connection.H2Connection):
         block = encoder.encode_literal(headers)
         if end_stream:
             machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
-        sid = stream_id.to_bytes(4, "big")
-        size = self.max_outbound_frame_size
-        flags = _END_STREAM if end_stream else 0
-        out = self._data_to_send
-        if len(block) <= size:
-            out += len(block).to_bytes(3, "big") + bytes((_HEADERS, flags | _END_HEADERS)) + sid + block
-            return
-        kind = _HEADERS
-        for pos in range(0, len(block), size):
-            piece = block[pos : pos + size]
-            last = pos + size >= len(block)
-            out += len(piece).to_bytes(3, "big") + bytes((kind, flags | (_END_HEADERS if last else 0))) + sid + piece
-            kind, flags = _CONTINUATION, 0
+        write_header_block(self._data_to_send, stream_id, block, end_stream, self.max_outbound_frame_size)
 
     def send_window(self, stream_id: int) -> tuple[int, int]:
         """What may be sent on the stream now (h2's ``local_flow_control_window`` and frame size)."""
@@ -268,10 +293,11 @@ class PlainEncoder(Encoder):
         return super().encode(headers, huffman=False)
 
     def encode_literal(self, headers: list[tuple[bytes, bytes]]) -> bytes:
-        """``headers`` as HPACK without hpack's table search: a ``:status`` the static table
-        holds as its entry, a field of ``INDEXED_NAMES`` (values the apiserver repeats on every
-        answer) entered in the dynamic table the first time and then sent as its index, any other
-        field as a literal that is not indexed (RFC 7541 6.2.2; a static-table name by its index).
+        """``headers`` as HPACK without hpack's table search: a pseudo-header field the static
+        table holds whole as its index, a ``NeverIndexedHeaderTuple`` (a credential) as a literal
+        never indexed, a field of ``INDEXED_NAMES`` (values that repeat) entered in the dynamic
+        table the first time and then sent as its index, any other field as a literal that is not
+        indexed (RFC 7541 6.2.2; a static-table name by its index).
         Entries are added only while the table has room for them (nothing is ever evicted, so
         each entry's index is known from the order they were added); once the peer changes the
         table's size no more are added or used. A table size change is signalled first, as hpack's
@@ -284,19 +310,35 @@ class PlainEncoder(Encoder):
             self.header_table.resized = False
             self._entries = None  # the peer's table changed under ours: index nothing more
         entries = self._entries
-        for name, value in headers:
-            if name == b":status":
-                status = _STATUS_INDEXED.get(value)
-                if status is not None:
-                    parts.append(status)
+        for field in headers:
+            name, value = field
+            if name[:1] == b":":
+                exact = _STATIC_EXACT.get((name, value))
+                if exact is not None:
+                    parts.append(exact)
                     continue
             n = len(value)
+            if field.__class__ is NeverIndexedHeaderTuple:  # a credential: never indexed (6.2.3)
+                index = _STATIC_NAMES.get(name)
+                if index is not None:
+                    head = encode_integer(index, 4)
+                    head[0] |= 0x10
+                    parts.append(bytes(head))
+                else:
+                    parts.append(b"\x10" + bytes(encode_integer(len(name), 7)) + name)
+                parts.append(_SHORT_LENGTHS[n] if n < 127 else bytes(encode_integer(n, 7)))
+                parts.append(value)
+                continue
             if entries is not None and name in INDEXED_NAMES:
                 added = entries.get((name, value))
                 if added is not None:
-                    head = encode_integer(62 + len(entries) - 1 - added, 7)  # newest is 62
-                    head[0] |= 0x80
-                    parts.append(bytes(head))
+                    index = 62 + len(entries) - 1 - added  # the newest entry is 62
+                    if index < 127:
+                        parts.append(_INDEXED[index])
+                    else:
+                        head = encode_integer(index, 7)
+                        head[0] |= 0x80
+                        parts.append(bytes(head))
                     continue
                 size = len(name) + n + 32  # RFC 7541 4.1
                 if self._table_used + size <= self.header_table.maxsize:
@@ -330,11 +372,16 @@ class PlainEncoder(Encoder):
         self._entries = {}
 
 
-#: Response fields whose values repeat from one answer to the next (the apiserver's content type
-#: and cache control, the APF flow schema and priority level of a caller): entered in the HPACK
-#: dynamic table by ``PlainEncoder.encode_literal``. Nothing that may be a credential.
+#: Fields whose values repeat from one message to the next (the apiserver's content type and cache
+#: control, the APF flow schema and priority level of a caller; the host, user agent and accepted
+#: types of kproxy's requests): entered in the HPACK dynamic table by
+#: ``PlainEncoder.encode_literal``. Nothing that may be a credential or names a caller.
 INDEXED_NAMES = frozenset(
     (
+        b":authority",
+        b"accept",
+        b"accept-encoding",
+        b"user-agent",
         b"content-type",
         b"cache-control",
         b"content-encoding",
@@ -345,9 +392,12 @@ INDEXED_NAMES = frozenset(
 )
 
 
-#: ``:status`` values the HPACK static table holds (RFC 7541 Appendix A, entries 8-14), indexed.
-_STATUS_INDEXED = {
-    value: bytes((0x80 | i,)) for i, (name, value) in enumerate(HeaderTable.STATIC_TABLE, 1) if name == b":status"
+#: Pseudo-header fields the HPACK static table holds whole (RFC 7541 Appendix A: ``:method GET``,
+#: ``:scheme https``, ``:status 200``...), as indexed field lines.
+_STATIC_EXACT = {
+    (name, value): bytes((0x80 | i,))
+    for i, (name, value) in enumerate(HeaderTable.STATIC_TABLE, 1)
+    if name[:1] == b":" and value
 }
 #: A name's first static table index, for a literal with an indexed name.
 _STATIC_NAMES: dict[bytes, int] = {}
@@ -356,6 +406,8 @@ for _i, (_name, _) in enumerate(HeaderTable.STATIC_TABLE, 1):
 #: Encoded name parts of the fields sent, by name (bounded: names come from upstream answers).
 _NAME_PREFIX: dict[bytes, bytes] = {}
 _NAME_PREFIX_MAX = 1024
+#: Indexed field lines (RFC 7541 6.1) of the indices under 127.
+_INDEXED = [bytes((0x80 | i,)) for i in range(127)]
 #: A string's length as a 7-bit prefix integer with the Huffman bit clear, for lengths under 127.
 _SHORT_LENGTHS = [bytes((n,)) for n in range(127)]
 

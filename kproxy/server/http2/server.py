@@ -70,6 +70,8 @@ _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connecti
 #: number: names come from upstream answers).
 _FIELD_NAMES: dict[str, bytes] = {}
 _FIELD_NAMES_MAX = 1024
+#: Request field names as the chain sees them, by their bytes (short ones, a bounded number).
+_REQUEST_NAMES: dict[bytes, str] = {}
 _STATUS = {code: b"%d" % code for code in range(100, 600)}
 
 _TOO_LARGE = b"<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>"
@@ -290,7 +292,12 @@ class H2ServerConnection:
             elif name == b"cookie":
                 cookies.append(value)  # RFC 9113 8.2.3: joined again, as Go does
             else:
-                headers.add(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+                key = _REQUEST_NAMES.get(name)
+                if key is None:
+                    key = name.decode("utf-8", "surrogateescape")
+                    if len(_REQUEST_NAMES) < _FIELD_NAMES_MAX and len(name) <= 64:
+                        _REQUEST_NAMES[name] = key
+                headers.add(key, value.decode("utf-8", "surrogateescape"))
         if cookies:
             headers.add("Cookie", b"; ".join(cookies).decode("utf-8", "surrogateescape"))
         if not authority:
@@ -645,8 +652,9 @@ class H2ServerConnection:
     def _flush(self) -> None:
         """Write what h2 has queued, once per pass of the event loop: a response's HEADERS and
         DATA, and the answers to a read's frames, go out in one TLS write (as Go's server
-        flushes only once its write queue is empty)."""
-        if not self._flush_pending:
+        flushes only once its write queue is empty). Nothing queued, nothing scheduled (a
+        request's HEADERS frame has no answer of its own)."""
+        if not self._flush_pending and self._h2._data_to_send:
             self._flush_pending = True
             self._loop.call_soon(self._flush_now)
 
