@@ -311,16 +311,25 @@ class Reflector:
         rv = "" if listing else str(cache.applied_rv)
         # The initial events are applied with collection held back (see kproxy.gctuning).
         listing_pause = contextlib.ExitStack()
+        # Resumed from a persisted state, the watch first carries what changed while kproxy was
+        # down, and nothing marks the end of that: a progress probe answered meanwhile would let
+        # the cache claim a resource version whose events are still on their way. So it counts
+        # as live (probes believed, consistent reads answered) from its first bookmark on, which
+        # comes after every event before it; until then consistent reads go to the apiserver.
+        defer_live = not listing and self.resumed
         if listing:
             listing_pause.enter_context(gctuning.paused())
-        else:
+        elif not defer_live:
             self._go_live()
         try:
-            if not listing and self.resumed:
+            if defer_live:
                 log.info("%s: resuming from the persisted state at resource version %s", self.name, rv)
             async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
                 self._delivered += 1
                 self.resumed = False
+                if defer_live and ev.type == BOOKMARK:
+                    defer_live = False
+                    self._go_live()
                 if pending is not None:
                     if ev.type == ADDED and ev.obj is not None:
                         pending.append(ev.obj)

@@ -316,3 +316,57 @@ async def test_a_resource_no_longer_served_is_removed_from_disk_until_listed_aga
     await s.close()
     again, _ = load(tmp_path)
     assert sorted(again.store) == ["ns/back"]
+
+
+async def test_a_watch_resumed_from_disk_is_live_only_from_its_first_bookmark() -> None:
+    """Until the resumed watch's first bookmark, the events missed while down may still be on
+    their way: no progress probe may move the cache past them (consistent reads go upstream)."""
+    from kproxy.cacher import ListPage, Reflector, UpstreamEvent
+
+    cache = WatchCache(GIZMO)
+    cache.replace([obj("a", 500)], 500)  # as loaded from disk
+    feed: asyncio.Queue[UpstreamEvent] = asyncio.Queue()
+    took = asyncio.Event()
+
+    class LW:
+        async def list(self, *, limit: int, continue_token: str) -> ListPage:
+            raise AssertionError("no list")
+
+        async def _watch(self) -> Any:
+            while True:
+                ev = await feed.get()
+                yield ev
+                took.set()
+
+        def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
+            assert (resource_version, send_initial_events) == ("500", False)
+            return self._watch()
+
+        async def current_rv(self) -> int:
+            return 900
+
+        async def progress_rv(self) -> int:
+            return 900
+
+        async def servable_at(self, rv: int) -> bool:
+            return True
+
+    async def deliver(ev: UpstreamEvent) -> None:
+        took.clear()
+        feed.put_nowait(ev)
+        await asyncio.wait_for(took.wait(), 5)
+
+    reflector = Reflector("gizmos", LW(), cache)
+    reflector.start()
+    try:
+        await deliver(UpstreamEvent(MODIFIED, 600, obj("a", 600, "changed")))
+        assert not reflector.live
+        with pytest.raises(ConnectionError):
+            await reflector.request_progress()
+        assert cache.rv == 600  # the probe's 900 was not believed
+        await deliver(UpstreamEvent("BOOKMARK", 700, None))
+        assert reflector.live and cache.rv == 700
+        await reflector.request_progress()
+        assert cache.rv == 900
+    finally:
+        await reflector.stop()
