@@ -20,8 +20,8 @@ kproxy is started after the link is shaped, so its watch cache fills over the WA
 Each command runs once per peer unmeasured (kubectl's discovery cache, one directory per peer,
 is then warm), then ``--rounds`` times per peer; the tables give the median wall time of the
 kubectl process (or, for the informer, from its start to ``HasSynced`` with every pod
-handed to its event handler) and the bytes the
-link carried, both ways (toxiproxy's writes).
+handed to its event handler), the bytes the
+link carried, both ways (toxiproxy's writes), and the apiserver's CPU time (utime + stime).
 """
 
 from __future__ import annotations
@@ -182,22 +182,38 @@ class LinkBytes:
         return float(self.toxi.relayed_bytes())
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def measure(
-    commands: dict[str, Callable[[Peer], float]], peers: list[Peer], rounds: int, link_bytes: LinkBytes
-) -> dict[str, dict[str, tuple[float, float]]]:
-    """command -> peer -> (median seconds, median bytes from the apiserver)."""
-    out: dict[str, dict[str, tuple[float, float]]] = {}
+    commands: dict[str, Callable[[Peer], float]],
+    peers: list[Peer],
+    rounds: int,
+    link_bytes: LinkBytes,
+    apiserver_pid: int,
+) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """command -> peer -> (median seconds, median link bytes, median apiserver CPU seconds)."""
+    out: dict[str, dict[str, tuple[float, float, float]]] = {}
     for label, cmd in commands.items():
         for peer in peers:
             cmd(peer)  # warm-up: discovery cache, connections
         times: dict[str, list[float]] = {p.name: [] for p in peers}
         sent: dict[str, list[float]] = {p.name: [] for p in peers}
+        cpu: dict[str, list[float]] = {p.name: [] for p in peers}
         for r in range(rounds):
             for peer in peers if r % 2 == 0 else list(reversed(peers)):
-                b0 = link_bytes.downstream()
+                b0, c0 = link_bytes.downstream(), cpu_seconds(apiserver_pid)
                 times[peer.name].append(cmd(peer))
                 sent[peer.name].append(link_bytes.downstream() - b0)
-        out[label] = {p: (statistics.median(times[p]), statistics.median(sent[p])) for p in times}
+                cpu[peer.name].append(cpu_seconds(apiserver_pid) - c0)
+        out[label] = {
+            p: (statistics.median(times[p]), statistics.median(sent[p]), statistics.median(cpu[p])) for p in times
+        }
         cells = ", ".join(f"{p} {out[label][p][0]:.2f}s" for p in out[label])
         print(f"  {label}: {cells}", file=sys.stderr, flush=True)
     return out
@@ -209,25 +225,26 @@ def _size(n: float) -> str:
     return f"{n / 1e3:.0f} kB"
 
 
-def report(profile: str, results: dict[str, dict[str, tuple[float, float]]], cache_ready: float) -> str:
+def report(profile: str, results: dict[str, dict[str, tuple[float, float, float]]], cache_ready: float) -> str:
     """One table: each kproxy peer's time and its ratio to direct (above 1: kproxy is faster)."""
     names = list(next(iter(results.values())))
     others = [n for n in names if n != "direct"]
     head = "| command | direct | " + " | ".join(f"{n} | ratio" for n in others) + " | link bytes: "
-    head += ", ".join(names) + " |"
+    head += ", ".join(names) + " | apiserver CPU |"
     lines = [
         f"### {profile}",
         "",
         f"kproxy's watch cache (pods, configmaps, namespaces) filled over this link in {cache_ready:.1f} s.",
         "",
         head,
-        "| --- | --: | " + "--: | --: | " * len(others) + "--: |",
+        "| --- | --: | " + "--: | --: | " * len(others) + "--: | --: |",
     ]
     for label, peers in results.items():
         d = peers["direct"][0]
         cells = " | ".join(f"{peers[n][0]:.2f} s | {d / peers[n][0]:.2f}" for n in others)
         sizes = ", ".join(_size(peers[n][1]) for n in names)
-        lines.append(f"| {label} | {d:.2f} s | {cells} | {sizes} |")
+        cpu = ", ".join(f"{peers[n][2]:.2f} s" for n in names)
+        lines.append(f"| {label} | {d:.2f} s | {cells} | {sizes} | {cpu} |")
     return "\n".join(lines)
 
 
@@ -304,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                         alt.wait_cached("/api/v1/pods", "pods", timeout=600)
                         label = "kproxy " + ",".join(f"{k}={v}" for k, v in also.items())
                         peers.append(Peer(label, alt.kubeconfig, tmp / f"cache-also-{profile}"))
-                    results = measure(commands, peers, args.rounds, LinkBytes(toxi))
+                    assert cp.apiserver_pid is not None
+                    results = measure(commands, peers, args.rounds, LinkBytes(toxi), cp.apiserver_pid)
                 finally:
                     rp.stop()
                     if alt is not None:
