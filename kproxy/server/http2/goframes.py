@@ -22,7 +22,8 @@ import hyperframe.frame
 from h2.frame_buffer import FrameBuffer
 from hpack import NeverIndexedHeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
-from hpack.hpack import Decoder, Encoder, _unicode_if_needed, encode_integer
+from hpack.hpack import VARINT_MAX_LENGTH, Decoder, Encoder, _unicode_if_needed, decode_integer, encode_integer
+from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
 
@@ -463,6 +464,22 @@ hpack.hpack.log = _Unlogged()  # type: ignore[assignment]
 hpack.table.log = _Unlogged()  # type: ignore[assignment]
 
 
+#: Huffman-coded strings a connection's decoder keeps decoded (a client that sends a path or a
+#: value again as a literal, as nghttp2 sends ``:path``): how many, and up to what length.
+_HUFFMAN_CACHED = 64
+_HUFFMAN_CACHED_LENGTH = 128
+
+
+def _integer(data: bytes, pos: int, bits: int) -> tuple[int, int]:
+    """The HPACK integer with a ``bits`` prefix at ``pos``, and the position after it."""
+    mask = (1 << bits) - 1
+    value = data[pos] & mask
+    if value < mask:
+        return value, pos + 1
+    value, used = decode_integer(data[pos : pos + VARINT_MAX_LENGTH + 1], bits)
+    return value, pos + used
+
+
 class TruncatingDecoder(Decoder):
     """HPACK's decoder, keeping Go's hpack decoder's behaviour past the header list limit: the
     whole block is still decoded (the dynamic table must stay in step with the client's), fields
@@ -475,6 +492,51 @@ class TruncatingDecoder(Decoder):
         super().__init__(base.max_allowed_table_size)
         self.max_header_list_size = base.max_header_list_size
         self.truncated = False
+        self._huffman_cache: dict[bytes, bytes] = {}
+
+    def _literal(self, data: bytes, pos: int, should_index: bool) -> tuple[Any, int]:
+        """hpack's ``_decode_literal`` for the field line at ``pos``: the field (a
+        ``NeverIndexedHeaderTuple`` when sent as never indexed) and the bytes it took. It reads
+        the block in place (hpack's copies the rest of the block for each literal: quadratic in
+        the block's length) and decodes a short Huffman string once per connection."""
+        start, end = pos, len(data)
+        first = data[pos]
+        if should_index:
+            index, bits, never = first & 0x3F, 6, False
+        else:
+            index, bits, never = first & 0x0F, 4, bool(first & 0x10)
+        if index:
+            index, pos = _integer(data, pos, bits)
+            name = self.header_table.get_by_index(index)[0]
+        else:
+            pos += 1
+            name, pos = self._string(data, pos, end)
+        value, pos = self._string(data, pos, end)
+        if should_index:
+            self.header_table.add(name, value)
+        return (NeverIndexedHeaderTuple(name, value) if never else (name, value)), pos - start
+
+    def _string(self, data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+        if pos >= end:
+            raise HPACKDecodingError("Truncated header block")
+        huffman = data[pos] & 0x80
+        length, pos = _integer(data, pos, 7)
+        text = data[pos : pos + length]
+        if len(text) != length:
+            raise HPACKDecodingError("Truncated header block")
+        pos += length
+        if not huffman:
+            return text, pos
+        if length > _HUFFMAN_CACHED_LENGTH:
+            return decode_huffman(text), pos
+        cache = self._huffman_cache
+        plain = cache.get(text)
+        if plain is None:
+            plain = decode_huffman(text)
+            if len(cache) >= _HUFFMAN_CACHED:
+                cache.clear()
+            cache[text] = plain
+        return plain, pos
 
     def decode(self, data: bytes, raw: bool = False) -> Any:
         self.truncated = False
@@ -493,14 +555,14 @@ class TruncatingDecoder(Decoder):
                 else:
                     header, consumed = self._decode_indexed(view[pos:])
             elif current & 0x40:
-                header, consumed = self._decode_literal_index(view[pos:])
+                header, consumed = self._literal(data, pos, True)
             elif current & 0x20:
                 if headers or self.truncated:
                     raise HPACKDecodingError("Table size update not at the start of the block")
                 consumed = self._update_encoding_context(view[pos:])
                 header = None
             else:
-                header, consumed = self._decode_literal_no_index(view[pos:])
+                header, consumed = self._literal(data, pos, False)
             pos += consumed
             if not header:
                 continue

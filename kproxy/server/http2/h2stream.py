@@ -63,7 +63,7 @@ class RequestBody:
         self._chunks: collections.deque[bytes] = collections.deque()
         self._eof = False
         self._error: BaseException | None = None
-        self._ready = asyncio.Event()
+        self._ready: asyncio.Event | None = None  # made when the handler first waits (most never do)
         self.size = 0  # bytes received and not yet read
 
     # -- the connection's side
@@ -72,18 +72,21 @@ class RequestBody:
             return
         self._chunks.append(data)
         self.size += len(data)
-        self._ready.set()
+        if self._ready is not None:
+            self._ready.set()
 
     def feed_eof(self) -> None:
         """No more body: the stream ended, or the proxy stopped reading (the rest is discarded)."""
         self._eof = True
-        self._ready.set()
+        if self._ready is not None:
+            self._ready.set()
 
     def set_exception(self, err: BaseException) -> None:
         if not self._eof:
             self._error = err
         self._eof = True
-        self._ready.set()
+        if self._ready is not None:
+            self._ready.set()
 
     # -- the handler's side
     def exception(self) -> BaseException | None:
@@ -98,6 +101,8 @@ class RequestBody:
                 raise self._error
             if self._eof:
                 return b""
+            if self._ready is None:
+                self._ready = asyncio.Event()
             self._ready.clear()
             await self._ready.wait()
         data = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
