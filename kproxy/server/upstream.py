@@ -19,6 +19,7 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Literal, Protocol
 
 import aiohttp
@@ -136,7 +137,23 @@ class Upstream:
             skip_auto_headers=_SKIP_AUTO,
             cookie_jar=aiohttp.DummyCookieJar(),
             read_bufsize=256 * 1024,
+            trace_configs=[self._timing()],
         )
+
+    def _timing(self) -> aiohttp.TraceConfig:
+        """kproxy's own requests on HTTP/1.1 are samples of the link too: aiohttp signals a
+        request's end once its response head is read."""
+        trace = aiohttp.TraceConfig()
+
+        async def start(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: aiohttp.TraceRequestStartParams) -> None:
+            ctx.sent = time.monotonic()
+
+        async def end(_s: aiohttp.ClientSession, ctx: SimpleNamespace, _p: aiohttp.TraceRequestEndParams) -> None:
+            self.link.observe(time.monotonic() - ctx.sent)
+
+        trace.on_request_start.append(start)
+        trace.on_request_end.append(end)
+        return trace
 
     async def start(self) -> None:
         self.session = self._session(self.ssl_own)

@@ -117,6 +117,19 @@ def far(
 
 
 @pytest.fixture(scope="module")
+def far_h1(
+    control_plane: ControlPlaneInfo, toxi: Toxiproxy, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """The far kproxy with HTTP/1.1 to the apiserver (``upstream.http2: false``: its pool)."""
+    tmp = tmp_path_factory.mktemp("kp-far-h1")
+    kubeconfig = _through(toxi, control_plane, tmp, "far-h1", LINK)
+    extra = {"filters": LAPTOP_CHAIN, "upstream": {"http2": False}}
+    rp = start_proxy(tmp, kubeconfig, extra=extra, tls=True, token="ignored-in-proxy-mode")
+    yield rp
+    rp.stop()
+
+
+@pytest.fixture(scope="module")
 def near(
     control_plane: ControlPlaneInfo, toxi: Toxiproxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningProxy]:
@@ -203,13 +216,24 @@ def _rows(table: bytes) -> list[Any]:
 # --------------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("protocol", ["http1", "h2"])
+@pytest.mark.parametrize(
+    ("protocol", "upstream"),
+    [("http1", "far"), ("h2", "far"), ("http1", "far_h1")],
+    ids=["http1", "h2", "upstream-http1"],
+)
 def test_far_table_is_the_apiservers_gzip_passed_through(
-    control_plane: ControlPlaneInfo, toxi: Toxiproxy, far: RunningProxy, bigns: str, protocol: str
+    control_plane: ControlPlaneInfo,
+    toxi: Toxiproxy,
+    bigns: str,
+    protocol: str,
+    upstream: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """kubectl's own request (a Table, as ``kubectl get`` asks; the transcode filter leaves it
     alone) across the slow link: the apiserver is asked for gzip, sends a fraction of the bytes,
-    and the client gets exactly the apiserver's gzip bytes with the apiserver's headers."""
+    and the client gets exactly the apiserver's gzip bytes with the apiserver's headers. Over
+    HTTP/1.1 or HTTP/2 to kproxy, and over HTTP/2 (the default) or HTTP/1.1 to the apiserver."""
+    far: RunningProxy = request.getfixturevalue(upstream)
     assert _measured(far) >= 0.030
     path = f"/api/v1/namespaces/{bigns}/configmaps"
     headers = [("Accept", TABLE), ("Accept-Encoding", "gzip")]

@@ -316,6 +316,7 @@ class Transcode(FilterBase):
                 m.passed.inc()
             return reply
         if decode_reply(reply):  # the gzip the compression filter asked for: decoded as it streams
+            assert isinstance(reply.body, (BytesBody, StreamBody))
             body = reply.body
         encoding = reply.headers.get("Content-Encoding", "").lower()
         streamable = plan.shape == "list" and plan.target == JSON and not plan.pretty
