@@ -32,6 +32,9 @@ class H2ServerConnection(Protocol):
     def send_response_headers(
         self, sid: int, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], end: bool
     ) -> None: ...
+    def send_response(
+        self, sid: int, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], data: bytes
+    ) -> bool: ...
     async def send_data(self, sid: int, data: bytes | memoryview, end: bool) -> None: ...
     def queue_data(self, sid: int, data: bytes) -> None: ...
     def queued(self, sid: int) -> int: ...
@@ -219,6 +222,16 @@ class ResponseStream:
     def start(self, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], end: bool = False) -> None:
         self.started = True
         self._conn.send_response_headers(self._sid, status, headers, end)
+
+    def start_whole(self, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], data: bytes) -> bool:
+        """The headers and the whole body ``data`` at once, ending the stream, when the client's
+        windows take it now (most small answers): True. False when only the headers went out and
+        the body is still to be written (``write``)."""
+        self.started = True
+        whole = self._conn.send_response(self._sid, status, headers, data)
+        if whole:
+            self.sent += len(data)
+        return whole
 
     async def write(self, data: bytes | memoryview, end: bool = False) -> None:
         """Send ``data`` (waiting for windows as needed); ``end`` ends the stream with it."""

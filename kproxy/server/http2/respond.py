@@ -42,8 +42,7 @@ async def respond(request: H2Request, ex: Exchange, reply: Reply, track: Track) 
         headers.popall("Content-Length", None)
         data = body.data
         headers["Content-Length"] = str(len(data))
-        resp.start(reply.status, headers, end=not data)
-        if data:
+        if not resp.start_whole(reply.status, headers, data):
             await resp.write(data, end=True)
         return len(data)
     if isinstance(body, EventStreamBody):

@@ -457,6 +457,24 @@ class H2ServerConnection:
             out.append((b"date", email.utils.formatdate(usegmt=True).encode()))
         self.send_headers(sid, out, end)
 
+    def send_response(
+        self, sid: int, status: int, headers: CIMultiDict[str] | list[tuple[str, str]], data: bytes
+    ) -> bool:
+        """A whole answer: HEADERS, and the body in one DATA frame ending the stream when the
+        windows and the frame size take it now (True); else only the HEADERS (False)."""
+        self.send_response_headers(sid, status, headers, not data)
+        if not data:
+            return True
+        st = self._streams.get(sid)
+        if st is None or st.closed or st.queue or self.writing_paused:
+            return False
+        window, frame_size = self._h2.send_window(sid)
+        if len(data) > window or len(data) > frame_size:
+            return False
+        self._h2.send_data_frame(sid, data, True)
+        self._ended_local(sid)
+        return True
+
     async def send_data(self, sid: int, data: bytes | memoryview, end: bool) -> None:
         view = memoryview(data)
         while True:
