@@ -24,6 +24,9 @@ RATE = 1000.0
 _PREFACE = 24  # b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _SETTINGS, _PING, _CONTINUATION = 0x0, 0x1, 0x2, 0x4, 0x6, 0x9
 _ACK, _END_STREAM = 0x1, 0x1
+#: Frame types ``feed``'s quick pass leaves to the general one: those it may count.
+_METERED = frozenset((_PING, _SETTINGS, _PRIORITY))
+_EMPTY_METERED = frozenset((_DATA, _CONTINUATION, _HEADERS))
 
 
 class FrameMeter:
@@ -39,6 +42,21 @@ class FrameMeter:
         self._stamp = self._clock()
 
     def feed(self, data: bytes) -> bool:
+        if not self._skip and not self._head and len(data) >= 9:
+            # The common read: whole frames from a frame boundary, each costing nothing.
+            pos, end = 0, len(data)
+            while end - pos >= 9:
+                kind = data[pos + 3]
+                if kind in _METERED:
+                    break
+                length = int.from_bytes(data[pos : pos + 3], "big")
+                if length == 0 and kind in _EMPTY_METERED:
+                    break
+                pos += 9 + length
+            else:
+                if pos == end:
+                    return True
+            # a frame that costs, or a partial one: the general path from the start
         view = memoryview(data)
         pos, end = 0, len(view)
         cost = 0

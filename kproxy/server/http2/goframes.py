@@ -107,7 +107,7 @@ def check_request_fields(headers: Any, trailer: bool) -> None:
             raise h2.exceptions.ProtocolError(f"Connection-specific header field present: {name!r}.")
         if name == b"te" and value.lower() != b"trailers":
             raise h2.exceptions.ProtocolError(f"Invalid value for TE header: {value!r}")
-        if name == b"host":
+        if name == b"host" and not trailer:
             if host is not None:
                 raise h2.exceptions.ProtocolError("Request header block has multiple Host headers.")
             host = value

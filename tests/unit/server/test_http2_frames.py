@@ -3,6 +3,8 @@ decoder that keeps HPACK in step past the header list limit, and Go's answers in
 
 from __future__ import annotations
 
+import random
+
 import h2.config
 import h2.errors
 import h2.events
@@ -138,3 +140,185 @@ def test_what_kproxy_sends_is_not_huffman_coded() -> None:
     decoded = Decoder()
     decoded.max_header_list_size = 1 << 21
     assert decoded.decode(block, raw=True) == [(b"x-big", value)]
+
+
+# ---------------------------------------------------------------------------------------------
+# kproxy's own passes over what h2 and hpack did generically: each must decide exactly as they do.
+
+
+def _random_fields(rng: random.Random) -> list[tuple[bytes, bytes]]:
+    names = [
+        b":method",
+        b":path",
+        b":scheme",
+        b":authority",
+        b":status",
+        b":protocol",
+        b":bogus",
+        b"host",
+        b"te",
+        b"connection",
+        b"keep-alive",
+        b"upgrade",
+        b"transfer-encoding",
+        b"proxy-connection",
+        b"accept",
+        b"Accept",
+        b"x-a:b",
+        b"x a",
+        b"",
+        b"x\x7f",
+        b"\xc3\xa9",
+        b"cookie",
+        b"content-length",
+    ]
+    values = [
+        b"GET",
+        b"CONNECT",
+        b"POST",
+        b"/",
+        b"",
+        b"/api",
+        b"https",
+        b"h",
+        b"h2",
+        b"trailers",
+        b"Trailers",
+        b"gzip",
+        b" x",
+        b"x ",
+        b"\tx",
+        b"a\x00b",
+        b"a\rb",
+        b"a\nb",
+        b"ok value",
+        b"\xff",
+    ]
+    fields = [
+        (b":method", rng.choice([b"GET", b"CONNECT"])),
+        (b":scheme", b"https"),
+        (b":path", b"/x"),
+        (b":authority", b"h"),
+    ]
+    rng.shuffle(fields)
+    del fields[: rng.choice([0, 0, 1, 2, 4])]
+    for _ in range(rng.randrange(4)):
+        fields.insert(rng.randrange(len(fields) + 1), (rng.choice(names), rng.choice(values)))
+    return fields
+
+
+@pytest.mark.parametrize("trailer", [False, True])
+def test_the_request_field_check_refuses_what_h2s_validation_refuses(trailer: bool) -> None:
+    """check_request_fields replaces h2's validate_headers (h2/utilities.py) on the listener: on
+    thousands of mixed request (and trailer) header lists it refuses exactly what h2 refuses."""
+    from h2.utilities import HeaderValidationFlags, validate_headers
+
+    from kproxy.server.http2.goframes import check_request_fields
+
+    flags = HeaderValidationFlags(is_client=False, is_trailer=trailer, is_response_header=False, is_push_promise=False)
+    rng = random.Random(28)
+    refused = 0
+    for _ in range(20_000):
+        fields = _random_fields(rng)
+        try:
+            list(validate_headers(fields, flags))
+            h2_refuses = False
+        except h2.exceptions.ProtocolError:
+            h2_refuses = True
+        try:
+            check_request_fields(fields, trailer)
+            ours = False
+        except h2.exceptions.ProtocolError:
+            ours = True
+        assert ours == h2_refuses, fields
+        refused += ours
+    assert 1_000 < refused < 19_000  # both outcomes were exercised
+
+
+def test_the_decoder_reads_blocks_as_hpack_does() -> None:
+    """TruncatingDecoder's own literal and indexed paths give hpack's fields (never-indexed ones
+    kept as such), and refuse what hpack refuses, on valid and random blocks."""
+    from hpack import NeverIndexedHeaderTuple
+    from hpack.exceptions import HPACKError
+
+    rng = random.Random(7)
+    enc, ref, ours = Encoder(), Decoder(), TruncatingDecoder(Decoder())
+    ref.max_header_list_size = ours.max_header_list_size = 1 << 30
+    for _ in range(2_000):
+        fields: list[tuple[bytes, bytes]] = []
+        for _ in range(rng.randrange(1, 10)):
+            name = rng.choice(
+                [b"a", b"user-agent", b":path", b"authorization", b"x-" + rng.randbytes(rng.randrange(1, 150))]
+            )
+            value = bytes(rng.choices(b"abc/-_019XYZ", k=rng.choice([0, 1, 40, 126, 127, 128, 300])))
+            fields.append(NeverIndexedHeaderTuple(name, value) if rng.random() < 0.2 else (name, value))
+        block = enc.encode(fields, huffman=rng.random() < 0.5)
+        want, got = ref.decode(block, raw=True), ours.decode(block, raw=True)
+        assert [tuple(f) for f in got] == [tuple(f) for f in want]
+        assert [isinstance(f, NeverIndexedHeaderTuple) for f in got] == [
+            isinstance(f, NeverIndexedHeaderTuple) for f in want
+        ]
+    for _ in range(20_000):
+        block = rng.randbytes(rng.randrange(1, 30))
+        outcomes = []
+        for decoder in (Decoder(), TruncatingDecoder(Decoder())):
+            try:
+                outcomes.append([tuple(f) for f in decoder.decode(block, raw=True)])
+            except HPACKError:
+                outcomes.append(None)
+        assert outcomes[0] == outcomes[1], block
+
+
+def test_literal_blocks_decode_to_the_fields_sent_and_keep_credentials_out_of_the_table() -> None:
+    """PlainEncoder.encode_literal: any HPACK decoder reads back the fields; only the fields of
+    INDEXED_NAMES enter the dynamic table, within its size (never evicting); a credential goes
+    out never-indexed; after the peer resizes the table nothing more is indexed."""
+    from hpack import NeverIndexedHeaderTuple
+
+    from kproxy.server.http2.goframes import INDEXED_NAMES, PlainEncoder
+
+    rng = random.Random(3)
+    enc, dec = PlainEncoder(), Decoder()
+    for i in range(3_000):
+        fields: list[tuple[bytes, bytes]] = [
+            (b":status", rng.choice([b"200", b"201", b"404", b"431"])),
+            (b":method", rng.choice([b"GET", b"PATCH"])),
+            (b"content-type", rng.choice([b"application/json", b"application/yaml"])),
+            (b"x-kubernetes-pf-flowschema-uid", b"uid-%d" % rng.randrange(300)),
+            (b"audit-id", b"%d" % i),
+            (b"impersonate-user", b"user-%d" % rng.randrange(5)),
+            NeverIndexedHeaderTuple(b"authorization", b"Bearer t%d" % i),
+            (b"x-long", b"v" * rng.randrange(300)),
+        ]
+        if i == 2_000:
+            enc.header_table_size = dec.header_table_size = 1_000
+        got = dec.decode(enc.encode_literal(fields), raw=True)
+        assert [tuple(f) for f in got] == [tuple(f) for f in fields]
+        assert isinstance(got[6], NeverIndexedHeaderTuple)
+        assert all(name in INDEXED_NAMES for name, _ in dec.header_table.dynamic_entries)
+        assert dec.header_table._current_size <= dec.header_table.maxsize
+
+
+def test_the_meters_quick_pass_counts_as_the_general_one() -> None:
+    """FrameMeter.feed's pass over whole frames that cost nothing leaves the meter as reading the
+    same bytes a byte at a time (the general path) does, whatever the reads' boundaries."""
+    rng = random.Random(11)
+    kinds = [0x0, 0x1, 0x2, 0x3, 0x4, 0x6, 0x8, 0x9]
+    for _ in range(300):
+        stream = PREFACE
+        for _ in range(rng.randrange(1, 40)):
+            length = rng.choice([0, 0, 1, 8, 30])
+            head = (
+                length.to_bytes(3, "big") + bytes((rng.choice(kinds), rng.choice([0, 1, 4, 5]))) + b"\x00\x00\x00\x01"
+            )
+            stream += head + rng.randbytes(length)
+        clock_a, clock_b = Clock(), Clock()
+        chunked, bytewise = FrameMeter(clock_a), FrameMeter(clock_b)
+        pos = 0
+        while pos < len(stream):
+            step = rng.choice([1, 9, 17, 64, 1000])
+            a = chunked.feed(stream[pos : pos + step])
+            b = all([bytewise.feed(stream[i : i + 1]) for i in range(pos, min(pos + step, len(stream)))])
+            assert a == b
+            pos += step
+        assert chunked._tokens == bytewise._tokens and chunked._skip == bytewise._skip
