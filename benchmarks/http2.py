@@ -1,7 +1,8 @@
 """HTTP/2 against HTTP/1.1 through kproxy, and against the apiserver's own h2, in one run.
 
     python -m benchmarks.http2 [--envtest-dir DIR] [--duration 5] [--watchers 1000] [--clients 10]
-                               [--rate 10] [--parts requests,fanout,memory] [--output FILE]
+                               [--rate 10] [--parts requests,fanout,memory] [--h2-per-connection]
+                               [--output FILE]
 
 Every kproxy here is ``kproxy run`` on its TLS listener (ALPN ``h2``, ``http/1.1``), ``credentials:
 proxy``, with ``upstream.http2`` true (h2 to the apiserver, multiplexed) or false (the HTTP/1.1 pool).
@@ -9,7 +10,8 @@ proxy``, with ``upstream.http2`` true (h2 to the apiserver, multiplexed) or fals
 1. **Requests** (``h2load``, nghttp2's C load generator, one process per measurement; ``--h1`` for
    HTTP/1.1): a small GET and a LIST of 500 ConfigMaps (``benchmarks.run``'s data, namespace
    ``bench``), closed loop. Over h2 the client holds one connection with ``--concurrency-*``
-   streams (as client-go multiplexes), over HTTP/1.1 ``--concurrency-*`` connections. Peers: kproxy
+   streams (as client-go multiplexes), over HTTP/1.1 ``--concurrency-*`` connections; with
+   ``--h2-per-connection`` also over h2 as many connections of one stream each. Peers: kproxy
    (both upstream settings) and the kube-apiserver itself (Go's h2; bearer token). req/s, mean
    latency, and CPU ms per request of kproxy, the apiserver, etcd and h2load over the window.
 2. **Watch fan-out from the watch cache** (``filters: [{name: watchcache, resources: [pods]}]``):
@@ -254,7 +256,7 @@ async def requests_part(
             pids = {**cp_pids, "kproxy": rp.proc.pid}
             plan.append(("kproxy", H2, upstream, 1, c, rp.url, pids, None))
             plan.append(("kproxy", H1, upstream, c, 1, rp.url, pids, None))
-            if upstream == H2 and args.h2_per_connection:
+            if args.h2_per_connection:
                 plan.append(("kproxy", H2, upstream, c, 1, rp.url, pids, None))
         plan.append(("apiserver", H2, "-", 1, c, cp.server, dict(cp_pids), cp.admin_token))
         plan.append(("apiserver", H1, "-", c, 1, cp.server, dict(cp_pids), cp.admin_token))
@@ -617,8 +619,9 @@ def report(
             d2, d1 = find(scen, "apiserver", H2, "-"), find(scen, "apiserver", H1, "-")
             direct = _ratio(d2.cpu_ms("apiserver"), d1.cpu_ms("apiserver")) if d2 and d1 else "-"
             pairs = [(H2, H2, H2), (H1, H1, H1), (H2, H1, "client h2 + upstream h2 vs HTTP/1.1 + HTTP/1.1")]
-            for up2, up1, label in pairs:
-                a, b = find(scen, "kproxy", H2, up2), find(scen, "kproxy", H1, up1)
+            per_connection = [(up2, up1, f"{label}, h2 one stream per connection") for up2, up1, label in pairs]
+            for (up2, up1, label), single in [*((x, True) for x in pairs), *((x, False) for x in per_connection)]:
+                a, b = find(scen, "kproxy", H2, up2, single), find(scen, "kproxy", H1, up1)
                 if a is None or b is None:
                     continue
                 ka, kb = a.cpu_ms("kproxy"), b.cpu_ms("kproxy")
@@ -735,7 +738,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="request measurements N times, rotated, pooled (2)")
     p.add_argument("--concurrency-get", type=int, default=16)
     p.add_argument("--concurrency-list", type=int, default=4)
-    p.add_argument("--h2-per-connection", action="store_true", help="also h2 with one stream per connection")
+    p.add_argument(
+        "--h2-per-connection", action="store_true", help="also h2 with one stream per connection (both upstreams)"
+    )
     p.add_argument("--watchers", type=int, default=1000, help="watches (and idle connections, streams) (1000)")
     p.add_argument("--clients", type=int, default=10, help="h2 connections carrying the watches (10)")
     p.add_argument("--rate", type=float, default=10.0, help="patches/s during the fan-out (10)")
