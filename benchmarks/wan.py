@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                     if alt is not None:
                         alt.stop()
                 out.append(report(profile, results, cache_ready))
-                print(out[-1], flush=True)
+                print(out[-1], file=sys.stderr, flush=True)
             print("\n\n".join(out))
         finally:
             toxi.stop()
