@@ -280,7 +280,7 @@ class ProxyServer:
         if "log.format" in ignored:
             keep["log"] = cfg.log.model_copy(update={"format": self.cfg.log.format})
         old, self.chain = self.chain, chain
-        self.cfg = cfg.model_copy(update=keep)
+        running, self.cfg = self.cfg, cfg.model_copy(update=keep)
         self.access_log = cfg.log.access_log
         self._limit = cfg.max_request_body_bytes
         self.connections.limits = cfg.connections
@@ -293,8 +293,10 @@ class ProxyServer:
         old.retired = True
         self._draining.add(old)
         # HTTP/2 clients move to new connections, served by the new chain (an HTTP/1.1 watch
-        # stays on the old chain until it ends: nothing tells its client to leave).
-        self._h2_go_away(list(self.http2.registry), self.cfg.shutdown_timeout)
+        # stays on the old chain until it ends: nothing tells its client to leave). A reload that
+        # changed nothing (a SIGHUP, the same file written again) sends no one away.
+        if self.cfg != running:
+            self._h2_go_away(list(self.http2.registry), self.cfg.shutdown_timeout)
         if old.active == 0:
             await self._retire(old)
         return ignored

@@ -303,7 +303,7 @@ async def test_after_a_reload_a_watch_its_client_does_not_read_is_reset_at_the_d
         client.flush()
         await _until(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30)
 
-        rp.proc.send_signal(signal.SIGHUP)
+        _change_and_reload(rp)
         await asyncio.wait_for(client.goaway_in.wait(), 20)
         assert client.goaway is not None and client.goaway.error_code == 0
         await asyncio.wait_for(client.responses[stuck].ended.wait(), 20)
@@ -345,12 +345,12 @@ def test_a_client_go_informer_follows_its_watch_across_reloads(
         for i in range(2):
             kubectl(["-n", namespace, "create", "configmap", f"before-{i}"])
             inf.wait(lambda i=i: seen(f"before-{i}"), 30, f"before-{i}")
-            rp.proc.send_signal(signal.SIGHUP)
+            _change_and_reload(rp)
             inf.wait(lambda i=i: len(inf.of("watch")) == i + 2, 30, "the watch to be opened again")
         # Once the new watch has reached kproxy (a connection still in its handshake when the
         # reload comes is served by the new chain already, and is not sent GOAWAY):
         wait_for(lambda: _watches(rp) == (2, 1), 10, "kproxy to serve the new watch")
-        rp.proc.send_signal(signal.SIGHUP)  # the watch just opened has had no event
+        _change_and_reload(rp)  # the watch just opened has had no event
         inf.wait(lambda: len(inf.of("watch")) == 4, 30, "the new watch to be opened again")
         kubectl(["-n", namespace, "create", "configmap", "after"])
         inf.wait(lambda: seen("after"), 30, "the event made after the reloads")
@@ -367,6 +367,45 @@ def test_a_client_go_informer_follows_its_watch_across_reloads(
     watched = [x for x in lines if x.get("logger") == "kproxy.access" and x.get("verb") == "watch"]
     assert len(watched) >= 2 and {x["protocol"] for x in watched} == {"HTTP/2.0"}
     assert "config reloaded" in rp.log_text()
+
+
+def _change_and_reload(rp: RunningProxy) -> None:
+    """A reload that changes something (the log level, back and forth): one that changes
+    nothing sends no client away."""
+    level = "debug" if rp.config.get("log", {}).get("level") != "debug" else "info"
+    rp.write_config({"log": {**rp.config.get("log", {}), "level": level}})
+    rp.proc.send_signal(signal.SIGHUP)
+
+
+async def test_a_reload_that_changes_nothing_sends_no_goaway(
+    control_plane: ControlPlaneInfo, proxy_factory: Callable[..., RunningProxy], namespace: str, kubectl: Any
+) -> None:
+    """A SIGHUP with the config as it was (or the same file written again) reloads, and sends no
+    HTTP/2 client away: its watch goes on."""
+    rp = _forward(proxy_factory, control_plane, reload_interval="0s")
+    auth = [_bearer(control_plane.admin_token)]
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        watch = client.open("GET", f"{configmaps}?watch=1", auth)
+        await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
+        rp.write_config({})  # the same settings, written again
+        rp.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "config reloaded" in rp.log_text(), 20, "the reload")
+        kubectl(["-n", namespace, "create", "configmap", "after-noop-reload"])
+        await _until(lambda: b'"after-noop-reload"' in bytes(client.responses[watch].body), 30)
+        assert not client.goaway_in.is_set() and not client.responses[watch].ended.is_set()
+    finally:
+        await client.close()
+    # A reload that does change something still does.
+    client = await H2Client.connect(rp.url, str(rp.ca_file))
+    try:
+        watch = client.open("GET", f"{configmaps}?watch=1", auth)
+        await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
+        _change_and_reload(rp)
+        await asyncio.wait_for(client.goaway_in.wait(), 20)
+    finally:
+        await client.close()
 
 
 def _watches(rp: RunningProxy) -> tuple[float, float]:
