@@ -62,7 +62,7 @@ from multidict import CIMultiDict
 
 from kproxy.gocompat.httpguts import TOKEN_CHARS, first_invalid_name, valid_host_header
 from kproxy.gocompat.strconv import go_quote
-from kproxy.server.http2.goframes import PlainEncoder, send_request_headers
+from kproxy.server.http2.goframes import PlainEncoder, TruncatingDecoder, send_request_headers
 from kproxy.server.httputil import HEADER_CHARSET, InvalidRequestHead, end_to_end
 from kproxy.server.pool import NotSent, UpstreamClosed
 
@@ -206,7 +206,7 @@ def _response_name(raw: bytes) -> str:
     name = _CANONICAL.get(raw)
     if name is None:
         name = canonical_header_key(raw.decode(HEADER_CHARSET, "surrogateescape"))
-        if len(_CANONICAL) < 4096:
+        if len(_CANONICAL) < 4096 and len(raw) <= 64:
             _CANONICAL[raw] = name
     return name
 
@@ -460,6 +460,8 @@ class H2Conn(asyncio.Protocol):
             },
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        # hpack's limits and errors, without its per-field calls and copies
+        self.h2.decoder = TruncatingDecoder(self.h2.decoder, truncate=False)
         self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
         self.streams: dict[int, _Stream] = {}
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -591,11 +593,15 @@ class H2Conn(asyncio.Protocol):
             if name == b":status":
                 bad = bad or bool(status)
                 status = value
-            elif _RESPONSE_NAME.match(name) is None:
-                bad = True
             else:
+                known = _CANONICAL.get(name)  # names there passed the check below
+                if known is None:
+                    if _RESPONSE_NAME.match(name) is None:
+                        bad = True
+                        continue
+                    known = _response_name(name)
                 values.append(value)
-                headers.append((_response_name(name), value.decode(HEADER_CHARSET, "surrogateescape")))
+                headers.append((known, value.decode(HEADER_CHARSET, "surrogateescape")))
         joined = b"\n".join(values)
         if (
             bad

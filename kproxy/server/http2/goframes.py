@@ -488,10 +488,13 @@ class TruncatingDecoder(Decoder):
     Past ``MAX_FIELDS`` fields a list is truncated too; past ``MAX_DECODED_FIELDS`` decoding stops
     (a connection error)."""
 
-    def __init__(self, base: Decoder) -> None:
+    def __init__(self, base: Decoder, truncate: bool = True) -> None:
         super().__init__(base.max_allowed_table_size)
         self.max_header_list_size = base.max_header_list_size
         self.truncated = False
+        #: False: hpack's behaviour past the limit instead (``OversizedHeaderListError``, no field
+        #: count bounds), for the upstream client, with this decoder's speed.
+        self._truncate = truncate
         self._huffman_cache: dict[bytes, bytes] = {}
 
     def _literal(self, data: bytes, pos: int, should_index: bool) -> tuple[Any, int]:
@@ -545,6 +548,7 @@ class TruncatingDecoder(Decoder):
         size = fields = 0
         pos, end = 0, len(data)
         limit = self.max_header_list_size
+        truncate = self._truncate
         entry = self.header_table.get_by_index
         while pos < end:
             current = data[pos]
@@ -567,11 +571,13 @@ class TruncatingDecoder(Decoder):
             if not header:
                 continue
             fields += 1
-            if fields > MAX_DECODED_FIELDS:
+            if fields > MAX_DECODED_FIELDS and truncate:
                 raise OversizedHeaderListError(f"more than {MAX_DECODED_FIELDS} header fields")
             if not self.truncated:
                 size += 32 + len(header[0]) + len(header[1])  # table_entry_size (RFC 7541 4.1)
-                if size > limit or fields > MAX_FIELDS:
+                if size > limit or (fields > MAX_FIELDS and truncate):
+                    if not truncate:
+                        raise OversizedHeaderListError(f"A header list larger than {limit} has been received")
                     self.truncated = True  # decoded on, kept no more
                 else:
                     headers.append(header)

@@ -267,6 +267,19 @@ def test_the_decoder_reads_blocks_as_hpack_does() -> None:
             except HPACKError:
                 outcomes.append(None)
         assert outcomes[0] == outcomes[1], block
+    # The upstream client's mode: hpack's error past the header list limit, not a truncation.
+    for _ in range(2_000):
+        limit = rng.choice([50, 200, 1 << 20])
+        fields = [(b"x-%d" % i, b"v" * rng.randrange(60)) for i in range(rng.randrange(1, 8))]
+        block = Encoder().encode(fields, huffman=rng.random() < 0.5)
+        outcomes = []
+        for decoder in (Decoder(), TruncatingDecoder(Decoder(), truncate=False)):
+            decoder.max_header_list_size = limit
+            try:
+                outcomes.append([tuple(f) for f in decoder.decode(block, raw=True)])
+            except HPACKError as err:
+                outcomes.append(type(err).__name__)
+        assert outcomes[0] == outcomes[1], (limit, fields)
 
 
 def test_literal_blocks_decode_to_the_fields_sent_and_keep_credentials_out_of_the_table() -> None:
