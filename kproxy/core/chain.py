@@ -75,7 +75,17 @@ class StreamBody:
     so a second reader (or the upstream) gets the same data.
     """
 
-    __slots__ = ("_buffered", "_consumed", "_on_abort", "_source", "length", "limit", "media_type", "received")
+    __slots__ = (
+        "_buffered",
+        "_consumed",
+        "_on_abort",
+        "_on_end",
+        "_source",
+        "length",
+        "limit",
+        "media_type",
+        "received",
+    )
 
     def __init__(
         self,
@@ -84,9 +94,11 @@ class StreamBody:
         media_type: str = "",
         limit: int | None = None,
         on_abort: Callable[[], object] | None = None,
+        on_end: Callable[[], object] | None = None,
     ) -> None:
         self._source = source
         self._on_abort = on_abort
+        self._on_end = on_end
         self.received = 0  # bytes taken from the source so far
         self._buffered: bytes | None = None
         self._consumed = False
@@ -98,6 +110,16 @@ class StreamBody:
         """Stop the source (closes the upstream response); the reader sees the stream end."""
         if self._on_abort is not None:
             self._on_abort()
+
+    def end_cleanly(self) -> None:
+        """End the stream where its reader can stop (drain, reload): a watch after a whole event,
+        so the reader sees a normal end of its source, whatever it wraps around it (a gzip
+        stream gets its trailer). ``on_end`` does it (a body that wraps another passes the call
+        on to it); a body without one is aborted. ``abort`` stays the hard stop."""
+        if self._on_end is not None:
+            self._on_end()
+        else:
+            self.abort()
 
     async def read(self) -> bytes:
         if self._buffered is None:

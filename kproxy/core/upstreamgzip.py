@@ -32,7 +32,7 @@ def decode_reply(reply: Reply, account: stream.Account = _ignore) -> bool:
         reply.body = BytesBody(dec.decompress(body.data) + dec.finish(), body.media_type)
     elif isinstance(body, StreamBody):
         out = stream.decode(body.chunks(), gzip_decoder(), account)
-        reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort)
+        reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort, on_end=body.end_cleanly)
     else:
         return False
     reply.headers.popall("Content-Encoding")

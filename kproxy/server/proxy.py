@@ -106,7 +106,7 @@ class _OpenStream:
         """End it cleanly: a watch after a whole event (the client watches again)."""
         if not self.ending:
             self.ending = True
-            self.body.abort()
+            self.body.end_cleanly()
 
 
 @dataclass(slots=True)
@@ -377,8 +377,9 @@ class ProxyServer:
         except TimeoutError:
             log.warning("drain deadline passed", extra={"in_flight": self._in_flight})
         for stream in list(self._streams):
-            stream.ending = True
-            stream.body.abort()
+            if not (stream.watch and stream.ending):  # an ending watch finishes its event: bounded below
+                stream.ending = True
+                stream.body.abort()
         # An ended watch is over once its last bytes and its end of stream have been written out
         # (a watch served from the cache waits for that, kproxy.core.eventstream.serve_events);
         # the runner's cleanup closes connections and would cut it short. Wait for those ends
@@ -386,6 +387,8 @@ class ProxyServer:
         while watches := [s for s in self._streams if s.watch]:
             if asyncio.get_running_loop().time() >= until:
                 log.warning("drain deadline passed", extra={"watches": len(watches)})
+                for stream in watches:
+                    stream.body.abort()  # the hard stop: one still inside an event its client does not take
                 break
             for stream in watches:
                 stream.end()  # one that started since

@@ -27,6 +27,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kproxy.core.chain import Body, BytesBody, Exchange, Reply, StreamBody
+from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.outage import NoAnswer, upstream_failed
 from kproxy.core.status import StatusError, internal_error
 from kproxy.core.upstreamlink import UpstreamLink
@@ -326,7 +327,12 @@ class Upstream:
                 resp.close()
                 raise self.failed(ex.method, err) from None
             return Reply(resp.status, headers, BytesBody(data, media_type), resp.reason)
-        body = StreamBody(resp.chunks(), length, media_type, on_abort=resp.close)
+        framing = _watch_framing(ex, resp)
+        if framing is not None:
+            watch = WatchPassThrough(resp, framing)
+            body = StreamBody(watch.chunks(), length, media_type, on_abort=resp.close, on_end=watch.end)
+        else:
+            body = StreamBody(resp.chunks(), length, media_type, on_abort=resp.close)
         return Reply(resp.status, headers, body, resp.reason)
 
     def failed(self, method: str, err: BaseException) -> StatusError | NoAnswer:
@@ -372,3 +378,108 @@ class UpstreamResponse(Protocol):
     async def read(self) -> bytes: ...
     def chunks(self) -> AsyncIterator[bytes]: ...
     def close(self) -> None: ...
+
+
+def _watch_framing(ex: Exchange, resp: UpstreamResponse) -> str | None:
+    """How the events of a watch the apiserver streams are delimited, when kproxy can tell from
+    the bytes: "json" (the ``jsonFramer`` of
+    staging/src/k8s.io/apimachinery/pkg/runtime/serializer/json/json.go writes each event as
+    ``encoding/json``'s Encoder does: one compact object, then a newline, and no newline inside
+    it, as Go escapes control characters in strings), "protobuf" (the
+    ``LengthDelimitedFramer`` of staging/src/k8s.io/apimachinery/pkg/util/framer/framer.go: a
+    4-byte big-endian length, then the event). None for anything else (another format, an
+    encoded body): such a stream is only ever aborted."""
+    if ex.info.verb != "watch" or resp.status != 200 or resp.headers.get("Content-Encoding"):
+        return None
+    media = resp.headers.get("Content-Type", "").partition(";")[0].strip().lower()
+    if media == PROTOBUF:
+        return "protobuf"
+    if media == JSON:
+        return "json"
+    return None
+
+
+class WatchPassThrough:
+    """A watch passed through from the apiserver that can end after a whole event (drain,
+    reload), as a watch served from the cache does (``kproxy.core.eventstream``): the client
+    sees a normal end of stream and watches again from the last event it got, instead of a
+    torn event (client-go: unexpected EOF) or a gzip stream without its trailer.
+
+    ``end()`` at a boundary (the usual idle watch) closes the upstream response at once, which
+    wakes the pending read; inside an event, the rest of that event is passed on first, then the
+    stream ends there (what follows it in the same read is dropped: the client asks for it again).
+    Only where events end is followed here; the bytes are passed on as they came."""
+
+    __slots__ = ("_head", "_json", "_left", "_resp", "_whole", "ending")
+
+    def __init__(self, resp: UpstreamResponse, framing: str) -> None:
+        self._resp = resp
+        self._json = framing == "json"
+        self._whole = True  # JSON: the bytes passed on so far end with a whole event
+        self._head = bytearray()  # protobuf: the part of the next length prefix seen so far
+        self._left = 0  # protobuf: bytes of the current event still to come
+        self.ending = False
+
+    def at_boundary(self) -> bool:
+        if self._json:
+            return self._whole
+        return self._left == 0 and not self._head
+
+    def end(self) -> None:
+        if self.ending:
+            return
+        self.ending = True
+        if self.at_boundary():
+            self._resp.close()
+
+    def _advance(self, chunk: bytes, stop: bool) -> int:
+        """Follow ``chunk``; with ``stop``, only up to the first end of an event in it. Returns
+        how much of it was followed."""
+        size = len(chunk)
+        if self._json:
+            if not stop:
+                self._whole = chunk.endswith(b"\n")
+                return size
+            if self._whole:
+                return 0
+            i = chunk.find(b"\n")
+            if i < 0:
+                return size
+            self._whole = True
+            return i + 1
+        pos = 0
+        head = self._head
+        while pos < size:
+            if stop and self._left == 0 and not head:
+                break
+            if self._left:
+                take = min(self._left, size - pos)
+                self._left -= take
+                pos += take
+                continue
+            take = min(4 - len(head), size - pos)
+            head += chunk[pos : pos + take]
+            pos += take
+            if len(head) == 4:
+                self._left = int.from_bytes(head, "big")
+                head.clear()
+        return pos
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._resp.chunks():
+                if not chunk:
+                    continue
+                ending = self.ending
+                used = self._advance(chunk, ending)
+                if used:
+                    yield chunk if used == len(chunk) else chunk[:used]
+                if self.ending and self.at_boundary():
+                    return
+        except Exception:
+            if self.ending and self.at_boundary():
+                return  # the read ``end()`` woke by closing the response
+            raise
+        finally:
+            if self.ending:
+                self._resp.close()

@@ -364,7 +364,7 @@ class Compression(FilterBase):
             prefix=prefix,
             coalesce=coalesce,
         )
-        reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort)
+        reply.body = StreamBody(out, None, body.media_type, on_abort=body.abort, on_end=body.end_cleanly)
         mark_encoded(reply.headers, coding)
         self.metrics.responses.labels(coding).inc()
         return reply

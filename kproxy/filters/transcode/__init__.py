@@ -449,7 +449,7 @@ class Transcode(FilterBase):
         return Reply(
             reply.status,
             self._headers(reply, plan.target),
-            StreamBody(stream(), None, plan.target, on_abort=body.abort),
+            StreamBody(stream(), None, plan.target, on_abort=body.abort, on_end=body.end_cleanly),
             reply.reason,
         )
 
@@ -487,6 +487,6 @@ class Transcode(FilterBase):
         return Reply(
             reply.status,
             self._headers(reply, JSON),
-            StreamBody(stream(), None, JSON, on_abort=body.abort),
+            StreamBody(stream(), None, JSON, on_abort=body.abort, on_end=body.end_cleanly),
             reply.reason,
         )

@@ -118,7 +118,9 @@ async def _read_bounded(reply: Reply) -> tuple[bytes | None, Reply]:
         rest: Exception | AsyncIterator[bytes] = chunks
     except Exception as err:  # the upstream broke off: the client sees that as it would have
         rest = err
-    replay = StreamBody(_replay(parts, rest), body.length, body.media_type, on_abort=body.abort)
+    replay = StreamBody(
+        _replay(parts, rest), body.length, body.media_type, on_abort=body.abort, on_end=body.end_cleanly
+    )
     return None, Reply(reply.status, reply.headers, replay, reply.reason)
 
 
