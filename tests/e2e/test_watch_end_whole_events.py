@@ -18,6 +18,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -253,6 +254,9 @@ CASES = [
     # Over HTTP/1.1 a watch aborted upstream breaks off: its gzip stream would lack its trailer.
     ("http/1.1", "SIGTERM", False, True, "http/1.1"),
     ("h2", "SIGHUP", True, True, "http/1.1"),
+    # The transcode filter asks the apiserver for protobuf and sends JSON on.
+    ("http/1.1", "SIGTERM", False, False, "h2-protobuf"),
+    ("h2", "SIGHUP", False, True, "h2-protobuf"),
 ]
 
 
@@ -277,7 +281,9 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
 ) -> None:
     """kproxy is told to end the watch while a large event is half through it (the relay holds
     the rest): the client gets that event whole, then a clean end of stream."""
-    filters = [{"name": "compression", "watch": True}] if gzip else []
+    filters: list[dict[str, Any]] = [{"name": "compression", "watch": True}] if gzip else []
+    if upstream.endswith("-protobuf"):
+        filters.append({"name": "transcode", "upstream": "protobuf"})
     rp = proxy_factory(
         credentials="forward",
         tls=True,
@@ -287,7 +293,7 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
             "filters": filters,
             "reload_interval": "0s",
             "shutdown_timeout": "20s",
-            "upstream": {"http2": upstream == "h2"},
+            "upstream": {"http2": upstream.startswith("h2")},
         },
     )
     headers = {"Authorization": f"Bearer {control_plane.admin_token}"}
@@ -315,7 +321,10 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
         )
         assert code == 201, out[:300]
         await _until(relay.held.is_set, 30)
-        await _until(lambda: w.seen() > 0, 30)  # the event's first bytes are through kproxy
+        if upstream.endswith("-protobuf"):  # the event goes on once whole: its first bytes are in kproxy
+            await _until(lambda: _transcoded_in(rp) > LET_THROUGH // 2, 30)
+        else:
+            await _until(lambda: w.seen() > 0, 30)  # the event's first bytes are through kproxy
         assert not w.ended.is_set()
 
         if end == "SIGTERM":
@@ -339,7 +348,9 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
             assert len(frames[0]) > VALUE_SIZE
         else:
             events = _json_events(data)
-            assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", name)]
+            assert [(e["type"], e["object"].get("metadata", {}).get("name")) for e in events] == [("ADDED", name)], [
+                e["object"].get("message") for e in events
+            ]
             assert len(events[0]["object"]["data"]["v"]) == VALUE_SIZE
         assert w.clean_end, w.error
     finally:
@@ -351,6 +362,11 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
         control_plane.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     code, _ = control_plane.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     assert code == 404
+
+
+def _transcoded_in(rp: RunningProxy) -> float:
+    found = re.search(r"^kproxy_transcode_in_bytes_total (\S+)$", rp.metrics(), re.M)
+    return float(found.group(1)) if found else 0.0
 
 
 async def _until(cond: Callable[[], bool], timeout: float) -> None:
