@@ -27,6 +27,8 @@ from h2attack import (
     MAX_STREAM_ID,
     SMALL,
     H2Wire,
+    _hpack_int,
+    _send_block,
     concurrent_streams,
     continuation_flood,
     control_flood,
@@ -282,6 +284,24 @@ def test_hpack_bomb(target: Target, verdict: Measure) -> None:
         assert got.status(1) == "431", got.summary()
         assert got.goaway_code is None and ping(w), got.summary()
     v.check()
+
+
+def test_header_blocks_of_many_literal_fields(target: Target, verdict: Measure) -> None:
+    """Header blocks of 12,000 short literal fields (an indexed name, a 60-byte value, not
+    indexed) in three frames of the 256 KiB frame size: 750 KB that decode to more than the
+    max header list size, so Go truncates the list and answers each stream 431, and the
+    connection goes on (readMetaFrame in golang.org/x/net/http2/frame.go). Decoding costs Go
+    little; hpack's decoder copied the rest of the block for each literal field (quadratic: about
+    a second of kproxy's event loop per block), so a few blocks a second stalled every client."""
+    field = _hpack_int(58, 4) + _hpack_int(60, 7) + b"v" * 60  # user-agent, literal without indexing
+    with verdict() as v, target.wire() as w:
+        for sid in range(1, 12, 2):
+            head = w.block(w.request_headers(SMALL, token=target.token))
+            _send_block(w, sid, head + field * 12_000, fragment=256 * 1024)
+            w.until(lambda g, s=sid: g.closed or s in g.ended or s in g.rst, 10)
+            assert w.got.status(sid) == "431", w.got.summary()
+        assert w.got.goaway_code is None and ping(w), w.got.summary()
+    v.check(cpu_seconds=2.0)
 
 
 def test_oversized_header_list(target: Target, verdict: Measure) -> None:
