@@ -653,7 +653,7 @@ def report(
 
 
 def reading_notes(rows: list[Row], base: Row | None, rate: float) -> list[str]:
-    """What bounds the figures on this machine, with this run's numbers."""
+    """What bounds the figures on the machine that ran them, with this run's numbers."""
     measured = [r for r in rows if r.window]
     others = sum(r.others for r in measured) / len(measured) if measured else float("nan")
     out = [

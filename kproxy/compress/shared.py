@@ -3,7 +3,7 @@
 A watch served from the cache sends the same bytes to every watcher of a selection. Compressing
 each watcher's copy with its own compressor costs one codec call per event per watcher, and each
 call starts with that watcher's state evicted from the CPU caches (13-16 us per 4.6 KB event for
-zstd on this machine). A ``WatchCoding`` instead lets watchers that have received exactly the same
+zstd on a 2-vCPU virtual machine). A ``WatchCoding`` instead lets watchers that have received exactly the same
 stream since a frame began share one compressor: the event is compressed once and the same
 output goes to all of them.
 

@@ -204,7 +204,7 @@ def test_rapid_reset(target: Target, verdict: Measure) -> None:
     """CVE-2023-44487: 2,000 watches opened and reset at once on one connection. Go runs at most
     MaxConcurrentStreams handlers and queues the rest; more than 4 x that queued ends the
     connection with GOAWAY ENHANCE_YOUR_CALM (scheduleHandler in golang.org/x/net/http2/server.go)
-    — on this machine about one run in three; otherwise the handlers keep up and the connection
+    — on two shared vCPUs about one run in three; otherwise the handlers keep up and the connection
     answers the PING sent after the last reset. The apiserver may also end it gracefully (GOAWAY
     NO_ERROR) when one of the cancelled requests fails its authentication."""
     with verdict() as v, target.wire() as w:
