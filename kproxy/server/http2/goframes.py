@@ -23,9 +23,10 @@ from h2.frame_buffer import FrameBuffer
 from hpack import NeverIndexedHeaderTuple
 from hpack.exceptions import HPACKDecodingError, OversizedHeaderListError
 from hpack.hpack import VARINT_MAX_LENGTH, Decoder, Encoder, _unicode_if_needed, decode_integer, encode_integer
-from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 from hyperframe.frame import ContinuationFrame, HeadersFrame, RstStreamFrame
+
+from kproxy.server.http2.huffman import decode_huffman
 
 _DATA, _HEADERS, _CONTINUATION = 0x0, 0x1, 0x9
 _END_STREAM, _END_HEADERS = 0x1, 0x4
