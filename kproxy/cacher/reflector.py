@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -116,6 +117,9 @@ class Reflector:
         self._progress: asyncio.Future[int] | None = None
         self._relist_reason = "relist"
         self._probe_task: asyncio.Task[None] | None = None
+        # The probe the readers that arrived during the one in flight wait for (consistent_rv).
+        self._next_progress: asyncio.Future[int] | None = None
+        self.probes = 0  # progress probes sent
         self._need_list = True
         self._delivered = 0  # events received on any stream (a working stream resets the backoff)
         # The id of the watch whose events are being applied straight to the cache, if one runs.
@@ -144,8 +148,10 @@ class Reflector:
             probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
-        if self._progress is not None and not self._progress.done():
-            self._progress.cancel()
+        for pending in (self._progress, self._next_progress):
+            if pending is not None and not pending.done():
+                pending.cancel()
+        self._next_progress = None
         await self.compaction.close()
 
     @property
@@ -172,18 +178,64 @@ class Reflector:
         meanwhile) without moving the cache."""
         fut = self._progress
         if fut is None or fut.done():
-            fut = self._progress = asyncio.get_running_loop().create_future()
-            self._probe_task = asyncio.create_task(self._probe(fut))
+            fut = self._start_probe(asyncio.get_running_loop().create_future())
         await asyncio.shield(fut)
+
+    async def consistent_rv(self) -> int:
+        """A resource version at least the upstream's latest when this was called, confirmed by
+        a progress probe sent after the call (the cache has reached it when this returns): what a
+        consistent read must be served at. The probe is the apiserver's own consistent read, a
+        streaming list that matches nothing: its cacher takes the latest revision from etcd
+        (``storage.GetCurrentResourceVersion`` in ``Cacher.getWatchCacheResourceVersion``)
+        and waits until its watch cache has it before the end-of-initial-events bookmark
+        (staging/src/k8s.io/apiserver/pkg/storage/cacher/cacher.go), one round trip.
+
+        Readers arriving together share probes as the apiserver's progress requester shares its
+        etcd progress requests (cacher/progress/watch_progress.go): with none in flight a probe
+        starts now; one already in flight may have read etcd before this reader arrived, so
+        the reader waits for the next one, started as soon as that one ends and shared by every
+        reader that arrived meanwhile. However many arrive, a read costs at most the rest of one
+        probe and one more.
+
+        With no live watch feeding the cache (it lists, or reconnects) no probe can move it:
+        this is the upstream's current resource version then (a consistent read of nothing,
+        its own error if it cannot answer), which the cache's events must reach."""
+        if self._live is None:
+            return await self.current_rv()
+        fut = self._progress
+        if fut is None or fut.done():
+            fut = self._start_probe(asyncio.get_running_loop().create_future())
+        else:
+            if self._next_progress is None:
+                self._next_progress = asyncio.get_running_loop().create_future()
+            fut = self._next_progress
+        return await asyncio.shield(fut)
+
+    def _probe_ended(self, _task: asyncio.Task[None]) -> None:
+        nxt, self._next_progress = self._next_progress, None
+        if nxt is None or nxt.done():
+            return
+        if self._task is None:  # stopped
+            self._fail(nxt, ConnectionError("the cache stopped"))
+            return
+        self._start_probe(nxt)
+
+    def _start_probe(self, fut: asyncio.Future[int]) -> asyncio.Future[int]:
+        self._progress = fut
+        self._probe_task = asyncio.create_task(self._probe(fut))
+        self._probe_task.add_done_callback(self._probe_ended)
+        return fut
 
     async def _probe(self, fut: asyncio.Future[int]) -> None:
         # The answer only says something about the cache while one live watch (events applied
         # straight to the cache) runs from before the probe until after it: not while the
         # reflector relists (the store is about to be replaced) or retries a broken watch.
         live = self._live
+        asked = time.monotonic()  # the compaction tracker's clock
         try:
             if live is None:
                 raise ConnectionError("the cache's watch is not running")
+            self.probes += 1
             rv = await self.lw.progress_rv()
         except BaseException as err:
             self._fail(fut, err if isinstance(err, Exception) else RuntimeError("cancelled"))
@@ -200,6 +252,10 @@ class Reflector:
         # Not in order with the main watch: an event up to rv that is still on its way is
         # applied when it arrives, not dropped as a repeat.
         self.cache.progress(rv, in_order=False)
+        # The upstream's latest revision is one it serves a list at (etcd compacts only older
+        # ones): a continue token at rv or later needs no compaction probe of its own until the
+        # tracker's answers go stale, as after a probe at rv (kproxy.cacher.compaction).
+        self.compaction.saw_served(rv, asked)
         if not fut.done():
             fut.set_result(rv)
 

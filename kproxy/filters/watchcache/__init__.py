@@ -676,7 +676,8 @@ class WatchCacheFilter(FilterBase):
             return _reply(object_body(kind, obj, read.media_type, read.pretty, rc.partial_encode), read.media_type)
         if read.mode == "consistent":
             try:
-                want = await rc.reflector.current_rv()
+                # One shared progress probe: the upstream's latest revision, reached by the cache.
+                want = await rc.reflector.consistent_rv()
             except Exception as err:
                 log.debug("watchcache: %s: consistent read probe failed: %s", rc.spec.label, err)
                 return None

@@ -530,3 +530,62 @@ async def test_start_twice_runs_one_loop_and_stop_twice_is_harmless() -> None:
     await h.reflector.stop()
     await h.reflector.stop()
     assert len(h.lw.watch_calls) == 1 and task is not None and task.cancelled()
+
+
+async def test_a_consistent_read_never_joins_a_probe_sent_before_it() -> None:
+    async with running() as h:
+        await h.listed(("ns/a", 3), rv=10)
+        first = asyncio.create_task(h.reflector.consistent_rv())
+        await eventually(lambda: h.lw.progress_calls == 1)
+        # Arriving while that probe is in flight: it may have read the upstream before them.
+        later = [asyncio.create_task(h.reflector.consistent_rv()) for _ in range(5)]
+        for _ in range(20):
+            await _real_sleep(0)
+        assert h.lw.progress_calls == 1 and not any(w.done() for w in later)
+        h.lw.progress_answers.put_nowait(25)
+        assert await asyncio.wait_for(first, 5) == 25
+        # ...they share the next one, sent once the first ended.
+        await eventually(lambda: h.lw.progress_calls == 2)
+        assert not any(w.done() for w in later)
+        h.lw.progress_answers.put_nowait(31)
+        assert await asyncio.wait_for(asyncio.gather(*later), 5) == [31] * 5
+        assert h.lw.progress_calls == 2 and h.cache.rv == 31
+
+
+async def test_a_consistent_read_arriving_during_a_request_progress_waits_for_the_next_probe() -> None:
+    async with running() as h:
+        await h.listed(("ns/a", 3), rv=10)
+        asked = asyncio.create_task(h.reflector.request_progress())
+        await eventually(lambda: h.lw.progress_calls == 1)
+        reader = asyncio.create_task(h.reflector.consistent_rv())
+        h.lw.progress_answers.put_nowait(20)
+        await asyncio.wait_for(asked, 5)
+        await eventually(lambda: h.lw.progress_calls == 2)
+        h.lw.progress_answers.put_nowait(22)
+        assert await asyncio.wait_for(reader, 5) == 22
+
+
+async def test_a_consistent_probe_answer_vouches_for_continue_tokens_at_it() -> None:
+    async with running() as h:
+        await h.listed(("ns/a", 3), rv=10)
+        reader = asyncio.create_task(h.reflector.consistent_rv())
+        await eventually(lambda: h.lw.progress_calls == 1)
+        h.lw.progress_answers.put_nowait(25)
+        assert await asyncio.wait_for(reader, 5) == 25
+        assert h.reflector.compaction.known(25) is False  # served upstream: no probe of its own
+        assert h.reflector.compaction.known(24) is None
+
+
+async def test_stop_fails_the_readers_waiting_for_the_next_probe() -> None:
+    h = Harness()
+    h.reflector.start()
+    await h.listed(("ns/a", 3), rv=10)
+    first = asyncio.create_task(h.reflector.consistent_rv())
+    await eventually(lambda: h.lw.progress_calls == 1)
+    later = asyncio.create_task(h.reflector.consistent_rv())
+    await _real_sleep(0)
+    await h.reflector.stop()
+    for waiter in (first, later):
+        with pytest.raises((asyncio.CancelledError, RuntimeError, ConnectionError)):
+            await asyncio.wait_for(waiter, 5)
+    assert h.lw.progress_calls == 1
