@@ -113,6 +113,13 @@ class Reflector:
         self._task: asyncio.Task[None] | None = None
         self.streaming_list = True
         self.last_error = ""
+        # The last failure of the list/watch (None once a stream delivers again): whether the
+        # upstream is unreachable is decided from it by the caller (``kproxy.cacher.outage``).
+        self.last_exception: Exception | None = None
+        # Wall-clock time until which the cache is known to have been equal to the upstream: while
+        # a live watch runs, now; after it ends, when it ended (0: never since start).
+        self._confirmed_until = 0.0
+        self._answering = False  # the running stream has delivered something: it reached the upstream
         self.upstream_rv = 0
         self._progress: asyncio.Future[int] | None = None
         self._relist_reason = "relist"
@@ -321,6 +328,7 @@ class Reflector:
                 if self._delivered != delivered:
                     backoff = first_backoff  # the stream worked for a while: this is a new failure
                 self.last_error = f"{type(err).__name__}: {err}"
+                self.last_exception = err
                 log.warning(
                     "%s: upstream list/watch failed (%s); retrying in %.1fs", self.name, self.last_error, backoff
                 )
@@ -346,6 +354,13 @@ class Reflector:
     def _go_live(self) -> None:
         self._streams += 1
         self._live = self._streams
+
+    @property
+    def confirmed_at(self) -> float:
+        """When (``time.time()``) the cache was last confirmed equal to the upstream: now while a
+        live watch that has delivered something (so reached the upstream) feeds it, else when the
+        last such watch ended (0.0: never since start)."""
+        return time.time() if self._live is not None and self._answering else self._confirmed_until
 
     @property
     def live(self) -> bool:
@@ -383,6 +398,8 @@ class Reflector:
             async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
                 self._delivered += 1
                 self.resumed = False
+                self.last_exception = None
+                self._answering = True
                 if defer_live and ev.type == BOOKMARK:
                     defer_live = False
                     self._go_live()
@@ -404,6 +421,9 @@ class Reflector:
                     cache.apply(ev.type, ev.obj)
         finally:
             listing_pause.close()
+            if self._live is not None and self._answering:
+                self._confirmed_until = time.time()
+            self._answering = False
             self._live = None
         if pending is not None:
             raise ConnectionError("the streaming list ended before its initial events were complete")

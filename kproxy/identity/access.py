@@ -139,6 +139,11 @@ class AccessReviewer:
         self._clock = clock
         self._on_decision = on_decision
         self._cache: TTLCache[Key, tuple[bool, str]] = TTLCache(max_entries)
+        # Allows remembered for ``remember`` seconds after their review was sent (0: none), for
+        # reads served while the apiserver cannot be asked (``kproxy.identity.offline``); a later
+        # denial of the same attributes removes one.
+        self.remember = 0.0
+        self._allowed_at: TTLCache[Key, float] = TTLCache(max_entries)
         self._inflight: dict[Key, asyncio.Task[tuple[bool, str]]] = {}
         #: Reviews sent (for tests and debugging).
         self.reviews = 0
@@ -208,7 +213,32 @@ class AccessReviewer:
         allowed, reason = decision_from_answer(status, answer)
         ttl = self.allow_ttl if allowed else self.deny_ttl
         self._cache.put(key, (allowed, reason), sent + ttl)
+        if allowed and self.remember > 0:
+            self._allowed_at.put(key, sent, sent + self.remember)
+        elif not allowed:
+            self._allowed_at.put(key, sent, sent)  # expired at once: a denial ends the last allow
         return allowed, reason
+
+    def allowed_within(
+        self,
+        identity: Identity,
+        info: RequestInfo,
+        within: float,
+        *,
+        verb: str | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> float | None:
+        """Seconds since the review that last allowed exactly these attributes was sent, if it was
+        less than ``within`` (and less than ``remember``) seconds ago and no denial came after it;
+        else None. Sends nothing."""
+        v = verb if verb is not None else info.verb
+        key = _key(identity, info, v, label_selector, field_selector)
+        now = self._clock()
+        found, sent = self._allowed_at.get(key, now)
+        if not found or sent is None or now - sent >= within:
+            return None
+        return now - sent
 
 
 def review_body(

@@ -223,6 +223,10 @@ class Authenticator:
         self._cache: TTLCache[bytes, Identity] = TTLCache(max_entries)
         self._rejected: TTLCache[bytes, bool] = TTLCache(max_rejected_entries)
         self._inflight: dict[bytes, asyncio.Future[Identity | None]] = {}
+        # Accepted tokens remembered for ``remember`` seconds after their review was sent (0:
+        # none), for reads served while the apiserver cannot be asked (``kproxy.identity.offline``).
+        self.remember = 0.0
+        self._known: TTLCache[bytes, tuple[Identity, float]] = TTLCache(max_entries)
         self._own: Identity | None = None
         self._own_lock = asyncio.Lock()
         self._reviews, self._cache_hits = _metrics(ctx)
@@ -250,10 +254,12 @@ class Authenticator:
         fut: asyncio.Future[Identity | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         release: Callable[[], None] | None = None
+        sent = now
         try:
             # A review on behalf of client address ``source``: it waits for that address's turn,
             # 429 when that address's own queue is full or it waited too long (reviewlimit).
             release = await self._limit.acquire(source)
+            sent = self._clock()
             result = await self._review(token)
             self._reviews.labels("authenticated" if result is not None else "rejected").inc()
         except BaseException as err:
@@ -265,14 +271,27 @@ class Authenticator:
         else:
             if result is not None:
                 self._cache.put(key, result, self._clock() + self.success_ttl)
+                if self.remember > 0:
+                    self._known.put(key, (result, sent), sent + self.remember)
             else:
                 self._rejected.put(key, True, self._clock() + self.failure_ttl)
+                self._known.put(key, (ANONYMOUS, sent), sent)  # a rejection ends what was known
             fut.set_result(result)
             return result
         finally:
             del self._inflight[key]
             if release is not None:
                 release()
+
+    def known_identity(self, token: str, within: float) -> Identity | None:
+        """The identity a review sent less than ``within`` (and ``remember``) seconds ago gave
+        ``token``, if no review rejected it since; else None. Sends nothing."""
+        key = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        now = self._clock()
+        found, known = self._known.get(key, now)
+        if not found or known is None or now - known[1] >= within:
+            return None
+        return known[0]
 
     async def _review(self, token: str) -> Identity | None:
         # A token is any bytes to the apiserver's authenticators; JSON cannot carry those that are

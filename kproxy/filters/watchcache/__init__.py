@@ -52,6 +52,7 @@ from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
+from kproxy.filters.watchcache.outage import Outage, OutageSettings, unconfirmed_gauge, unreachable
 from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.filters.watchcache.resource_cache import ResourceCache
@@ -71,6 +72,7 @@ from kproxy.filters.watchcache.watch_plan import WATCH_LIST_GZIP_SINCE, WatchRea
 from kproxy.filters.watchcache.watches import open_watch, too_large_rv
 from kproxy.filters.watchcache.writes import OBJECT_SUBRESOURCES, WRITE_VERBS, own_event_first
 from kproxy.identity.access import AccessReviewer, UndecidedError, access_reviewer, authorize
+from kproxy.identity.offline import allowed_offline, remember_for
 
 log = logging.getLogger("kproxy.watchcache")
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -89,6 +91,10 @@ class AuthorizationSettings(BaseModel):
 
 def _default_authorization() -> AuthorizationSettings:
     return AuthorizationSettings.model_validate({})
+
+
+def _default_outage() -> OutageSettings:
+    return OutageSettings.model_validate({})
 
 
 #: Resources persisted only when ``persist.resources`` names them (not through ``*``), and then
@@ -223,6 +229,12 @@ class WatchCacheSettings(BaseModel):
         "written the write's own event to its watchers, so that a controller's informer has it before "
         "the answer (0: never wait).",
     )
+    outage: OutageSettings = Field(
+        default_factory=_default_outage,
+        description="Reads through an outage (off by default): while the apiserver cannot be reached, cached "
+        'reads are served with a Warning saying how old the cache may be (docs/using/watchcache.md, "Reads '
+        'through an outage").',
+    )
 
     @field_validator("resources")
     @classmethod
@@ -263,6 +275,7 @@ class WatchCacheFilter(FilterBase):
         self._gzip = gzip_codec(1)  # the apiserver's gzipContentEncodingLevel
         self._version = UpstreamVersion()  # the shared one once started
         self._persist: _Persist | None = None
+        self._outage = Outage(settings.outage)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, ctx: FilterContext) -> None:
@@ -273,6 +286,9 @@ class WatchCacheFilter(FilterBase):
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)
+            if self.settings.outage.serve:
+                remember_for(ctx, self._reviewer, self.settings.outage.authorization_ttl)
+        self._unconfirmed = unconfirmed_gauge(ctx)
         if self.settings.persist is not None:
             self._persist = _open_persist(ctx, self.settings.persist)
             self._preload()
@@ -425,6 +441,7 @@ class WatchCacheFilter(FilterBase):
         if spec.key == _CRD_KEY:
             rc.cache.add_listener(self._crds_changed)
         self.caches[spec.key] = rc
+        self._unconfirmed.labels(spec.label).set_function(lambda: Outage.unconfirmed(rc))
         rc.start()
         return rc
 
@@ -511,6 +528,8 @@ class WatchCacheFilter(FilterBase):
             return
         log.info("watchcache: %s %s; dropping its cache", rc.spec.label, why)
         self._metrics.objects.labels(rc.spec.label).set(0)
+        with contextlib.suppress(KeyError):
+            self._unconfirmed.remove(rc.spec.label)
         await rc.stop()  # its watches end, as the apiserver ends them when it stops serving one
         if rc.store is not None:
             rc.store.forget()  # not served any more: a restart must not answer from it
@@ -603,10 +622,13 @@ class WatchCacheFilter(FilterBase):
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", decided.reason).inc()
             return await call_next(ex)
+        offline = _Offline(self._outage.serves(rc))
         try:
-            if self._reviewer is not None and self.ctx is not None:
-                await authorize(self.ctx, self._reviewer, ex)
-            reply = await self._serve(rc, decided)
+            if not await self._authorize(ex, rc, offline):
+                if reads is not None:
+                    reads.labels(label, info.verb, "upstream", "outage unauthorized").inc()
+                return await call_next(ex)
+            reply = await self._serve(rc, decided, offline)
         except UndecidedError:
             # The authorizer gave no reusable answer: the apiserver decides for itself.
             if reads is not None:
@@ -622,7 +644,29 @@ class WatchCacheFilter(FilterBase):
             return await call_next(ex)
         if reads is not None:
             reads.labels(label, info.verb, "cache", decided.mode).inc()
+        if offline.used or (offline.allowed and self._outage.down(rc)):
+            reply.headers.add("Warning", self._outage.warning(rc, consistent=decided.mode == "consistent"))
         return _gzip_as_the_apiserver(ex, reply, self._gzip)
+
+    async def _authorize(self, ex: Exchange, rc: ResourceCache, offline: _Offline) -> bool:
+        """Authorize a cached read as :func:`authorize` does (raising its Status errors). While the
+        upstream cannot be reached and the outage options cover ``rc``, a caller the apiserver
+        allowed within ``outage.authorization_ttl`` is allowed (``offline.used``); False: the caller
+        has no such decision, and gets the answer it would get without the cache."""
+        if self._reviewer is None or self.ctx is None:
+            return True
+        try:
+            await authorize(self.ctx, self._reviewer, ex)
+        except UndecidedError:
+            raise
+        except StatusError as err:
+            if not (offline.allowed and err.code == 500 and unreachable(err) and self._outage.within_bound(rc)):
+                raise
+            within = self._outage.settings.authorization_ttl
+            if allowed_offline(self.ctx, self._reviewer, ex, within) is None:
+                return False
+            offline.used = True
+        return True
 
     def _waited(self, rc: ResourceCache) -> Callable[[str, float], None] | None:
         if self._metrics is None:
@@ -647,9 +691,11 @@ class WatchCacheFilter(FilterBase):
         if isinstance(decided, Pass):
             reads.labels(label, "watch", "upstream", decided.reason).inc()
             return await call_next(ex)
+        offline = _Offline(self._outage.serves(rc))
         try:
-            if self._reviewer is not None and self.ctx is not None:
-                await authorize(self.ctx, self._reviewer, ex)
+            if not await self._authorize(ex, rc, offline):
+                reads.labels(label, "watch", "upstream", "outage unauthorized").inc()
+                return await call_next(ex)
         except UndecidedError:
             reads.labels(label, "watch", "upstream", "undecided").inc()
             return await call_next(ex)
@@ -662,10 +708,15 @@ class WatchCacheFilter(FilterBase):
             reads.labels(label, "watch", "upstream", "stale").inc()
             return await call_next(ex)
         reads.labels(label, "watch", "cache", decided.mode).inc()
+        if offline.used or (offline.allowed and self._outage.down(rc)):
+            reply.headers.add("Warning", self._outage.warning(rc, consistent=False))
         return reply
 
-    async def _serve(self, rc: ResourceCache, read: Read) -> Reply | None:
-        """The cache's answer, or None: it cannot answer in time, let the upstream."""
+    async def _serve(self, rc: ResourceCache, read: Read, offline: _Offline) -> Reply | None:
+        """The cache's answer, or None: it cannot answer in time, let the upstream. A consistent
+        read is served from what the cache holds, unconfirmed, when its upstream watch is down
+        because the upstream cannot be reached, the outage options allow it (``offline``), and
+        the probe could not reach the upstream either."""
         cache = rc.cache
         kind = rc.spec.kind
         wait = self.settings.wait_timeout
@@ -680,9 +731,13 @@ class WatchCacheFilter(FilterBase):
                 want = await rc.reflector.consistent_rv()
             except Exception as err:
                 log.debug("watchcache: %s: consistent read probe failed: %s", rc.spec.label, err)
-                return None
-            if not await rc.fresh(want, wait):
-                return None
+                outage = self._outage
+                if not (offline.allowed and unreachable(err) and outage.down(rc) and outage.within_bound(rc)):
+                    return None
+                offline.used = True  # the apiserver cannot be asked: what the cache holds
+            else:
+                if not await rc.fresh(want, wait):
+                    return None
         elif read.mode == "min" and not await rc.fresh(read.min_rv, wait):
             if not rc.reflector.live:
                 return None  # the cache is catching up: the upstream knows better than a 504
@@ -727,6 +782,15 @@ class WatchCacheFilter(FilterBase):
             kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty, rc.partial_encode
         )
         return _reply(body, read.media_type)
+
+
+@dataclass(slots=True)
+class _Offline:
+    """Whether a read may be served through an outage (``allowed``), and whether it was (``used``:
+    authorized from remembered decisions, or consistent without the apiserver's confirmation)."""
+
+    allowed: bool
+    used: bool = False
 
 
 @dataclass(slots=True)
