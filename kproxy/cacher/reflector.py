@@ -302,6 +302,7 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except TooLarge as err:
+                self.last_exception = err  # the upstream answered
                 if not (self.resumed and self._delivered == delivered):
                     self.last_error = f"TooLarge: {err}"
                     log.warning("%s: upstream watch failed (%s); retrying in %.1fs", self.name, err, backoff)
@@ -315,7 +316,8 @@ class Reflector:
                 )
                 self._need_list = True
                 self._relist_reason = "expired"
-            except Expired:
+            except Expired as err:
+                self.last_exception = err  # the upstream answered: it is reachable
                 log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.applied_rv)
                 self._need_list = True
                 self._relist_reason = "expired"
