@@ -17,9 +17,8 @@ import orjson
 from kproxy import gctuning
 from kproxy.cacher import CachedObject, Kind
 from kproxy.cacher.objects import JsonEncoder
-from kproxy.codec import MAGIC, encode_envelope, to_yaml
+from kproxy.codec import MAGIC, encode_envelope
 from kproxy.codec.envelope import encode_varint, ld
-from kproxy.codec.yamlcodec import go_yaml_error
 from kproxy.core.negotiation import JSON, PROTOBUF, YAML
 from kproxy.core.status import generic
 from kproxy.gocompat.jsonescape import go_json_dumps
@@ -179,6 +178,9 @@ def _reshape(data: bytes, media_type: str, pretty: bool) -> bytes:
         obj = orjson.loads(data)
         if media_type != YAML:
             return go_json_dumps(obj, pretty=True)
+        # lazy: YAML's encoder loads with the first YAML answer, not before kproxy listens
+        from kproxy.codec.yamlcodec import go_yaml_error, to_yaml
+
         if any(b in data for b in _YAML_SUSPECTS):
             failure = go_yaml_error(obj)
             if failure is not None:
