@@ -79,6 +79,19 @@ def _read(rp: RunningProxy, path: str, token: str) -> tuple[int, list[str], byte
         return e.code, e.headers.get_all("Warning") or [], e.read()
 
 
+def _write(rp: RunningProxy, path: str, token: str, obj: dict[str, Any]) -> tuple[int, list[str], bytes]:
+    """POST ``obj`` to ``path`` through ``rp`` as the bearer ``token``."""
+    assert rp.ca_file is not None
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    req = urllib.request.Request(rp.url + path, data=json.dumps(obj).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=20, context=ctx) as r:
+            return r.status, r.headers.get_all("Warning") or [], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get_all("Warning") or [], e.read()
+
+
 def _post(cp: ControlPlaneInfo, path: str, obj: dict[str, Any]) -> dict[str, Any]:
     status, body = cp.request("POST", path, body=json.dumps(obj).encode())
     assert status == 201, body
@@ -214,6 +227,15 @@ def test_reads_go_on_through_an_outage_only_with_the_option(own_cp: ControlPlane
             assert "the kube-apiserver is unreachable" in out.stderr, out.stderr
             rounds += 1
             time.sleep(1)
+        # A watch started during the outage is served from the cache, with the Warning.
+        status, warnings, body = _read(on, f"{pods}?watch=1&resourceVersion=0&timeoutSeconds=1", admin)
+        assert status == 200 and len(warnings) == 1 and b'"ADDED"' in body, (status, warnings, body[:300])
+        # Writes answer as they do without the option: the outage answer for a write never sent.
+        for rp in (on, off):
+            status, _, body = _write(
+                rp, f"{configmaps}", admin, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}}
+            )
+            assert status == 429 and json.loads(body)["reason"] == "TooManyRequests", (status, body[:300])
         unconfirmed = _metric(on, "kproxy_watchcache_unconfirmed_seconds", resource="pods")
         assert unconfirmed >= OUTAGE_SECONDS - 2, unconfirmed
         # The informer's watch stayed open through the outage, and got its bookmarks.
