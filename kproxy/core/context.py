@@ -85,6 +85,14 @@ class ApiClient:
     def server(self) -> str:
         return str(self._upstream.base)
 
+    @property
+    def rtt(self) -> float | None:
+        """The round trip to the upstream as measured (``kproxy.core.upstreamlink``), None
+        before enough requests or when the line measures none."""
+        link = getattr(self._upstream, "link", None)
+        rtt = getattr(link, "rtt", None)
+        return rtt if isinstance(rtt, float) else None
+
     async def _headers(self, extra: dict[str, str] | None) -> dict[str, str]:
         headers = {"User-Agent": self.user_agent}
         auth = await self._upstream.own_auth_header()

@@ -1,10 +1,20 @@
 """The watch cache's line to the apiserver: list, watch and freshness probes over kproxy's own
-credentials (``ctx.api``), in protobuf for built-in kinds and JSON for the rest."""
+credentials (``ctx.api``), in protobuf for built-in kinds and JSON for the rest.
+
+Across a slow link (the round trip kproxy measures, ``kproxy.core.upstreamlink``, at least
+``GZIP_RTT``) the cache's lists ask for gzip, as ``upstream_gzip: auto`` does for callers'
+reads: the apiserver gzips a list of more than 128 KiB (``responsewriters.defaultGzipThresholdBytes``)
+and, from 1.37, a streaming list (a watch with ``sendInitialEvents``: its initial events and the
+live events after them, one gzip member per flush; ``handlers/watch.go``). A plain watch is never
+gzipped, so a resumed watch and a freshness probe ask for nothing.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +27,11 @@ from kproxy.cacher import BOOKMARK, Expired, ListPage, NotServed, StreamingListU
 from kproxy.cacher.ingest import ObjectFactory, list_meta_rv, split_list
 from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
+from kproxy.compress import stream
+from kproxy.compress.backends import gzip_decoder
 from kproxy.core.context import ApiClient
 from kproxy.core.negotiation import PROTOBUF
+from kproxy.core.upstreamlink import MIN_SAMPLES
 
 from .resources import ResourceSpec
 
@@ -27,6 +40,12 @@ log = logging.getLogger("kproxy.watchcache.upstream")
 # A name no object can have (names are DNS subdomains): a selector that matches nothing.
 _NOTHING = "metadata.name=.kproxy-matches-nothing"
 _MAX_FRAME = 64 << 20
+#: The measured round trip from which the cache's lists ask for gzip: the compression filter's
+#: default ``upstream_gzip_rtt`` (a WAN; next to the apiserver the apiserver's CPU costs more
+#: than the bytes it saves).
+GZIP_RTT = 0.010
+# One measurement of the link at a time per upstream (kproxy's own client of it).
+_MEASURING: weakref.WeakKeyDictionary[ApiClient, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 class UpstreamError(Exception):
@@ -69,20 +88,64 @@ class HttpListerWatcher:
     spec: ResourceSpec
     factory: ObjectFactory
     watch_timeout: tuple[int, int] = (300, 600)
+    #: Ask for gzip from this measured round trip up (None: never).
+    gzip_rtt: float | None = GZIP_RTT
+    #: Lists (and streaming lists) that asked for gzip, and those the apiserver answered with it.
+    gzip_asked: int = 0
+    gzip_answered: int = 0
 
     @property
     def _accept(self) -> str:
         return PROTOBUF if self.spec.kind.protobuf else "application/json"
 
+    async def _measured(self) -> None:
+        """Make sure the link is measured before a list decides on gzip: kproxy's first list of
+        a resource usually comes before it has sent enough requests for an estimate. A few
+        ``/version`` reads (the apiserver's cheapest answer) are samples of the round trip, one
+        resource at a time (the others then find the estimate made)."""
+        if self.gzip_rtt is None or self.api.rtt is not None:
+            return
+        lock = _MEASURING.setdefault(self.api, asyncio.Lock())
+        async with lock:
+            for _ in range(MIN_SAMPLES):
+                if self.api.rtt is not None:
+                    return
+                try:
+                    async with self.api.request("GET", "/version", timeout=10.0) as resp:
+                        await resp.read()
+                except Exception as err:  # the list itself then meets (and reports) the failure
+                    log.debug("measuring the link: %s", err)
+                    return
+
+    def _list_headers(self) -> dict[str, str]:
+        headers = {"Accept": self._accept}
+        rtt = self.api.rtt
+        if self.gzip_rtt is not None and rtt is not None and rtt >= self.gzip_rtt:
+            headers["Accept-Encoding"] = "gzip"
+            self.gzip_asked += 1
+        return headers
+
+    def _encoding(self, resp: Any, asked: bool) -> bool:
+        """Whether the body is gzip (only when asked for: any other coding is an error)."""
+        coding = resp.headers.get("Content-Encoding", "").strip().lower()
+        if not coding or coding == "identity":
+            return False
+        if coding == "gzip" and asked:
+            self.gzip_answered += 1
+            return True
+        raise UpstreamError(f"upstream answered with Content-Encoding {coding!r}")
+
     def _target(self, query: dict[str, str]) -> str:
         return f"{self.spec.list_path}?{urlencode(query)}"
 
-    async def _get_list(self, query: dict[str, str]) -> ListPage:
+    async def _get_list(self, query: dict[str, str], *, small: bool = False) -> ListPage:
         log.debug("upstream list %s", self._target(query))
-        async with self.api.request(
-            "GET", self._target(query), headers={"Accept": self._accept}, timeout=120.0
-        ) as resp:
+        headers = {"Accept": self._accept} if small else self._list_headers()
+        async with self.api.request("GET", self._target(query), headers=headers, timeout=120.0) as resp:
             body = await resp.read()
+            if self._encoding(resp, "Accept-Encoding" in headers):
+                dec = gzip_decoder()
+                body = dec.decompress(body) + dec.finish()
             if resp.status != 200:
                 raise _status_error(resp.status, body)
             ctype = resp.headers.get("Content-Type", "")
@@ -97,13 +160,14 @@ class HttpListerWatcher:
         return ListPage(objects, int(meta_obj.get("resourceVersion") or 0), meta_obj.get("continue") or "")
 
     async def list(self, *, limit: int, continue_token: str) -> ListPage:
+        await self._measured()
         query = {"limit": str(limit)}
         if continue_token:
             query["continue"] = continue_token
         return await self._get_list(query)
 
     async def current_rv(self) -> int:
-        return (await self._get_list({"limit": "1", "fieldSelector": _NOTHING})).rv
+        return (await self._get_list({"limit": "1", "fieldSelector": _NOTHING}, small=True)).rv
 
     async def servable_at(self, rv: int) -> bool:
         """An exact list of one item at ``rv``: the apiserver decides it as it decides a continue
@@ -143,24 +207,40 @@ class HttpListerWatcher:
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        else:
-            query["resourceVersion"] = resource_version
+            return self._streaming_list(query)
+        query["resourceVersion"] = resource_version
         return self._watch(query)
 
-    async def _watch(self, query: dict[str, str]) -> AsyncIterator[UpstreamEvent]:
+    async def _streaming_list(self, query: dict[str, str]) -> AsyncIterator[UpstreamEvent]:
+        await self._measured()
+        async for ev in self._watch(query, self._list_headers()):
+            yield ev
+
+    async def _watch(
+        self, query: dict[str, str], headers: dict[str, str] | None = None
+    ) -> AsyncIterator[UpstreamEvent]:
         log.debug("upstream watch %s", self._target(query))
-        async with self.api.request("GET", self._target(query), headers={"Accept": self._accept}, timeout=None) as resp:
+        headers = headers or {"Accept": self._accept}
+        async with self.api.request("GET", self._target(query), headers=headers, timeout=None) as resp:
+            gzipped = self._encoding(resp, "Accept-Encoding" in headers)
             if resp.status != 200:
                 body = await resp.read()
+                if gzipped:
+                    dec = gzip_decoder()
+                    body = dec.decompress(body) + dec.finish()
                 if resp.status == 422 and "sendInitialEvents" in query:
                     raise StreamingListUnsupported(body[:300].decode("utf-8", "replace"))
                 raise _status_error(resp.status, body)
+            content: Any = resp.content
+            if gzipped:
+                raw = resp.chunks() if hasattr(resp, "chunks") else resp.content.iter_any()
+                content = _Gunzipped(raw)
             ctype = resp.headers.get("Content-Type", "")
             if ctype.startswith(PROTOBUF):
-                async for ev in self._proto_events(resp.content):
+                async for ev in self._proto_events(content):
                     yield ev
             else:
-                async for line in resp.content:
+                async for line in content:
                     if line.strip():
                         yield self._json_event(line)
 
@@ -208,3 +288,59 @@ class HttpListerWatcher:
 class _RawList(msgspec.Struct):
     metadata: dict[str, Any] = {}
     items: list[msgspec.Raw] = []
+
+
+def _count(n_in: int, n_out: int, seconds: float) -> None:
+    log.debug("gzip stream: %d bytes in, %d out, %.3f s", n_in, n_out, seconds)
+
+
+class _Gunzipped:
+    """``readexactly`` and line iteration over a gzip body (every member), decoded as it arrives.
+    A line longer than a watch frame may be is an error, not a buffer that grows without end."""
+
+    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+        self._chunks = stream.decode(chunks, gzip_decoder(), _count)
+        self._buf = bytearray()
+        self._eof = False
+
+    async def _fill(self) -> bool:
+        if self._eof:
+            return False
+        try:
+            chunk = await anext(self._chunks)
+        except StopAsyncIteration:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if not await self._fill():
+                partial = bytes(self._buf)
+                self._buf.clear()
+                raise asyncio.IncompleteReadError(partial, n)
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[bytes]:
+        start = 0
+        while True:
+            i = self._buf.find(b"\n", start)
+            if i >= 0:
+                yield bytes(self._buf[: i + 1])
+                del self._buf[: i + 1]
+                start = 0
+                continue
+            start = len(self._buf)
+            if start > _MAX_FRAME:
+                raise UpstreamError(f"watch event of more than {_MAX_FRAME} bytes")
+            if not await self._fill():
+                if self._buf:
+                    yield bytes(self._buf)
+                    self._buf.clear()
+                return
