@@ -55,6 +55,16 @@ def seed(cp: envtest.ControlPlaneInfo, n: int) -> None:
     )
 
 
+def churn(cp: envtest.ControlPlaneInfo, rate: float, stop: threading.Event) -> None:
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "churn"}, "stringData": {"n": "0"}}
+    cp.json("POST", f"/api/v1/namespaces/{SMALL}/secrets", body)
+    n = 0
+    while not stop.wait(1 / rate):
+        n += 1
+        body["stringData"] = {"n": str(n)}
+        cp.json("PUT", f"/api/v1/namespaces/{SMALL}/secrets/churn", body)
+
+
 def counts(cp: envtest.ControlPlaneInfo) -> dict[str, float]:
     code, body = cp.request("GET", "/metrics", accept="text/plain")
     assert code == 200
@@ -112,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mbit", type=float, default=20)
     p.add_argument("--configmaps", type=int, default=1500)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--churn",
+        type=float,
+        default=0.0,
+        help="write another resource (a Secret) this many times a second meanwhile, as a live cluster's "
+        "leases and events move etcd's revision past the cached resource's",
+    )
     args = p.parse_args(argv)
     link = Link("bench", args.rtt_ms, args.mbit or None)
     with tempfile.TemporaryDirectory(prefix="kproxy-bench-consistent-") as tmpdir:
@@ -137,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             fill = time.perf_counter() - t
             fill_bytes = toxi.relayed_bytes() - sent
             print(f"cache filled in {fill:.2f} s, {fill_bytes / 1e6:.2f} MB over the link", file=sys.stderr)
+            stop = threading.Event()
+            churner = None
+            if args.churn:
+                churner = threading.Thread(target=churn, args=(cp, args.churn, stop), daemon=True)
+                churner.start()
             rows: list[list[float]] = []
             before = counts(cp)
             for _ in range(args.rounds):
@@ -146,10 +168,15 @@ def main(argv: list[str] | None = None) -> int:
             before = counts(cp)
             slowest = [together(rp) for _ in range(args.rounds)]
             burst = delta(counts(cp), before)
+            stop.set()
+            if churner is not None:
+                churner.join()
             print(
                 f"{args.rtt_ms} ms round trip, {args.mbit} Mbit/s; {args.configmaps} configmaps; "
                 f"median of {args.rounds}"
             )
+            if args.churn:
+                print(f"- another resource written {args.churn:g} times a second meanwhile")
             print(f"- the cache's fill: {fill:.2f} s, {fill_bytes / 1e6:.2f} MB across the link")
             print(
                 "- a consistent list in pages of 500: "
