@@ -29,6 +29,7 @@ from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
 from kproxy.compress import stream
 from kproxy.compress.backends import gzip_decoder
+from kproxy.core.chunkreader import ChunkReader
 from kproxy.core.context import ApiClient
 from kproxy.core.negotiation import PROTOBUF
 from kproxy.core.upstreamlink import MIN_SAMPLES
@@ -294,53 +295,15 @@ def _count(n_in: int, n_out: int, seconds: float) -> None:
     log.debug("gzip stream: %d bytes in, %d out, %.3f s", n_in, n_out, seconds)
 
 
-class _Gunzipped:
+class _Gunzipped(ChunkReader):
     """``readexactly`` and line iteration over a gzip body (every member), decoded as it arrives.
     A line longer than a watch frame may be is an error, not a buffer that grows without end."""
 
     def __init__(self, chunks: AsyncIterator[bytes]) -> None:
-        self._chunks = stream.decode(chunks, gzip_decoder(), _count)
-        self._buf = bytearray()
-        self._eof = False
+        super().__init__(
+            stream.decode(chunks, gzip_decoder(), _count),
+            max_line=_MAX_FRAME,
+            too_long=lambda n: UpstreamError(f"watch event of more than {n} bytes"),
+        )
 
-    async def _fill(self) -> bool:
-        if self._eof:
-            return False
-        try:
-            chunk = await anext(self._chunks)
-        except StopAsyncIteration:
-            self._eof = True
-            return False
-        self._buf += chunk
-        return True
 
-    async def readexactly(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            if not await self._fill():
-                partial = bytes(self._buf)
-                self._buf.clear()
-                raise asyncio.IncompleteReadError(partial, n)
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        return out
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[bytes]:
-        start = 0
-        while True:
-            i = self._buf.find(b"\n", start)
-            if i >= 0:
-                yield bytes(self._buf[: i + 1])
-                del self._buf[: i + 1]
-                start = 0
-                continue
-            start = len(self._buf)
-            if start > _MAX_FRAME:
-                raise UpstreamError(f"watch event of more than {_MAX_FRAME} bytes")
-            if not await self._fill():
-                if self._buf:
-                    yield bytes(self._buf)
-                    self._buf.clear()
-                return

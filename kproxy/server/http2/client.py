@@ -60,6 +60,7 @@ import h2.settings
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from multidict import CIMultiDict
 
+from kproxy.core.chunkreader import ChunkReader
 from kproxy.gocompat.httpguts import TOKEN_CHARS, first_invalid_name, valid_host_header
 from kproxy.gocompat.strconv import go_quote
 from kproxy.server.http2.goframes import PlainEncoder, TruncatingDecoder, send_request_headers
@@ -355,65 +356,8 @@ class H2Response:
         return self._content
 
 
-class Content:
-    """``readexactly``, ``readline`` and line iteration over a response body."""
-
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buf = bytearray()
-        self._eof = False
-
-    async def _fill(self) -> bool:
-        if self._eof:
-            return False
-        try:
-            chunk = await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._eof = True
-            return False
-        self._buf += chunk
-        return True
-
-    async def readexactly(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            if not await self._fill():
-                partial = bytes(self._buf)
-                self._buf.clear()
-                raise asyncio.IncompleteReadError(partial, n)
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        return out
-
-    async def readline(self) -> bytes:
-        start = 0
-        while True:
-            i = self._buf.find(b"\n", start)
-            if i >= 0:
-                out = bytes(self._buf[: i + 1])
-                del self._buf[: i + 1]
-                return out
-            start = len(self._buf)
-            if not await self._fill():
-                out = bytes(self._buf)
-                self._buf.clear()
-                return out
-
-    async def read(self) -> bytes:
-        while await self._fill():
-            pass
-        out = bytes(self._buf)
-        self._buf.clear()
-        return out
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[bytes]:
-        while True:
-            line = await self.readline()
-            if not line:
-                return
-            yield line
+class Content(ChunkReader):
+    """``readexactly``, ``readline``, ``read`` and line iteration over a response body."""
 
 
 class _GoawayKeepsStreams(h2.connection.H2ConnectionStateMachine):
