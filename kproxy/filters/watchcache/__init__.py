@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import orjson
 from multidict import CIMultiDict
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kproxy.cacher import DELETED, CacheEvent, Kind, object_key, select
 from kproxy.cacher.persist import (
@@ -59,9 +59,9 @@ from kproxy.filters.watchcache.resource_cache import ResourceCache
 from kproxy.filters.watchcache.resources import (
     CONFIRMATION_SPACING,
     CONFIRMATIONS,
-    ConfigError,
     Departures,
     Key,
+    ResourceNames,
     ResourceSpec,
     discover,
     missing_note,
@@ -110,13 +110,13 @@ class PersistSettings(BaseModel):
         description="Directory of the persisted state, created 0700 if absent; kproxy refuses to start when it "
         "is not owned by kproxy's user or is writable by group or others. One kproxy process per directory.",
     )
-    resources: list[str] = Field(
+    resources: ResourceNames = Field(
         default_factory=lambda: ["*"],
         min_length=1,
         description="Which cached resources are persisted (names as in `resources`; `*`: all of them except "
         "the sensitive ones).",
     )
-    sensitive: list[str] = Field(
+    sensitive: ResourceNames = Field(
         default_factory=list,
         description="Resources persisted only when `persist.resources` names them, and then encrypted "
         "(Secrets always are).",
@@ -134,15 +134,6 @@ class PersistSettings(BaseModel):
         "past the snapshot's own size.",
     )
 
-    @field_validator("resources", "sensitive")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            try:
-                parse_name(name)
-            except ConfigError as err:
-                raise ValueError(str(err)) from None
-        return value
 
     @model_validator(mode="after")
     def _key_for_sensitive(self) -> PersistSettings:
@@ -176,7 +167,7 @@ def _matches(name: str, spec: ResourceSpec, *, wildcard: bool = True) -> bool:
 class WatchCacheSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    resources: list[str] = Field(
+    resources: ResourceNames = Field(
         min_length=1,
         description="Resources to cache: RESOURCE, RESOURCE.GROUP, GROUP/VERSION/RESOURCE, v1/RESOURCE, or * "
         "(every list+watch resource in discovery, custom resources followed as they come and go).",
@@ -236,15 +227,6 @@ class WatchCacheSettings(BaseModel):
         'through an outage").',
     )
 
-    @field_validator("resources")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            try:
-                parse_name(name)
-            except ConfigError as err:
-                raise ValueError(str(err)) from None
-        return value
 
 
 class WatchCacheFilter(FilterBase):

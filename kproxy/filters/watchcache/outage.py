@@ -21,13 +21,13 @@ import time
 
 import aiohttp
 from prometheus_client import Gauge
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from kproxy.core.context import FilterContext
 from kproxy.gocompat.strconv import go_quote
 
 from .resource_cache import ResourceCache
-from .resources import ConfigError, ResourceSpec, parse_name
+from .resources import ResourceNames, ResourceSpec, parse_name
 
 __all__ = ["Outage", "OutageSettings", "unconfirmed_gauge", "unreachable"]
 
@@ -40,7 +40,7 @@ class OutageSettings(BaseModel):
         description="Serve cached reads while the apiserver cannot be reached (refused, reset or timed-out "
         "connections; not its HTTP answers), with a Warning header saying how old the cache may be.",
     )
-    resources: list[str] = Field(
+    resources: ResourceNames = Field(
         default_factory=lambda: ["*"],
         min_length=1,
         description="Which cached resources are served through an outage (names as in `resources`; `*`: all).",
@@ -59,16 +59,6 @@ class OutageSettings(BaseModel):
         "without both within this bound gets the outage answer; a revoked permission keeps reading through "
         "an outage for at most this long.",
     )
-
-    @field_validator("resources")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            try:
-                parse_name(name)
-            except ConfigError as err:
-                raise ValueError(str(err)) from None
-        return value
 
 
 def unreachable(err: BaseException | None) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from kproxy.cacher import Kind
 
@@ -66,6 +68,20 @@ def parse_name(name: str) -> tuple[str | None, str | None, str]:
     if len(parts) == 1 and name:
         return None, None, name
     raise ConfigError(f"{name!r} is not a resource name")
+
+
+def checked_names(value: list[str]) -> list[str]:
+    """A settings field's resource names, each one ``parse_name`` takes (pydantic's validator)."""
+    for name in value:
+        try:
+            parse_name(name)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+    return value
+
+
+#: A settings field holding resource names (``pods``, ``deployments.apps``, ``*``).
+ResourceNames = Annotated[list[str], AfterValidator(checked_names)]
 
 
 @dataclass(slots=True)
