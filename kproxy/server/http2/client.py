@@ -57,6 +57,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from multidict import CIMultiDict
 
@@ -105,6 +106,13 @@ _SENSITIVE = frozenset(("authorization", "proxy-authorization", "cookie"))
 _RESPONSE_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+\Z")
 # httpguts' isCTL && !isLWS: the bytes no field value may hold.
 _CONTROLS = bytes([*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F])
+
+
+#: The stream states in which h2 receives a response's HEADERS and DATA without a stream error
+#: (the others go through h2's own path: ``H2Conn._receive_answers``).
+_RECEIVING = frozenset((h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL))
+_RECV_DATA = h2.connection.ConnectionInputs.RECV_DATA
+_RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
 
 
 class H2Unavailable(Exception):
@@ -439,7 +447,11 @@ class H2Conn(asyncio.Protocol):
         self.last_read = time.monotonic()
         self.ping_sent = None
         try:
-            events = self.h2.receive_data(data)
+            buffered = self.h2.incoming_buffer
+            if buffered._data or buffered._headers_buffer:  # a frame or header block in progress
+                events = self.h2.receive_data(data)
+            else:
+                events = self._receive_answers(data)
         except h2.exceptions.ProtocolError as err:
             # h2 queued the GOAWAY for the connection error; send it and close.
             self.flush_now()
@@ -448,6 +460,57 @@ class H2Conn(asyncio.Protocol):
         for event in events:
             self._event(event)
         self.flush()
+
+    def _receive_answers(self, data: bytes) -> list[Any]:
+        """h2's ``receive_data`` for what an answer is made of: whole HEADERS frames (END_HEADERS,
+        neither padded nor with a priority) and unpadded DATA frames, each on a stream kproxy
+        opened that h2 has open for receiving, read without h2's frame buffer and frame objects
+        and handed to the same connection and stream state machines, HPACK decoder and window
+        accounting h2's ``_receive_headers_frame`` and ``_receive_data_frame`` call, in the same
+        order. From the first frame that is anything else (SETTINGS, PING, GOAWAY, RST_STREAM,
+        WINDOW_UPDATE, PUSH_PROMISE, CONTINUATION, padding, a frame over the frame size, a frame
+        cut by the read, another stream) the rest goes through h2's ``receive_data``. As there,
+        the events come back together and a protocol error sends GOAWAY and discards them."""
+        conn = self.h2
+        events: list[Any] = []
+        pos, end = 0, len(data)
+        limit = conn.max_inbound_frame_size
+        ours = self.streams
+        theirs = conn.streams
+        machine = conn.state_machine
+        try:
+            while end - pos >= 9:
+                length = int.from_bytes(data[pos : pos + 3], "big")
+                kind = data[pos + 3]
+                flags = data[pos + 4]
+                stop = pos + 9 + length
+                if kind > 1 or length > limit or stop > end:
+                    break
+                sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                stream = theirs.get(sid)
+                if sid not in ours or stream is None or stream.state_machine.state not in _RECEIVING:
+                    break
+                if kind == 0:  # DATA
+                    if flags & 0x08:  # PADDED
+                        break
+                    events += machine.process_input(_RECV_DATA)
+                    conn._inbound_flow_control_window_manager.window_consumed(length)
+                    events += stream.receive_data(data[pos + 9 : stop], bool(flags & 0x01), length)[1]
+                else:  # HEADERS
+                    if flags & 0x2C != 0x04:  # CONTINUATION follows, PADDED or PRIORITY
+                        break
+                    headers = h2.connection._decode_headers(conn.decoder, data[pos + 9 : stop])
+                    events += machine.process_input(_RECV_HEADERS)
+                    events += stream.receive_headers(headers, bool(flags & 0x01), conn.config.header_encoding)[1]
+                pos = stop
+        except h2.exceptions.ProtocolError as err:
+            # h2's buffer keeps what followed the frame (read by a later call, as h2 would)
+            conn.incoming_buffer.add_data(data[stop:])
+            conn._terminate_connection(err.error_code)
+            raise
+        if pos < end:
+            events += conn.receive_data(data[pos:] if pos else data)
+        return events
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
