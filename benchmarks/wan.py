@@ -394,12 +394,27 @@ def _connects(port: int) -> bool:
         return False
 
 
+SERVED = 'kproxy_watchcache_reads_total{reason="any",resource="pods",served="cache",verb="list"}'
+OBJECTS = 'kproxy_watchcache_objects{resource="pods"}'
+
+
+def wait_cached_pods(url: str, admin_url: str, pods: int, alive: Callable[[], None]) -> None:
+    """Until kproxy answers a ``resourceVersion=0`` list of pods from its cache. Asked only once
+    its metrics (on loopback) say the cache holds every pod: a read before that goes across the
+    link (a whole list of pods without ``limit``) and competes with the cache's own fill."""
+    while True:
+        alive()
+        if _metric(_http(admin_url + "/metrics")[1].decode(), OBJECTS) >= pods:
+            code, _ = _http(url + "/api/v1/pods?resourceVersion=0&limit=1")
+            if code == 200 and _metric(_http(admin_url + "/metrics")[1].decode(), SERVED) >= 1:
+                return
+        time.sleep(0.05)
+
+
 class NodeLocal:
     """A kproxy with the laptop's chain and the watch cache persisted in ``tmp/state``, started
     (``kproxy run``, timed from its exec) and stopped (SIGTERM: the state synced) across the link."""
 
-    SERVED = 'kproxy_watchcache_reads_total{reason="any",resource="pods",served="cache",verb="list"}'
-    OBJECTS = 'kproxy_watchcache_objects{resource="pods"}'
     LOADED = re.compile(r"pods: \d+ objects at resource version \d+ loaded from disk in ([0-9.]+) s")
 
     def __init__(
@@ -460,15 +475,7 @@ class NodeLocal:
                 alive()
                 time.sleep(0.02)
             listening = time.perf_counter() - t0
-            # Asked only once the cache holds every pod (kproxy's metrics, on loopback): a read
-            # before that would go across the link and add to what is measured.
-            while True:
-                alive()
-                if _metric(_http(admin_url + "/metrics")[1].decode(), self.OBJECTS) >= self.pods:
-                    code, _ = _http(url + "/api/v1/pods?resourceVersion=0&limit=1")
-                    if code == 200 and _metric(_http(admin_url + "/metrics")[1].decode(), self.SERVED) >= 1:
-                        break
-                time.sleep(0.05)
+            wait_cached_pods(url, admin_url, self.pods, alive)
             first = time.perf_counter() - t0
             time.sleep(self.settle)
             cpu = cpu_seconds(self.apiserver_pid) - c0
@@ -698,8 +705,14 @@ def run_commands(
         tmp / f"kproxy-{profile}", wan_kubeconfig, extra={"filters": laptop_filters(compression)}
     )
     alt: RunningProxy | None = None
+    deadline = time.perf_counter() + 600
+
+    def alive() -> None:
+        if time.perf_counter() > deadline:
+            raise AssertionError("kproxy did not cache pods in 600 s")
+
     try:
-        rp.wait_cached("/api/v1/pods", "pods", timeout=600)
+        wait_cached_pods(rp.url, rp.admin_url, args.pods, alive)
         cache_ready = time.perf_counter() - t
         peers = [
             Peer("direct", wan_kubeconfig, tmp / f"cache-direct-{profile}"),
@@ -712,7 +725,8 @@ def run_commands(
                 wan_kubeconfig,
                 extra={"filters": laptop_filters({**compression, **also})},
             )
-            alt.wait_cached("/api/v1/pods", "pods", timeout=600)
+            deadline = time.perf_counter() + 600
+            wait_cached_pods(alt.url, alt.admin_url, args.pods, alive)
             label = "kproxy " + ",".join(f"{k}={v}" for k, v in also.items())
             peers.append(Peer(label, alt.kubeconfig, tmp / f"cache-also-{profile}"))
         results = measure(commands, peers, args.rounds, LinkBytes(toxi), cp.apiserver_pid)
