@@ -28,7 +28,7 @@ link carried, both ways (toxiproxy's writes), and the apiserver's CPU time (utim
 (``kproxy.testing.standin_kubelet``) serves exec, attach and port-forward but not the kubelet's
 ``/containerLogs``. :class:`LogsKubelet` does, next to the apiserver (the kubelet is in the
 cluster, on the far side of the WAN): a Node ``node-0`` points at it, so the seeded pods bound to
-``node-0`` have a log (``--log-lines`` lines of about 200 bytes; ``--tail`` honoured as the kubelet
+``node-0`` have a log (``--log-lines`` lines of about 160 bytes; ``--tail`` honoured as the kubelet
 does). kubectl asks the apiserver, which fetches the log from it (``pods/log``).
 
 ``--restart`` adds a node-local restart per profile (``--restart-only``: only that): a kproxy with
@@ -171,7 +171,7 @@ LOG_NODE = "node-0"  # pod(i) is bound to node-{i % 50}: pod(0), the one-object 
 
 
 def log_line(n: int) -> bytes:
-    """Line ``n`` of a container's log: about 200 bytes, as a structured application log."""
+    """Line ``n`` of a container's log: about 160 bytes, as a structured application log."""
     return (
         f"2026-11-28T10:{n // 3600 % 60:02d}:{n // 60 % 60:02d}.{n % 1000:03d}Z level=info "
         f'msg="request served" method=GET path=/api/items/{n % 997} status=200 duration_ms={n % 83} '
@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         "'{\"upstream_gzip\": false}' to compare a setting with the default",
     )
     p.add_argument("--only", default="", help="comma-separated command labels to run (default: all)")
-    p.add_argument("--log-lines", type=int, default=10000, help="lines in each container's log (about 200 bytes each)")
+    p.add_argument("--log-lines", type=int, default=10000, help="lines in each container's log (about 160 bytes each)")
     p.add_argument("--restart", action="store_true", help="add the node-local restart (persisted watch cache)")
     p.add_argument("--restart-only", action="store_true", help="the node-local restart alone, no commands")
     p.add_argument("--settle", type=float, default=5.0, help="node-local restart: seconds measured after the answer")
