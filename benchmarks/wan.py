@@ -158,15 +158,6 @@ async def seed(cp: envtest.ControlPlaneInfo, pods: int) -> tuple[str, str]:
     return first
 
 
-def rewrite_kubeconfig(src: Path, dst: Path, server: str) -> Path:
-    kc = yaml.safe_load(src.read_text())
-    for cluster in kc["clusters"]:
-        cluster["cluster"]["server"] = server
-    dst.write_text(yaml.safe_dump(kc))
-    dst.chmod(0o600)
-    return dst
-
-
 LOG_NODE = "node-0"  # pod(i) is bound to node-{i % 50}: pod(0), the one-object rows' pod, has a log
 
 
@@ -631,8 +622,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seeded {args.pods} pods in {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
             kubelet = LogsKubelet(cp, tmp, args.log_lines)
             log_size = check_logs(cp, kubelet, ns, name)
-            listen = toxi.proxy("apiserver", f"127.0.0.1:{cp.apiserver_port}")
-            wan_kubeconfig = rewrite_kubeconfig(cp.admin_kubeconfig, tmp / "wan.kubeconfig", f"https://{listen}")
+            wan_kubeconfig = toxi.kubeconfig_through(
+                "apiserver", cp.admin_kubeconfig, cp.apiserver_port, None, tmp / "wan.kubeconfig"
+            )
             commands: dict[str, Callable[[Peer], float]] = {
                 "`get pods -A` (Table)": kubectl_command(cp, ["get", "pods", "-A"]),
                 "`get pods -A -o json`": kubectl_command(cp, ["get", "pods", "-A", "-o", "json"]),

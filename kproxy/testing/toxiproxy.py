@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kproxy.testing.binaries import CACHE_ROOT, REPO_ROOT
 from kproxy.testing.errors import EnvtestError
 from kproxy.testing.processes import free_ports
@@ -117,6 +119,15 @@ class Toxiproxy:
         self._call("POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream, "enabled": True})
         return listen
 
+    def kubeconfig_through(
+        self, name: str, kubeconfig: Path, apiserver_port: int, link: Link | None, dst: Path
+    ) -> Path:
+        """``kubeconfig`` with its server replaced by a new proxy ``name`` to the apiserver on
+        ``apiserver_port``, shaped as ``link``; written (0600) to ``dst``."""
+        listen = self.proxy(name, f"127.0.0.1:{apiserver_port}")
+        self.shape(name, link)
+        return rewrite_kubeconfig(kubeconfig, dst, f"https://{listen}")
+
     def shape(self, name: str, link: Link | None) -> None:
         """Replace the toxics of proxy ``name`` with ``link`` (None: a plain TCP relay). Applies to
         connections opened afterwards and, in toxiproxy, to open ones too."""
@@ -165,3 +176,13 @@ class Toxiproxy:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def rewrite_kubeconfig(src: Path, dst: Path, server: str) -> Path:
+    """A copy of kubeconfig ``src`` at ``dst`` (0600) whose clusters' server is ``server``."""
+    kc = yaml.safe_load(src.read_text())
+    for cluster in kc["clusters"]:
+        cluster["cluster"]["server"] = server
+    dst.write_text(yaml.safe_dump(kc))
+    dst.chmod(0o600)
+    return dst

@@ -26,7 +26,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 from backports import zstd
 from h2client import H2Client
 
@@ -93,15 +92,8 @@ def bigns(control_plane: ControlPlaneInfo, kubectl: Kubectl) -> Iterator[str]:
 
 def _through(toxi: Toxiproxy, control_plane: ControlPlaneInfo, tmp: Path, name: str, link: Link | None) -> Path:
     """A kubeconfig of the admin whose server is a new toxiproxy proxy shaped as ``link``."""
-    listen = toxi.proxy(name, f"127.0.0.1:{control_plane.apiserver_port}")
-    toxi.shape(name, link)
-    kc = yaml.safe_load(control_plane.admin_kubeconfig.read_text())
-    for cluster in kc["clusters"]:
-        cluster["cluster"]["server"] = f"https://{listen}"
-    path = tmp / f"{name}.kubeconfig"
-    path.write_text(yaml.safe_dump(kc))
-    path.chmod(0o600)
-    return path
+    dst = tmp / f"{name}.kubeconfig"
+    return toxi.kubeconfig_through(name, control_plane.admin_kubeconfig, control_plane.apiserver_port, link, dst)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.envtest import ControlPlaneInfo
@@ -45,14 +44,9 @@ def far(
     control_plane: ControlPlaneInfo, toxi: Toxiproxy, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningProxy]:
     tmp = tmp_path_factory.mktemp("kp-probes")
-    listen = toxi.proxy("probes", f"127.0.0.1:{control_plane.apiserver_port}")
-    toxi.shape("probes", LINK)
-    kc = yaml.safe_load(control_plane.admin_kubeconfig.read_text())
-    for cluster in kc["clusters"]:
-        cluster["cluster"]["server"] = f"https://{listen}"
-    kubeconfig = tmp / "far.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kc))
-    kubeconfig.chmod(0o600)
+    kubeconfig = toxi.kubeconfig_through(
+        "probes", control_plane.admin_kubeconfig, control_plane.apiserver_port, LINK, tmp / "far.kubeconfig"
+    )
     chain = {"filters": [{"name": "watchcache", "resources": ["limitranges"]}]}
     rp = start_proxy(tmp, kubeconfig, extra=chain, token="ignored-in-proxy-mode")
     try:
@@ -247,14 +241,8 @@ def _fill_bytes(
     control_plane: ControlPlaneInfo, toxi: Toxiproxy, tmp: Path, name: str, link: Link | None
 ) -> tuple[int, RunningProxy]:
     """Bytes that crossed toxiproxy while a new kproxy filled its cache of configmaps."""
-    listen = toxi.proxy(name, f"127.0.0.1:{control_plane.apiserver_port}")
-    toxi.shape(name, link)
-    kc = yaml.safe_load(control_plane.admin_kubeconfig.read_text())
-    for cluster in kc["clusters"]:
-        cluster["cluster"]["server"] = f"https://{listen}"
-    kubeconfig = tmp / f"{name}.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(kc))
-    kubeconfig.chmod(0o600)
+    dst = tmp / f"{name}.kubeconfig"
+    kubeconfig = toxi.kubeconfig_through(name, control_plane.admin_kubeconfig, control_plane.apiserver_port, link, dst)
     before = toxi.relayed_bytes()
     chain = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
     rp = start_proxy(tmp / name, kubeconfig, extra=chain, token="ignored-in-proxy-mode")
