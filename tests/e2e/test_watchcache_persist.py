@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from watchcache_diff import reads_total
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
@@ -95,7 +96,16 @@ def _converged(rp: RunningProxy, cp: ControlPlaneInfo, base: str) -> Callable[[]
 def _first_run(proxy_factory: Callable[..., RunningProxy], cp: ControlPlaneInfo, base: str, cfg: dict[str, Any]) -> str:
     """kproxy caches the namespace's configmaps, then stops (SIGTERM); the cache's resource version."""
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, base), 30, "the cache to hold the configmaps")
+    # Answered by the cache itself: one that is not ready yet sends reads to the apiserver, whose
+    # answer would match before anything was cached (or persisted).
+    cached = _converged(rp, cp, base)
+    resource = cfg["filters"][0]["resources"][0]  # its metrics label: configmaps, PLURAL.GROUP
+
+    def from_cache() -> bool:
+        before = reads_total(rp.metrics(), resource=resource, verb="list", served="cache")
+        return cached() and reads_total(rp.metrics(), resource=resource, verb="list", served="cache") > before
+
+    wait_for(from_cache, 30, "the cache to hold the configmaps")
     rv = str(json.loads(rp.get(f"{base}?resourceVersion=0")[1])["metadata"]["resourceVersion"])
     assert rp.stop() == 0
     return rv

@@ -52,7 +52,7 @@ from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
 from kproxy.filters.watchcache.cachemetrics import CacheMetrics, cache_metrics
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
-from kproxy.filters.watchcache.outage import Outage, OutageSettings, unconfirmed_gauge, unreachable
+from kproxy.filters.watchcache.outage_serving import Outage, OutageSettings, unconfirmed_gauge, unreachable
 from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
 from kproxy.filters.watchcache.resource_cache import ResourceCache

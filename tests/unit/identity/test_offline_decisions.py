@@ -1,5 +1,5 @@
 """The decisions kept for reads through an outage (``AccessReviewer.allowed_within``) and what
-counts as an unreachable upstream (``kproxy.filters.watchcache.outage.unreachable``), without an
+counts as an unreachable upstream (``kproxy.filters.watchcache.outage_serving.unreachable``), without an
 apiserver; the whole scenario is tests/e2e/test_watchcache_outage_serving.py."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from test_access import ALICE, BOB, Clock, FakeReview, pods, sar_answer
 from kproxy.cacher.reflector import Expired
 from kproxy.core.status import internal_error
 from kproxy.filters.watchcache.listwatch import UpstreamError
-from kproxy.filters.watchcache.outage import unreachable
+from kproxy.filters.watchcache.outage_serving import unreachable
 from kproxy.identity.access import AccessReviewer, AccessReviewError
 
 
