@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 import pytest
 import urllib3
+import yaml
 from backports import zstd
 from full_chain import (
     DRY_RULE,
@@ -631,11 +632,41 @@ def _same_read(d: Side, p: Side, path: str, query: dict[str, str], headers: dict
     first = d.request("GET", path, query=query, headers=headers)
     got = p.request("GET", path, query=query, headers=headers)
     ours = (got.status, got.content_type, _comparable(got))
-    for want in (first, d.request("GET", path, query=query, headers=headers)):
+    last = d.request("GET", path, query=query, headers=headers)
+    for want in (first, last):
         if ours == (want.status, want.content_type, _comparable(want)):
             return None
-    theirs = f"{want.status} {want.content_type} {want.body[:150]!r}"
+    if _between(first, got, last):
+        return None
+    theirs = f"{last.status} {last.content_type} {last.body[:150]!r} (before: {_list_rv(first)})"
     return f"{path} {query} {headers}: {theirs} | {ours[:2]} {ours[2][:150]!r}"
+
+
+def _list_rv(answer: Raw) -> tuple[int, Any] | None:
+    """A list's resource version and its decoded body without it; None for anything else."""
+    if answer.status != 200:
+        return None
+    if answer.content_type.startswith(PROTOBUF):
+        doc = json.loads(ProtobufCodec().to_json(answer.body))
+    elif answer.content_type.startswith(YAML):
+        doc = yaml.safe_load(answer.body)
+    else:
+        doc = json.loads(answer.body)
+    rv = doc.get("metadata", {}).pop("resourceVersion", None) if isinstance(doc, dict) else None
+    if not (isinstance(rv, str) and rv.isdigit()) or ("items" not in doc and "rows" not in doc):
+        return None
+    doc.get("metadata", {}).pop("continue", None)
+    return int(rv), doc
+
+
+def _between(first: Raw, got: Raw, last: Raw) -> bool:
+    """A consistent list at a resource version the apiserver reached between the two reads
+    around kproxy's (another client wrote meanwhile), the same list otherwise: as a read
+    served between them. Never older than the first: that would be a stale read."""
+    a, o, b = _list_rv(first), _list_rv(got), _list_rv(last)
+    if a is None or o is None or b is None or got.content_type != last.content_type:
+        return False
+    return a[0] <= o[0] <= b[0] and o[1] == b[1]
 
 
 _CONTINUE = re.compile(rb'"continue":"[^"]*"|continue: \S+')
