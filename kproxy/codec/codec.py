@@ -319,6 +319,6 @@ class ProtobufCodec:
 
 @functools.cache
 def shared_codec() -> ProtobufCodec:
-    """The process's one codec: the Status writer (``kproxy.core.errorreply``) and the filters
-    (the ``PROTOBUF_CODEC`` service of their FilterContext) share it."""
+    """The process's one codec, and the one way to reach it: the Status writer
+    (``kproxy.core.errorreply``) and the filters (transcode, validation, watchcache) share it."""
     return ProtobufCodec()

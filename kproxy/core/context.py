@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
 import aiohttp
 import orjson
@@ -164,19 +164,30 @@ class ApiClient:
                 return resp.status, raw.decode("utf-8", "replace")
 
 
-#: ``services`` key of the process's one ``kproxy.codec.ProtobufCodec`` (its schema loaded once,
-#: shared by transcode, watchcache and validation).
-PROTOBUF_CODEC = "kproxy.codec.ProtobufCodec"
+class ServiceKey(Generic[T]):
+    """The typed name of a service several filters share through :class:`FilterContext`.
+
+    ``ctx.service(KEY, make)`` is a ``T``: the key says what it holds, so no caller casts. Keys are
+    module constants named ``f"{__name__}.<what>"`` (a key made per settings adds them after a
+    colon, as the watch cache's access reviewer does); two keys with one name are one service."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ServiceKey({self.name!r})"
 
 
 @dataclass(slots=True)
 class FilterContext:
     """Handed to every filter's ``start(ctx)``.
 
-    ``services`` holds what several filters share (one authenticator, one schema cache, each
+    Its services are what several filters share (one authenticator, the body-work pool, each
     filter's metrics): a config reload starts a filter's new instance next to the old one with
     the same context, so anything registered once per process (prometheus series) or meant to
-    outlive an instance lives here, made by :meth:`shared`.
+    outlive an instance lives here, made by :meth:`service` under a typed :class:`ServiceKey`.
     """
 
     api: ApiClient
@@ -186,9 +197,20 @@ class FilterContext:
     #: ``upstream.anonymous_auth``: whether the apiserver takes a caller without credentials as
     #: ``system:anonymous`` (else its 401, which kproxy then answers itself where it decides).
     anonymous_auth: bool = True
+    def service(self, key: ServiceKey[T], make: Callable[[], T]) -> T:
+        """The service under ``key``, made by ``make()`` the first time it is asked for."""
+        if key.name not in self.services:
+            self.services[key.name] = make()
+        return cast(T, self.services[key.name])
+
+    def find(self, key: ServiceKey[T]) -> T | None:
+        """The service under ``key`` if it has been made or provided, else None."""
+        return cast("T | None", self.services.get(key.name))
+
+    def provide(self, key: ServiceKey[T], value: T) -> None:
+        """Put ``value`` under ``key`` (the server's configured instance, before filters ask)."""
+        self.services[key.name] = value
 
     def shared(self, key: str, factory: Callable[[], T]) -> T:
-        """The service under ``key``, made by ``factory()`` the first time it is asked for."""
-        if key not in self.services:
-            self.services[key] = factory()
-        return cast(T, self.services[key])
+        """Deprecated: a service under a bare string key; use :meth:`service` with a :class:`ServiceKey`."""
+        return self.service(ServiceKey[T](key), factory)

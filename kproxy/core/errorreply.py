@@ -11,7 +11,7 @@ apiserver writes with the encoder it negotiated for the object).
 imports nothing from ``chain``, so ``chain`` imports it at module level without a cycle.
 
 The protobuf form uses the process's one codec (``kproxy.codec.shared_codec``), the same
-instance filters get from ``FilterContext`` as the ``PROTOBUF_CODEC`` service.
+instance the filters use.
 """
 
 from __future__ import annotations

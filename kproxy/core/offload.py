@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.fairness import FairLimits, FairPool, flow_of
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ INLINE_BYTES = 8 * 1024
 #: The interpreter's switch interval while bodies are decoded on threads (seconds).
 SWITCH_INTERVAL = 0.001
 
-#: ``ctx.services`` key of the process's one body-work pool.
-SERVICE = "kproxy.core.offload.body_work"
+#: ``FilterContext`` service key of the process's one body-work pool.
+SERVICE: ServiceKey[FairPool] = ServiceKey(f"{__name__}.body_work")
 
 
 def install(ctx: FilterContext, limits: FairLimits) -> FairPool:
@@ -50,18 +50,17 @@ def install(ctx: FilterContext, limits: FairLimits) -> FairPool:
     # request through a busy kproxy pays it dozens of times. 1 ms instead of Python's 5 halved a
     # victim's write latency under a flood of costly bodies (benchmarks/results-fairness.md).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
-    current = ctx.services.get(SERVICE)
-    if isinstance(current, FairPool):
+    current = ctx.find(SERVICE)
+    if current is not None:
         current.limits = limits
         return current
     made = FairPool(limits)
-    ctx.services[SERVICE] = made
+    ctx.provide(SERVICE, made)
     return made
 
 
 def pool(ctx: FilterContext) -> FairPool:
-    made: FairPool = ctx.shared(SERVICE, FairPool)
-    return made
+    return ctx.service(SERVICE, FairPool)
 
 
 async def run_body_work(

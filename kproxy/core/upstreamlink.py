@@ -23,8 +23,10 @@ import math
 import time
 from collections.abc import Callable
 
-#: ``FilterContext.services`` key of the process's one :class:`UpstreamLink`.
-UPSTREAM_LINK = "kproxy.core.UpstreamLink"
+from kproxy.core.context import ServiceKey
+
+#: ``FilterContext`` service key of the process's one :class:`UpstreamLink`.
+UPSTREAM_LINK: ServiceKey[UpstreamLink] = ServiceKey(f"{__name__}.UpstreamLink")
 
 #: Samples are kept per window of this many seconds; the estimate is the minimum of the current
 #: window and the one before, so it follows a link that changed (a laptop moving from the office

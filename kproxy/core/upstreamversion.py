@@ -16,12 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kproxy.core.context import ApiClient
+from kproxy.core.context import ApiClient, ServiceKey
 
 log = logging.getLogger("kproxy.upstream")
 
 #: ``FilterContext.services`` key of the process's one :class:`UpstreamVersion`.
-UPSTREAM_VERSION = "kproxy.core.UpstreamVersion"
+UPSTREAM_VERSION: ServiceKey[UpstreamVersion] = ServiceKey(f"{__name__}.UpstreamVersion")
 
 #: The Kubernetes minors kproxy supports and tests (docs/compatibility.md), oldest and newest.
 SUPPORTED_MINORS = (35, 37)

@@ -44,7 +44,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from kproxy.core.chain import Exchange, Identity
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import StatusError, forbidden_for_request, internal_error
 from kproxy.identity.authn import authenticator
@@ -342,6 +342,9 @@ def api_review(ctx: FilterContext) -> Review:
     return review
 
 
+_WATCHCACHE_METRICS: ServiceKey[OnDecision] = ServiceKey(f"{__name__}.watchcache.metrics")
+
+
 def _watchcache_metrics(ctx: FilterContext) -> OnDecision:
     """The watch cache's authorization counters (registered once per registry), as an ``on_decision``.
 
@@ -374,7 +377,7 @@ def _watchcache_metrics(ctx: FilterContext) -> OnDecision:
 
         return on_decision
 
-    return ctx.shared("kproxy.identity.access.watchcache.metrics", make)
+    return ctx.service(_WATCHCACHE_METRICS, make)
 
 
 def access_reviewer(
@@ -385,8 +388,8 @@ def access_reviewer(
     Shared per process and settings, so a config reload that keeps them keeps the decisions.
     """
     on_decision = _watchcache_metrics(ctx)
-    return ctx.shared(
-        f"kproxy.identity.access.reviewer:{allow_ttl}:{deny_ttl}:{max_entries}",
+    return ctx.service(
+        ServiceKey[AccessReviewer](f"{__name__}.reviewer:{allow_ttl}:{deny_ttl}:{max_entries}"),
         lambda: AccessReviewer(
             api_review(ctx),
             allow_ttl=allow_ttl,

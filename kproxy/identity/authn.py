@@ -44,7 +44,7 @@ from multidict import CIMultiDict
 from prometheus_client import Counter
 
 from kproxy.core.chain import Exchange, Identity
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.status import StatusError, internal_error, unauthorized
 from kproxy.gocompat.strings import equal_fold, raw_url_decode, to_lower, trim_space
 from kproxy.gocompat.utf8 import replaced
@@ -75,8 +75,8 @@ ANONYMOUS = Identity(user="system:anonymous", groups=("system:unauthenticated",)
 _TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 _SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 _WS_TOKEN_PREFIX = "base64url.bearer.authorization.k8s.io."
-SERVICE_KEY = "kproxy.identity.authn.Authenticator"
-_METRICS_KEY = "kproxy.identity.authn.metrics"
+SERVICE_KEY: ServiceKey[Authenticator] = ServiceKey(f"{__name__}.Authenticator")
+_METRICS_KEY: ServiceKey[tuple[Counter, Counter]] = ServiceKey(f"{__name__}.metrics")
 
 
 class TokenReviewError(Exception):
@@ -396,7 +396,7 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
         )
         return reviews, hits
 
-    return ctx.shared(_METRICS_KEY, make)
+    return ctx.service(_METRICS_KEY, make)
 
 
 def _message(answer: Any) -> str:
@@ -410,6 +410,6 @@ def _review_failed(err: TokenReviewError) -> StatusError:
 
 
 def authenticator(ctx: FilterContext) -> Authenticator:
-    """The one ``Authenticator`` of this kproxy (created on first use, kept in ``ctx.services``;
+    """The one ``Authenticator`` of this kproxy (created on first use, kept as a ``ctx`` service;
     ``credentials: impersonate`` puts its own there first, with its configured lifetimes)."""
-    return ctx.shared(SERVICE_KEY, lambda: Authenticator(ctx))
+    return ctx.service(SERVICE_KEY, lambda: Authenticator(ctx))

@@ -478,7 +478,7 @@ class CallerAuthenticator:
     ) -> None:
         # Shared with the policy filters, which then see the same identity without another review.
         self.tokens = Authenticator(ctx, success_ttl=token_ttl, failure_ttl=rejected_ttl)
-        ctx.services[SERVICE_KEY] = self.tokens
+        ctx.provide(SERVICE_KEY, self.tokens)
         # Asked on every request, so a reload that removes an allowance applies at once.
         self.allowance = allowance
         # Whether an identity is a cluster administrator, asked before acting as it, cached as tokens are.

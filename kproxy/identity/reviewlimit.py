@@ -37,12 +37,12 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
 
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.fairness import FairLimits, FairPool, TooManyRequests
 
 __all__ = ["QUEUE_PER_CLIENT", "QUEUE_TOTAL", "QUEUE_WAIT", "SERVICE_KEY", "ReviewLimiter", "review_limiter"]
 
-SERVICE_KEY = "kproxy.identity.reviewlimit.ReviewLimiter"
+SERVICE_KEY: ServiceKey[ReviewLimiter] = ServiceKey(f"{__name__}.ReviewLimiter")
 #: Reviews one client address may have waiting; beyond it, its 429.
 QUEUE_PER_CLIENT = 16
 #: Reviews waiting from all addresses together; beyond it, a 429.
@@ -124,7 +124,7 @@ class ReviewLimiter:
 
 
 def review_limiter(ctx: FilterContext, max_in_flight: int = 32, max_in_flight_per_client: int = 4) -> ReviewLimiter:
-    """The one limiter of this kproxy (kept in ``ctx.services``; the server puts the configured
+    """The one limiter of this kproxy (kept as a ``ctx`` service; the server puts the configured
     one there before anything authenticates), with its metrics."""
 
     def make() -> ReviewLimiter:
@@ -152,4 +152,4 @@ def review_limiter(ctx: FilterContext, max_in_flight: int = 32, max_in_flight_pe
         waiting.set_function(lambda: limiter.waiting)
         return limiter
 
-    return ctx.shared(SERVICE_KEY, make)
+    return ctx.service(SERVICE_KEY, make)

@@ -195,7 +195,7 @@ class ProxyServer:
             anonymous_auth=self.cfg.upstream.anonymous_auth,
         )
         offload.install(self.context, _fair_limits(self.cfg.bodies))
-        self.context.services[UPSTREAM_LINK] = self.upstream.link  # the compression filter's upstream_gzip: auto
+        self.context.provide(UPSTREAM_LINK, self.upstream.link)  # the compression filter's upstream_gzip: auto
         reviews = self.cfg.token_reviews
         review_limiter(self.context, reviews.max_in_flight, reviews.max_in_flight_per_client)
         if self.cfg.credentials == "impersonate":

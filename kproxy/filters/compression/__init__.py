@@ -42,7 +42,7 @@ from kproxy.compress.negotiate import Negotiated, negotiate
 from kproxy.compress.shared import WatchCoding
 from kproxy.config import Duration
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.eventstream import EventStreamBody
 from kproxy.core.requestinfo import param_bool
 from kproxy.core.upstreamgzip import ASKED, decode_reply
@@ -116,8 +116,8 @@ class CompressionSettings(BaseModel):
         return v
 
 
-_METRICS_KEY = "compression.metrics"
-_RTT_KEY = "compression.upstream_round_trip"
+_METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
+_RTT_KEY: ServiceKey[Gauge] = ServiceKey(f"{__name__}.upstream_round_trip")
 
 
 def _round_trip_gauge(registry: CollectorRegistry, link: UpstreamLink) -> Gauge:
@@ -229,9 +229,9 @@ class Compression(FilterBase):
         await super().start(ctx)
         # One set of series per registry: a reload that replaces this filter (or a second
         # compression entry) starts another instance with the same registry.
-        self._use_metrics(ctx.shared(_METRICS_KEY, lambda: _Metrics(ctx.registry)))
-        self.link = link = ctx.shared(UPSTREAM_LINK, UpstreamLink)
-        ctx.shared(_RTT_KEY, lambda: _round_trip_gauge(ctx.registry, link))
+        self._use_metrics(ctx.service(_METRICS_KEY, lambda: _Metrics(ctx.registry)))
+        self.link = link = ctx.service(UPSTREAM_LINK, UpstreamLink)
+        ctx.service(_RTT_KEY, lambda: _round_trip_gauge(ctx.registry, link))
 
     def _skip(self, reason: str) -> None:
         self.metrics.skipped.labels(reason).inc()

@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict
 from kproxy.codec.codecerrors import CodecError
 from kproxy.codec.envelope import iter_fields, ld
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Identity, Reply, UpgradeBody
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.offload import run_body_work
 from kproxy.core.requestinfo import RequestInfo
 from kproxy.core.status import (
@@ -526,7 +526,7 @@ class DryRun(FilterBase):
         ex._query = None  # the parsed view (if any filter built it) follows the new raw query
 
 
-_METRICS_KEY = "kproxy.filters.dryrun.metrics"
+_METRICS_KEY: ServiceKey[tuple[Counter, Counter]] = ServiceKey(f"{__name__}.metrics")
 
 
 def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
@@ -548,7 +548,7 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
         )
         return enforced, rejected
 
-    return ctx.shared(_METRICS_KEY, make)
+    return ctx.service(_METRICS_KEY, make)
 
 
 def _resource(info: RequestInfo) -> str:

@@ -78,7 +78,7 @@ from kproxy import gctuning
 from kproxy.codec.codecerrors import CodecError
 from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
-from kproxy.core.context import PROTOBUF_CODEC
+from kproxy.core.context import ServiceKey
 from kproxy.core.errorreply import encoded_status
 from kproxy.core.negotiation import (
     JSON,
@@ -193,6 +193,9 @@ class _Metrics:
         )
 
 
+_METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
+
+
 class Transcode(FilterBase):
     """Protobuf from the apiserver, the client's own media type to the client."""
 
@@ -208,7 +211,7 @@ class Transcode(FilterBase):
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         # Shared with the instance a config reload replaces (series are registered once).
-        self._m = ctx.shared("kproxy.transcode.metrics", lambda: _Metrics(ctx))
+        self._m = ctx.service(_METRICS_KEY, lambda: _Metrics(ctx))
         if self.mode == "json":
             return
         # lazy: the codec (protobuf) is loaded only when the mode needs it
@@ -216,7 +219,7 @@ class Transcode(FilterBase):
 
         # Building the schema takes a few hundred ms: once, at start, not on the first request
         # (and once per process: a reloaded instance keeps the codec and its memo).
-        self.codec = ctx.shared(PROTOBUF_CODEC, shared_codec)
+        self.codec = shared_codec()
         schema = load_schema()
         self._known = frozenset((g, v) for (g, v, _k) in schema.kinds if g != "meta.k8s.io")
 

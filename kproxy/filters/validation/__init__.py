@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
 from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
-from kproxy.core.context import PROTOBUF_CODEC, FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.errorreply import negotiated_media
 from kproxy.core.negotiation import JSON, PROTOBUF, YAML, media_type_of, negotiate, router_accepts
 from kproxy.core.offload import run_body_work
@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kproxy.validation")
 
-_METRICS_SERVICE = "kproxy.filters.validation.metrics"
+_METRICS_SERVICE: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
 _CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 #: Media types a local Strict answer is written in, as the apiserver would write its Status.
 _LOCAL_MEDIA = (JSON, YAML, PROTOBUF)
@@ -156,7 +156,7 @@ class Validation(FilterBase):
 
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
-        self.metrics = ctx.shared(_METRICS_SERVICE, lambda: _Metrics(ctx.registry))
+        self.metrics = ctx.service(_METRICS_SERVICE, lambda: _Metrics(ctx.registry))
         api = ctx.api
 
         async def fetch(path: str, etag: str | None) -> tuple[int, bytes, str | None]:
@@ -167,8 +167,8 @@ class Validation(FilterBase):
                 return resp.status, await resp.read(), resp.headers.get("ETag")
 
         s = self.settings
-        schemas = self._schemas = ctx.shared(
-            f"kproxy.filters.validation.schemas:{s.settle_seconds}:{s.refresh_seconds}:{s.watch_crds}",
+        schemas = self._schemas = ctx.service(
+            ServiceKey[_Schemas](f"{__name__}.schemas:{s.settle_seconds}:{s.refresh_seconds}:{s.watch_crds}"),
             lambda: _Schemas(SchemaCache(fetch, settle_seconds=s.settle_seconds, refresh_seconds=s.refresh_seconds)),
         )
         schemas.users += 1
@@ -194,7 +194,7 @@ class Validation(FilterBase):
 
     async def _detect_upstream(self) -> None:
         assert self.ctx is not None
-        version = self.ctx.shared(UPSTREAM_VERSION, UpstreamVersion)
+        version = self.ctx.service(UPSTREAM_VERSION, UpstreamVersion)
         await version.read(self.ctx.api)
         if version.version is None:
             log.warning("validation: could not read the upstream /version; assuming it validates")
@@ -419,12 +419,11 @@ class Validation(FilterBase):
         over a second cold) happen on a worker thread, not on the event loop."""
         ctx = self.ctx
         assert ctx is not None
-        if PROTOBUF_CODEC not in ctx.services:
-            await asyncio.to_thread(_load_codec_schema)
-        from kproxy.codec import shared_codec  # lazy: loaded (on a thread) just above, not at import
+        from kproxy.codec import shared_codec  # lazy: not at import
 
-        codec: ProtobufCodec = ctx.shared(PROTOBUF_CODEC, shared_codec)
-        return codec
+        if shared_codec.cache_info().currsize == 0:
+            await asyncio.to_thread(_load_codec_schema)
+        return shared_codec()
 
     async def _created_namespace(self, ex: Exchange, info: RequestInfo) -> tuple[RequestInfo, str | None]:
         """The request as rules see it, and the namespace prefix they match when only that is

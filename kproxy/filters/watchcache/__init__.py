@@ -45,7 +45,7 @@ from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import Codec, gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
-from kproxy.core.context import PROTOBUF_CODEC, FilterContext
+from kproxy.core.context import FilterContext
 from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
 from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
@@ -263,8 +263,8 @@ class WatchCacheFilter(FilterBase):
     async def start(self, ctx: FilterContext) -> None:
         await super().start(ctx)
         self._metrics = cache_metrics(ctx)
-        self._codec = ctx.shared(PROTOBUF_CODEC, shared_codec)
-        self._version = ctx.shared(UPSTREAM_VERSION, UpstreamVersion)
+        self._codec = shared_codec()
+        self._version = ctx.service(UPSTREAM_VERSION, UpstreamVersion)
         a = self.settings.authorization
         if ctx.credentials != "proxy":
             self._reviewer = access_reviewer(ctx, allow_ttl=a.allow_ttl, deny_ttl=a.deny_ttl, max_entries=a.max_entries)

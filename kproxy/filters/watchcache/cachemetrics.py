@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,9 @@ class CacheMetrics:
     latency: Histogram
     write_wait: Histogram
     persist_loads: Counter
+
+
+_KEY: ServiceKey[CacheMetrics] = ServiceKey(f"{__name__}.CacheMetrics")
 
 
 def cache_metrics(ctx: FilterContext) -> CacheMetrics:
@@ -100,7 +103,7 @@ def cache_metrics(ctx: FilterContext) -> CacheMetrics:
             ),
         )
 
-    return ctx.shared("kproxy.filters.watchcache.cachemetrics", make)
+    return ctx.service(_KEY, make)
 
 
 class WatchCounters:
