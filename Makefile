@@ -118,7 +118,7 @@ lint: venv
 	$(BIN)/lint-imports
 
 bench: venv envtest-bin
-	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.proxies $(BENCH_ARGS)
 
 # The compatibility run (docs/compatibility.md): for each supported minor other than the pinned one
 # (tools/compat/v1.*), build its etcd, kube-apiserver and kubectl if missing (cold: about 8 CPU-minutes each,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,7 +29,9 @@ from pathlib import Path
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
-from benchmarks.run import control_plane, log
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import log
+from benchmarks.lib.stats import percentile
 from kproxy.core.chain import BytesBody, Exchange
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.requestinfo import parse_request_info
@@ -59,8 +60,7 @@ async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
 
 
 def row(name: str, samples: list[float]) -> str:
-    qs = statistics.quantiles(samples, n=100)
-    return f"| {name} | {len(samples)} | {qs[49]:.1f} | {qs[98]:.1f} |"
+    return f"| {name} | {len(samples)} | {percentile(samples, 50):.1f} | {percentile(samples, 99):.1f} |"
 
 
 async def run(info: envtest.ControlPlaneInfo, calls: int, reviews: int) -> list[str]:
@@ -88,7 +88,7 @@ async def run(info: envtest.ControlPlaneInfo, calls: int, reviews: int) -> list[
             await uncached.check(identity, req_info, label_selector="app=web")
 
         cold_ctx = FilterContext(ApiClient(upstream), "forward", CollectorRegistry())
-        cold_ctx.services[SERVICE_KEY] = Authenticator(cold_ctx, success_ttl=0, failure_ttl=0)
+        cold_ctx.provide(SERVICE_KEY, Authenticator(cold_ctx, success_ttl=0, failure_ttl=0))
 
         async def cold_authorize() -> None:
             await authorize(cold_ctx, uncached, exchange(token))

@@ -8,8 +8,8 @@ filters with the same settings as tests/e2e/test_full_chain_kubectl.py):
 
 * ``sections order``: compression, transcode, dryrun, validation, watchcache (the order of the
   sections in config.example.yaml);
-* ``README order``: compression, watchcache, dryrun, validation, transcode (README "The filter
-  chain": the order that works);
+* ``README order``: compression, watchcache, dryrun, validation, transcode (the order that works,
+  docs/using/configuration.md#the-order-that-works);
 * ``apiserver``: the same watches and writes straight on the kube-apiserver (its watch is not
   compressed: it gzips no watch but a watch-list's).
 
@@ -42,6 +42,8 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.lib.procs import cpu_seconds
+from benchmarks.lib.stats import percentile
 from kproxy.testing import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
@@ -59,12 +61,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
     },
     "watchcache": {"resources": ["pods", "configmaps", "deployments.apps"]},
 }
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Watcher:
@@ -172,7 +168,7 @@ async def write_round(
                 assert r.status == 400, r.status
             lat.append(time.perf_counter() - t)
         cpu = (cpu_seconds(pid) - cpu0) if pid else 0.0
-    return statistics.median(lat) * 1000, cpu * 1000 / writes
+    return percentile(lat, 50) * 1000, cpu * 1000 / writes
 
 
 def metric(rp: RunningProxy, prefix: str) -> float:

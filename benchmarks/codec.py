@@ -33,7 +33,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,10 @@ import aiohttp
 import orjson
 from google.protobuf import json_format
 
-from benchmarks.compression import NAMESPACE, seed_pods
-from benchmarks.run import control_plane, log
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import log
+from benchmarks.lib.data import NAMESPACE, seed_pods
+from benchmarks.lib.procs import self_cpu_seconds
 from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.testing import envtest
 
@@ -86,9 +87,9 @@ def cpu_rounds(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, Timi
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            t = time.process_time()
+            t = self_cpu_seconds()
             fn()
-            samples[name].append(time.process_time() - t)
+            samples[name].append(self_cpu_seconds() - t)
     return {name: (statistics.median(v), min(v)) for name, v in samples.items()}
 
 

@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import random
 import statistics
 import sys
 import time
@@ -50,104 +49,13 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks.run import BenchError, Process, control_plane, log, start_kproxy, work_dir
+from benchmarks.lib.cluster import control_plane, start_kproxy
+from benchmarks.lib.common import BenchError, log, work_dir
+from benchmarks.lib.data import NAMESPACE, seed_pods
+from benchmarks.lib.procs import Process, cpu_seconds_or
 from kproxy.testing import envtest
-from kproxy.testing.processes import process_cpu_seconds
 
-NAMESPACE = "bench-compress"
-IMAGES = ["registry.k8s.io/pause:3.10", "nginx:1.27.3", "quay.io/prometheus/node-exporter:v1.8.2", "redis:7.4.1"]
-
-
-def pod_manifest(i: int, rnd: random.Random) -> dict[str, Any]:
-    """A pod shaped like a real workload's: labels, annotations, two containers with env,
-    resources, probes, mounts; the apiserver adds defaults, managedFields and status."""
-    app = f"svc-{i % 97:02d}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{app}-{rnd.getrandbits(40):010x}-{i:05d}",
-            "namespace": NAMESPACE,
-            "labels": {
-                "app.kubernetes.io/name": app,
-                "app.kubernetes.io/part-of": "bench",
-                "pod-template-hash": f"{rnd.getrandbits(32):08x}",
-                "tier": rnd.choice(["frontend", "backend", "cache"]),
-            },
-            "annotations": {
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(9000 + i % 100),
-                "kubectl.kubernetes.io/restartedAt": f"2026-11-{1 + i % 20:02d}T10:{i % 60:02d}:00Z",
-            },
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": rnd.choice(IMAGES),
-                    "args": ["--port=8080", f"--shard={i % 16}", "--log-level=info"],
-                    "env": [
-                        {"name": "POD_INDEX", "value": str(i)},
-                        {"name": "REQUEST_ID_SEED", "value": f"{rnd.getrandbits(64):016x}"},
-                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                    ],
-                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "metrics", "containerPort": 9090}],
-                    "resources": {
-                        "requests": {"cpu": f"{50 + i % 200}m", "memory": f"{64 + i % 256}Mi"},
-                        "limits": {"cpu": "1", "memory": "512Mi"},
-                    },
-                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8080}, "periodSeconds": 10},
-                    "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "failureThreshold": 5},
-                    "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
-                },
-                {
-                    "name": "sidecar",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-                },
-            ],
-            "volumes": [{"name": "config", "configMap": {"name": f"{app}-config"}}],
-            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "bench", "effect": "NoSchedule"}],
-            "nodeSelector": {"kubernetes.io/os": "linux"},
-        },
-    }
-
-
-def pod_list_like(count: int, seed: int = 1) -> bytes:
-    """A PodList body built offline from the same generator (for unit-level codec checks)."""
-    rnd = random.Random(seed)
-    items = [pod_manifest(i, rnd) for i in range(count)]
-    return json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}).encode()
-
-
-# --------------------------------------------------------------------------- seeding
-
-
-async def seed_pods(info: envtest.ControlPlaneInfo, count: int, concurrency: int = 32) -> None:
-    """``count`` pods in ``bench-compress`` (created concurrently, straight at the apiserver)."""
-    ssl_ctx = info.ssl_context()
-    async with aiohttp.ClientSession(base_url=info.server, connector=aiohttp.TCPConnector(ssl=ssl_ctx)) as s:
-        async with s.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}) as r:
-            if r.status not in (201, 409):
-                raise BenchError(f"creating namespace {NAMESPACE}: {r.status} {await r.text()}")
-        async with s.get(f"/api/v1/namespaces/{NAMESPACE}/pods", params={"limit": "1"}) as r:
-            have = (await r.json())["metadata"].get("remainingItemCount", 0) + 1 if r.status == 200 else 0
-        if have >= count:
-            log(f"{NAMESPACE} already holds {have} pods")
-            return
-        rnd = random.Random(7)
-        manifests = [pod_manifest(i, rnd) for i in range(count)]
-        sem = asyncio.Semaphore(concurrency)
-
-        async def create(m: dict[str, Any]) -> None:
-            async with sem, s.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=m) as r:
-                if r.status not in (201, 409):
-                    raise BenchError(f"creating pod: {r.status} {await r.text()}")
-
-        t = time.monotonic()
-        await asyncio.gather(*(create(m) for m in manifests))
-        log(f"created {count} pods in {time.monotonic() - t:.1f}s")
-
+NAN = float("nan")
 
 # --------------------------------------------------------------------------- peers
 
@@ -156,11 +64,6 @@ def start_kproxy_compression(work: Path, info: envtest.ControlPlaneInfo) -> tupl
     """``kproxy run`` with the compression filter (watch compression on), plain HTTP."""
     proc, peer = start_kproxy(work, info, [{"name": "compression", "watch": True}])
     return proc, peer.base_url
-
-
-def proc_cpu(pid: int | None) -> float:
-    cpu = process_cpu_seconds(pid) if pid is not None else None
-    return float("nan") if cpu is None else cpu
 
 
 def decode_body(body: bytes, coding: str) -> bytes:
@@ -207,13 +110,13 @@ async def measure_list(
             codec_cpu = 0.0
             for i in range(fetches + 1):
                 c0 = await _metric(s, admin_url, "kproxy_compression_cpu_seconds_total")
-                cpu0 = (proc_cpu(kproxy_pid), proc_cpu(info.apiserver_pid))
+                cpu0 = (cpu_seconds_or(kproxy_pid, NAN), cpu_seconds_or(info.apiserver_pid, NAN))
                 t = time.perf_counter()
                 async with s.get(base + path, headers=headers) as r:
                     body = await r.read()
                     got = r.headers.get("Content-Encoding", "identity")
                 dt = time.perf_counter() - t
-                cpu1 = (proc_cpu(kproxy_pid), proc_cpu(info.apiserver_pid))
+                cpu1 = (cpu_seconds_or(kproxy_pid, NAN), cpu_seconds_or(info.apiserver_pid, NAN))
                 c1 = await _metric(s, admin_url, "kproxy_compression_cpu_seconds_total")
                 if i == 0:
                     kp_cpu = 0.0
@@ -621,7 +524,7 @@ class _WatchRound:
         try:
             await self._wait_open(admin_url, cache0, upstream0)
             s_cpu0 = await _metric(self.px, admin_url, COMPRESSION_CPU, operation="compress")
-            cpu0 = proc_cpu(kproxy_pid)
+            cpu0 = cpu_seconds_or(kproxy_pid, NAN)
             t = time.monotonic()
             sem = asyncio.Semaphore(16)
             await asyncio.gather(*(patch(n) for n in names))
@@ -629,7 +532,7 @@ class _WatchRound:
                 await asyncio.wait_for(self.done.wait(), 120)
             except TimeoutError:
                 raise BenchError(f"watchers saw {self.counts} of {self.updates} events") from None
-            cpu1 = proc_cpu(kproxy_pid)
+            cpu1 = cpu_seconds_or(kproxy_pid, NAN)
             seconds = time.monotonic() - t
         finally:
             for task in tasks:

@@ -57,12 +57,12 @@ import aiohttp
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.run import BenchError, log, ncpu, percentile
-from benchmarks.watchcache import machine_busy_seconds, rss_bytes
+from benchmarks.lib.common import BenchError, log, ncpu
+from benchmarks.lib.procs import cpu_seconds_or, machine_busy_seconds, rss_bytes
+from benchmarks.lib.stats import percentile
 from kproxy.testing import envtest
 from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
 from kproxy.testing.controlplane import client_ssl_context
-from kproxy.testing.processes import process_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DIRECT, PROXIED = "direct", "proxied"
@@ -388,7 +388,7 @@ def _pids(info: envtest.ControlPlaneInfo) -> dict[str, int]:
 
 
 def _cpu(pids: Mapping[str, int]) -> dict[str, float]:
-    return {name: process_cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+    return {name: cpu_seconds_or(pid, 0.0) for name, pid in pids.items()}
 
 
 async def _kproxy_metrics(info: envtest.ControlPlaneInfo) -> list[tuple[str, dict[str, str], float]]:

@@ -4,7 +4,7 @@
 
 Two service accounts of one namespace: the attacker loops on N connections sending 3 MB YAML
 ConfigMaps with an unknown field (``?fieldValidation=Strict``), the victim creates 20 KiB JSON
-ConfigMaps one after another (:mod:`benchmarks.fairness_load`, each side its own process). Peers:
+ConfigMaps one after another (:mod:`benchmarks.lib.fairness_load`, each side its own process). Peers:
 
 * ``direct``: the kube-apiserver itself (HTTPS, the service accounts' tokens), which decodes and
   refuses the attack bodies itself, under its priority and fairness;
@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import control_plane, log
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import log
+from benchmarks.lib.stats import percentile
 from kproxy.testing import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
@@ -86,7 +88,7 @@ def writer(info: envtest.ControlPlaneInfo, namespace: str, name: str) -> str:
 
 
 def side(role: str, url: str, ca: str, token: str, namespace: str, *args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "benchmarks.fairness_load", role, "--url", url, "--ca", ca]
+    argv = [sys.executable, "-m", "benchmarks.lib.fairness_load", role, "--url", url, "--ca", ca]
     argv += ["--namespace", namespace, *args]
     env = {**os.environ, "FAIRNESS_TOKEN": token}
     return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -98,11 +100,6 @@ def result(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
         raise RuntimeError(f"load process failed ({proc.returncode}): {out[-500:]}")
     parsed: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return parsed
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def measure(
@@ -141,8 +138,8 @@ def measure(
         attackers,
         len(attacker_tokens) if attackers else 0,
         len(lat),
-        quantile(lat, 0.5),
-        quantile(lat, 0.99),
+        percentile(lat, 50),
+        percentile(lat, 99),
         max(lat) if lat else float("nan"),
         measured["statuses"],
         [f"{kind} after {seconds:.1f} s" for kind, seconds in measured["failed"]],

@@ -16,8 +16,8 @@ proxy``, with ``upstream.http2`` true (h2 to the apiserver, multiplexed) or fals
    latency, and CPU ms per request of kproxy, the apiserver, etcd and h2load over the window.
 2. **Watch fan-out from the watch cache** (``filters: [{name: watchcache, resources: [pods]}]``):
    ``--watchers`` pod watches, over HTTP/1.1 one TLS connection each
-   (``benchmarks.watchfanout_client``), over h2 ``--clients`` connections of watchers/clients
-   streams each (``benchmarks.http2_client``); ``benchmarks.watchfanout_writer`` patches the pods
+   (``benchmarks.lib.watch_client``), over h2 ``--clients`` connections of watchers/clients
+   streams each (``benchmarks.lib.h2_watch_client``); ``benchmarks.lib.watch_writer`` patches the pods
    at ``--rate`` patches/s. kproxy CPU µs per delivery. A fresh kproxy per protocol, whose RSS
    growth with the watches open (before the writer starts) is the memory of an idle cached watch.
 3. **Memory and connections**: on a fresh kproxy each (empty chain), its RSS growth (``VmRSS``)
@@ -54,26 +54,19 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, TypeVar
 
-from benchmarks.http2_client import H2ClientSpec
-from benchmarks.http2_client import client_main as h2_client_main
-from benchmarks.run import (
-    CONFIGMAPS,
-    GET_NAME,
-    NAMESPACE,
-    BenchError,
-    Process,
-    control_plane,
-    log,
-    ncpu,
-    seed,
-    work_dir,
-)
-from benchmarks.watchcache import cpu_seconds, machine_busy_seconds, rss_bytes
-from benchmarks.watchfanout import _MP, PODS_PATH, Bench, _recv_timeout
-from benchmarks.watchfanout import NAMESPACE as FANOUT_NAMESPACE
-from benchmarks.watchfanout_client import ClientResult, ClientSpec, Connected
-from benchmarks.watchfanout_client import client_main as h1_client_main
-from benchmarks.watchfanout_writer import WriterResult, WriterSpec, writer_main
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import BenchError, k8s_server_version, log, machine_line, work_dir
+from benchmarks.lib.data import CONFIGMAP_NAMESPACE as NAMESPACE
+from benchmarks.lib.data import CONFIGMAPS, GET_NAME, seed_configmaps
+from benchmarks.lib.fanout import NAMESPACE as FANOUT_NAMESPACE
+from benchmarks.lib.fanout import PODS_PATH, SPAWN, Bench, recv_timeout
+from benchmarks.lib.h2_watch_client import H2ClientSpec
+from benchmarks.lib.h2_watch_client import client_main as h2_client_main
+from benchmarks.lib.procs import Process, cpu_seconds, cpu_seconds_or, machine_busy_seconds, rss_bytes
+from benchmarks.lib.report import ratio as _ratio
+from benchmarks.lib.watch_client import ClientResult, ClientSpec, Connected
+from benchmarks.lib.watch_client import client_main as h1_client_main
+from benchmarks.lib.watch_writer import WriterResult, WriterSpec, writer_main
 from kproxy.testing import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.sockets import tcp_connections
@@ -83,7 +76,7 @@ _T = TypeVar("_T")
 _CACHE_FILTERS = [{"name": "watchcache", "resources": ["pods"]}]
 _LOG = {"level": "warning", "access_log": False}
 _CONNECT_TIMEOUT = 300.0
-#: the issue's goals
+#: the goals: kproxy's CPU per request over h2 at most 1.15x its CPU over HTTP/1.1; an idle h2 watch at most 45 KiB
 GOAL_CPU_RATIO = 1.15
 GOAL_WATCH_KIB = 45.0
 
@@ -209,7 +202,7 @@ async def measure_load(
     s0 = time.monotonic()
     await asyncio.sleep(max(0.0, t0 + warmup + duration - 0.1 - time.monotonic()))
     c1 = {k: cpu_seconds(p) for k, p in pids.items() if k != "h2load"}
-    c1["h2load"] = _cpu_or(pids["h2load"], c0["h2load"])
+    c1["h2load"] = cpu_seconds_or(pids["h2load"], c0["h2load"])
     m1 = machine_busy_seconds()
     row.sampled = time.monotonic() - s0
     out, err = await proc.communicate()
@@ -230,14 +223,6 @@ async def measure_load(
     if lat:
         row.mean_ms = _ms(lat.group(3))
     return row
-
-
-def _cpu_or(pid: int, default: float) -> float:
-    """CPU of a process that may just have exited (h2load ends on its own at the window's end)."""
-    from kproxy.testing.processes import process_cpu_seconds
-
-    cpu = process_cpu_seconds(pid)
-    return cpu if cpu is not None else default
 
 
 async def requests_part(
@@ -288,7 +273,7 @@ def ensure_configmaps(cp: envtest.ControlPlaneInfo) -> None:
     if status == 200 and len(json.loads(body).get("items") or []) == CONFIGMAPS:
         return
     log(f"creating {CONFIGMAPS} ConfigMaps in namespace {NAMESPACE} ...")
-    seed(cp)
+    seed_configmaps(cp)
 
 
 # --------------------------------------------------------------------------- watches: fan-out, memory, connections
@@ -348,8 +333,8 @@ class Clients:
         self.windowed = False
 
     def start(self, target: Any, spec: Any) -> None:
-        parent, child = _MP.Pipe()
-        proc = _MP.Process(target=target, args=(spec, child), daemon=True)
+        parent, child = SPAWN.Pipe()
+        proc = SPAWN.Process(target=target, args=(spec, child), daemon=True)
         proc.start()
         child.close()
         self.procs.append((proc, parent))
@@ -358,7 +343,7 @@ class Clients:
         t0 = time.monotonic()
         failed: Counter[str] = Counter()
         for _, conn in self.procs:
-            msg = await _recv_timeout(conn, _CONNECT_TIMEOUT)
+            msg = await recv_timeout(conn, _CONNECT_TIMEOUT)
             assert isinstance(msg, Connected)
             row.connected += msg.ok
             failed.update(msg.failed)
@@ -374,7 +359,7 @@ class Clients:
     async def results(self) -> list[ClientResult]:
         out = []
         for _, conn in self.procs:
-            res = await _recv_timeout(conn, 60)
+            res = await recv_timeout(conn, 60)
             assert isinstance(res, ClientResult)
             out.append(res)
         return out
@@ -384,7 +369,7 @@ class Clients:
             self.send((0.0, 0.0))
             for _, conn in self.procs:
                 with contextlib.suppress(BenchError):
-                    await _recv_timeout(conn, 30)
+                    await recv_timeout(conn, 30)
         self.send("stop")
         for proc, _ in self.procs:
             await asyncio.to_thread(proc.join, 30)
@@ -473,7 +458,7 @@ async def fanout_part(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, wo
                 bench.pod_names, args.rate, 4,
             )  # fmt: skip
             writer.start(writer_main, wspec)
-            await _recv_timeout(writer.procs[0][1], 60)
+            await recv_timeout(writer.procs[0][1], 60)
             start_at = time.time() + args.fanout_warmup
             end_at = start_at + args.fanout_duration
             clients.send((start_at, end_at))
@@ -509,7 +494,7 @@ async def fanout_part(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, wo
                 row.events += res.events
                 closed.update(res.closed_early)
             row.closed_early = dict(closed)
-            wr = await _recv_timeout(writer.procs[0][1], 60)
+            wr = await recv_timeout(writer.procs[0][1], 60)
             assert isinstance(wr, WriterResult)
             row.writes = wr.patches
             log(
@@ -565,10 +550,6 @@ async def memory_part(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, wo
 
 def _f(x: float, digits: int = 2) -> str:
     return f"{x:,.{digits}f}" if x == x else "-"
-
-
-def _ratio(a: float, b: float) -> str:
-    return f"{a / b:.2f}x" if a == a and b == b and b else "-"
 
 
 def report(
@@ -703,7 +684,6 @@ def context_lines(cp: envtest.ControlPlaneInfo, load_before: tuple[float, float,
     import aiohttp
     import h2
 
-    from benchmarks.run import _cpu_model, k8s_server_version
     from kproxy import __version__
 
     commit = subprocess.run(
@@ -716,8 +696,7 @@ def context_lines(cp: envtest.ControlPlaneInfo, load_before: tuple[float, float,
     return [
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; kproxy {__version__} at commit {commit or '?'}"
         + (" (with uncommitted changes under kproxy/)" if dirty else ""),
-        f"- machine: {ncpu()} CPUs ({_cpu_model()}), Linux {platform.release()}, load average before the run "
-        f"{load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}",
+        machine_line(load_before),
         f"- software: Python {platform.python_version()}, aiohttp {aiohttp.__version__}, h2 {h2.__version__}, "
         f"{h2load_v}, Kubernetes {k8s_server_version(cp)} (kube-apiserver and etcd from envtest)",
         "- kproxy: `kproxy run`, TLS listener, `credentials: proxy`, no filters "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.lib.procs import cpu_seconds
 from kproxy.testing import envtest
 from kproxy.testing.controlplane import ControlPlaneInfo
 from kproxy.testing.proxyproc import start_proxy
@@ -32,11 +32,6 @@ from kproxy.testing.sockets import connections_to
 
 NAMESPACE = "bench-h2-upstream"
 NAME = "cm-small"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def seed(cp: ControlPlaneInfo) -> None:

@@ -27,7 +27,7 @@ Figures:
   LIST body fed in 64 KiB chunks, and for the same pods as 1,000 watch frames, each with the
   wire reader (the default) and with the upb path (``wire=False``), taking turns.
 
-Goals from the issue: at least 2x less apiserver CPU per LIST through kproxy, and at least 60 MB/s
+Goals (docs/performance.md#transcoding): at least 2x less apiserver CPU per LIST through kproxy, and at least 60 MB/s
 of JSON output per core for the transcoder.
 """
 
@@ -49,23 +49,18 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.compression import NAMESPACE, seed_pods
-from benchmarks.run import control_plane, log
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import log
+from benchmarks.lib.data import NAMESPACE, seed_pods
+from benchmarks.lib.procs import cpu_seconds, self_cpu_seconds
+from benchmarks.lib.stats import percentile
 from kproxy.codec import ProtobufCodec
 from kproxy.testing import envtest
-from kproxy.testing.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 LIST_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (it must be running)."""
-    cpu = process_cpu_seconds(pid)
-    assert cpu is not None, f"process {pid} is gone"
-    return cpu
 
 
 def metric(rp: RunningProxy, name: str) -> float:
@@ -219,9 +214,9 @@ def _speeds(fns: dict[str, Callable[[], int]], repeat: int = 7) -> dict[str, flo
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            c0 = time.process_time()
+            c0 = self_cpu_seconds()
             out = fn()
-            samples[name].append(out / (time.process_time() - c0) / 1e6)
+            samples[name].append(out / (self_cpu_seconds() - c0) / 1e6)
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
@@ -309,12 +304,12 @@ def report(
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for w in watches:
-        lat = sorted(w.latencies)
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        lat = w.latencies
+        p99 = percentile(lat, 99)
         kp = f"{w.kproxy_cpu:.2f}" if w.kproxy_cpu is not None else "-"
         lines.append(
             f"| {w.peer} | {w.events} | {w.apiserver_cpu:.2f} | {kp} | {_mb(w.upstream_bytes)} | "
-            f"{_mb(w.client_bytes)} | {_ms(med(lat))} | {_ms(p99)} | {w.window:.1f} |"
+            f"{_mb(w.client_bytes)} | {_ms(percentile(lat, 50))} | {_ms(p99)} | {w.window:.1f} |"
         )
     lines += [
         "",

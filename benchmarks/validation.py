@@ -37,7 +37,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from benchmarks.run import control_plane, log
+from benchmarks.lib.cluster import control_plane
+from benchmarks.lib.common import log
+from benchmarks.lib.stats import percentile
 from kproxy.filters.validation.messages import create_update_error
 from kproxy.filters.validation.schemanodes import load_group_version
 from kproxy.filters.validation.structs import compile_fast
@@ -193,8 +195,8 @@ def sample(fn: Callable[[], object], calls: int) -> list[int]:
 
 
 def percentiles(samples: list[int]) -> tuple[float, float]:
-    samples = sorted(samples)
-    return samples[len(samples) // 2] / 1000, samples[int(len(samples) * 0.99)] / 1000
+    """p50 and p99 in µs of ``samples`` in ns."""
+    return percentile(samples, 50) / 1000, percentile(samples, 99) / 1000
 
 
 async def fetch_schemas(info: envtest.ControlPlaneInfo) -> dict[str, Any]:

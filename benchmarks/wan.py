@@ -72,6 +72,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from benchmarks.lib.procs import cpu_seconds
 from kproxy.testing import certs, envtest
 from kproxy.testing.informer import Informer, ensure_informer
 from kproxy.testing.processes import free_ports
@@ -304,14 +305,6 @@ class LinkBytes:
 
     def downstream(self) -> float:
         return float(self.toxi.relayed_bytes())
-
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def measure(

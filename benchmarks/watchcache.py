@@ -60,29 +60,31 @@ import contextlib
 import json
 import os
 import platform
-import random
 import shutil
 import ssl
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.compression import pod_manifest
-from benchmarks.run import BenchError, Process, control_plane, log, percentile, start_kproxy, work_dir
+from benchmarks.lib.cluster import control_plane, metric_samples, metric_sum, start_kproxy
+from benchmarks.lib.common import BenchError, log, work_dir
+from benchmarks.lib.data import pod_manifests
+from benchmarks.lib.procs import Process, cpu_seconds, machine_busy_seconds, rss_bytes, self_cpu_seconds, settled_rss
+from benchmarks.lib.report import met as _met
+from benchmarks.lib.report import mib as _mib
+from benchmarks.lib.report import ms as _ms
+from benchmarks.lib.stats import percentile
 from kproxy.cacher.ingest import split_list
 from kproxy.codec import decode_envelope
 from kproxy.testing import envtest
-from kproxy.testing.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import start_proxy
 
 NAMESPACE = "bench-watchcache"
@@ -103,54 +105,7 @@ _CACHE_TIMEOUT = 300.0
 _REQUEST_TIMEOUT = 120.0
 
 
-# --------------------------------------------------------------------------- process figures
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident set size of ``pid`` from ``/proc/<pid>/status`` (``VmRSS``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise BenchError(f"no VmRSS for process {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    cpu = process_cpu_seconds(pid)
-    if cpu is None:
-        raise BenchError(f"process {pid} is gone")
-    return cpu
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds the whole machine spent busy since boot (all CPUs, not idle/iowait)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-async def settled_rss(pid: int, samples: int = 5, interval: float = 1.0) -> int:
-    """The smallest of a few RSS samples: lets a Go process hand back memory it has freed."""
-    values = []
-    for i in range(samples):
-        if i:
-            await asyncio.sleep(interval)
-        values.append(rss_bytes(pid))
-    return min(values)
-
-
 # --------------------------------------------------------------------------- kproxy metrics
-
-
-async def metric_samples(session: aiohttp.ClientSession, admin_url: str) -> list[tuple[str, dict[str, str], float]]:
-    async with session.get(admin_url + "/metrics") as r:
-        text = await r.text()
-    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(text) for s in fam.samples]
-
-
-async def metric_sum(
-    session: aiohttp.ClientSession, admin_url: str, name: str, match: Callable[[dict[str, str]], bool]
-) -> float:
-    return sum(v for n, labels, v in await metric_samples(session, admin_url) if n == name and match(labels))
 
 
 def _pods(labels: dict[str, str]) -> bool:
@@ -314,17 +269,6 @@ async def clear_namespace(bench: Bench) -> bool:
         await asyncio.sleep(0.5)
 
 
-def pod_manifests(namespace: str, count: int, seed: int = 7) -> list[dict[str, Any]]:
-    """``count`` of benchmarks.compression's realistic pods (~3 KB of JSON as created) in ``namespace``."""
-    rnd = random.Random(seed)
-    manifests = []
-    for i in range(count):
-        m = pod_manifest(i, rnd)
-        m["metadata"]["namespace"] = namespace
-        manifests.append(m)
-    return manifests
-
-
 async def create_pods(bench: Bench, namespace: str, manifests: list[dict[str, Any]], concurrency: int = 32) -> float:
     """Create ``manifests`` straight at the apiserver, ``concurrency`` at a time; seconds taken."""
     sem = asyncio.Semaphore(concurrency)
@@ -424,9 +368,9 @@ async def loadgen(spec: LoadgenSpec) -> LoadgenResult:
 
         async def cpu() -> None:
             await _sleep_until(spec.start_at)
-            c0 = sum(os.times()[:2])
+            c0 = self_cpu_seconds()
             await _sleep_until(spec.end_at)
-            res.cpu = sum(os.times()[:2]) - c0
+            res.cpu = self_cpu_seconds() - c0
 
         await _sleep_until(spec.begin_at)
         sampler = asyncio.create_task(cpu())
@@ -551,20 +495,8 @@ async def run_load(
 # --------------------------------------------------------------------------- report
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1000:.1f}" if x == x else "-"
-
-
-def _mib(x: float) -> str:
-    return f"{x / 2**20:.1f}"
-
-
 def _div(a: float, b: float) -> float:
     return a / b if b else float("inf") if a else float("nan")
-
-
-def _met(ok: bool) -> str:
-    return "**met**" if ok else "**NOT met**"
 
 
 @dataclass
@@ -826,8 +758,7 @@ def report(
 def kproxy_with_cache(work: Path, cp: envtest.ControlPlaneInfo) -> Iterator[tuple[Process, str, str]]:
     proc, peer = start_kproxy(work, cp, _FILTERS)
     try:
-        admin_port = _admin_port(work)
-        yield proc, peer.base_url, f"http://127.0.0.1:{admin_port}"
+        yield proc, peer.base_url, peer.admin_url
     finally:
         proc.stop()
 
@@ -849,11 +780,6 @@ def tls_kproxy_with_cache(work: Path, cp: envtest.ControlPlaneInfo) -> Iterator[
         yield ProxyPeer(rp.url, rp.admin_url, rp.proc.pid, ca_file=rp.ca_file, token=cp.admin_token)
     finally:
         rp.stop()
-
-
-def _admin_port(work: Path) -> int:
-    cfg = yaml.safe_load((work / "kproxy.yaml").read_text())
-    return int(str(cfg["admin_listen"]).rsplit(":", 1)[1])
 
 
 def list_items(body: bytes, accept: str) -> list[bytes]:

@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benchmarks.run import BenchError, log, ncpu
+from benchmarks.lib.common import BenchError, log, ncpu
 from kproxy.testing import envtest
 from kproxy.testing.binaries import k8s_version
 from kproxy.testing.processes import free_ports
@@ -225,8 +225,8 @@ async def _kproxy_run(
         )
         run.relists = _metric(text, r'kproxy_watchcache_relists_total\{reason="[a-z]+",resource="configmaps"\}')
     logf.close()
-    m = re.search(r"loaded from disk in ([0-9.]+) s", (work / f"{name.replace(' ', '-')}.log").read_text())
-    run.load_seconds = float(m.group(1)) if m else 0.0
+    found = re.search(r"loaded from disk in ([0-9.]+) s", (work / f"{name.replace(' ', '-')}.log").read_text())
+    run.load_seconds = float(found.group(1)) if found else 0.0
     return run, proc
 
 
@@ -289,12 +289,12 @@ async def amain(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, work: Pa
         "| run | listening | first cached LIST | converged | apiserver bytes | vs cold | loaded from disk | relists |",
         "|---|--:|--:|--:|--:|--:|---|--:|",
     ]
-    for r in runs:
+    for one in runs:
         lines.append(
-            f"| {r.name} | {r.listening:.2f} s | {r.first_cached_list:.2f} s | {r.converged:.2f} s | "
-            f"{r.bytes_down / 2**20:.2f} MiB | {r.bytes_down / cold.bytes_down:.1%} | "
-            f"{f'yes, in {r.load_seconds:.2f} s' if r.loaded else 'no'} "
-            f"| {r.relists:.0f} |"
+            f"| {one.name} | {one.listening:.2f} s | {one.first_cached_list:.2f} s | {one.converged:.2f} s | "
+            f"{one.bytes_down / 2**20:.2f} MiB | {one.bytes_down / cold.bytes_down:.1%} | "
+            f"{f'yes, in {one.load_seconds:.2f} s' if one.loaded else 'no'} "
+            f"| {one.relists:.0f} |"
         )
     restart = runs[1]
     ok = (

@@ -104,7 +104,7 @@ def ns(control_plane: ControlPlaneInfo) -> Iterator[str]:
 
 
 def _load(role: str, rp: RunningProxy, token: str, namespace: str, *args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "benchmarks.fairness_load", role, "--url", rp.url, "--namespace", namespace]
+    argv = [sys.executable, "-m", "benchmarks.lib.fairness_load", role, "--url", rp.url, "--namespace", namespace]
     argv += ["--ca", str(rp.ca_file), *args]
     env = {**os.environ, "FAIRNESS_TOKEN": token}
     return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)

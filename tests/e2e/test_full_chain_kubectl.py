@@ -29,7 +29,8 @@ from test_watchcache_outage import metric
 from test_watchcache_watch_kubectl import KubectlWatch, objects, table
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -436,10 +437,10 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
             return [(e["type"], e["object"]["metadata"]["name"]) for e in objects(kw.text())]
 
         for kw in (via, direct):
-            wait_for(lambda kw=kw: ("ADDED", "first") in printed(kw), 30, "the initial configmaps")  # type: ignore[misc]
+            eventually(lambda kw=kw: ("ADDED", "first") in printed(kw), 30, "the initial configmaps")  # type: ignore[misc]
         for kw in (via_table, direct_table):
-            wait_for(lambda kw=kw: len(table(kw.text())) == 2, 30, "the initial table")  # type: ignore[misc]
-        wait_for(lambda: cache_watch_count() >= cache_watches + 1, 30, "kubectl's watch to be served by the cache")
+            eventually(lambda kw=kw: len(table(kw.text())) == 2, 30, "the initial table")  # type: ignore[misc]
+        eventually(lambda: cache_watch_count() >= cache_watches + 1, 30, "kubectl's watch to be served by the cache")
         gz_before = metric(chain.rp, "kproxy_compression_input_bytes_total", encoding="gzip")
         writes: list[tuple[list[str], tuple[str, str]]] = [
             (["create", "configmap", "second", "--from-literal=b=2"], ("ADDED", "second")),
@@ -450,9 +451,9 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
         for count, (write, event) in enumerate(writes, start=1):
             kubectl([*write, "-n", namespace])  # straight on the apiserver
             # Each event is seen before the next write: nothing is held back in a compressor.
-            wait_for(lambda ev=event: ev in printed(via), 10, f"kubectl through kproxy to print {event}")  # type: ignore[misc]
+            eventually(lambda ev=event: ev in printed(via), 10, f"kubectl through kproxy to print {event}")  # type: ignore[misc]
             assert len(printed(via)) == 1 + count, printed(via)
-        wait_for(lambda: len(printed(direct)) == 1 + len(writes), 10, "kubectl on the apiserver to print every write")
+        eventually(lambda: len(printed(direct)) == 1 + len(writes), 10, "kubectl on the apiserver to print every write")
         assert objects(via.text()) == objects(direct.text())
         assert printed(via) == [("ADDED", "first")] + [event for _, event in writes]
         assert via.proc.poll() is None, via.stop()
@@ -464,10 +465,10 @@ def test_get_watch_sees_each_write_promptly_from_the_cache_compressed(
         def gzipped() -> float:
             return metric(chain.rp, "kproxy_compression_input_bytes_total", encoding="gzip") - gz_before
 
-        wait_for(lambda: gzipped() >= events_bytes, 10, f"{events_bytes} bytes of events counted as gzipped")
+        eventually(lambda: gzipped() >= events_bytes, 10, f"{events_bytes} bytes of events counted as gzipped")
 
-        wait_for(lambda: len(table(direct_table.text())) == 2 + len(writes), 10, "the table watch on the apiserver")
-        wait_for(lambda: table(via_table.text()) == table(direct_table.text()), 10, "the same table through kproxy")
+        eventually(lambda: len(table(direct_table.text())) == 2 + len(writes), 10, "the table watch on the apiserver")
+        eventually(lambda: table(via_table.text()) == table(direct_table.text()), 10, "the same table through kproxy")
         assert [row[0] for row in table(via_table.text())] == ["NAME", "first", "second", "first", "second", "first"]
     finally:
         for kw in (via, direct, via_table, direct_table):

@@ -22,6 +22,7 @@ from validation_corpus.cases import BASE_OBJECTS, CASES, Case
 from validation_corpus.crds import CRDS, GROUP
 
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
@@ -79,41 +80,42 @@ async def corpus_namespace(control_plane: ControlPlaneInfo, namespace: str) -> A
         plural = {"ConfigMap": "configmaps", "Deployment": "deployments", "Service": "services", "Widget": "widgets"}[
             obj["kind"]
         ]
-        for _ in range(50):
-            code, body = control_plane.request(
+        # A CRD's REST endpoint appears shortly after Established.
+        await eventually_async(
+            lambda api=api, obj=obj, plural=plural: control_plane.request(
                 "POST", f"{api}/namespaces/{namespace}/{plural}", body=json.dumps(obj).encode()
-            )
-            if code == 201:
-                break
-            await _sleep_a_little()  # a CRD's REST endpoint appears shortly after Established
-        assert code == 201, body
+            ),
+            10,
+            f"a {obj['kind']} to be created",
+            0.2,
+            until=lambda answer: answer[0] == 201,
+        )
     yield namespace
 
 
-async def _sleep_a_little() -> None:
-    import asyncio
-
-    await asyncio.sleep(0.2)
-
-
 async def _wait_established(cp: ControlPlaneInfo, name: str) -> None:
-    for _ in range(100):
+    def conditions() -> list[dict[str, Any]]:
         code, body = cp.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
-        if any(c["type"] == "Established" and c["status"] == "True" for c in conds):
-            return
-        await _sleep_a_little()
-    raise AssertionError(f"CRD {name} not established")
+        conds: list[dict[str, Any]] = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
+        return conds
+
+    await eventually_async(
+        conditions,
+        20,
+        f"the CRD {name} to be established",
+        0.2,
+        until=lambda conds: any(c["type"] == "Established" and c["status"] == "True" for c in conds),
+    )
 
 
 async def _schemas_ready(session: aiohttp.ClientSession, base: str, ssl: Any) -> None:
     """The CRDs' OpenAPI documents are published a moment after the CRDs are established."""
-    for _ in range(100):
+
+    async def published() -> bool:
         async with session.get(base + f"/openapi/v3/apis/{GROUP}/v1", ssl=ssl) as resp:
-            if resp.status == 200 and b'"Gadget"' in await resp.read():
-                return
-        await _sleep_a_little()
-    raise AssertionError("custom resource OpenAPI not published")
+            return resp.status == 200 and b'"Gadget"' in await resp.read()
+
+    await eventually_async(published, 20, "the custom resources' OpenAPI document", 0.2)
 
 
 def _validation_proxy(factory: Callable[..., RunningProxy], **settings: Any) -> RunningProxy:

@@ -1,4 +1,4 @@
-"""Closed-loop HTTP load generator, run as its own process: ``python -m benchmarks.load < spec.json``.
+"""Closed-loop HTTP load generator, run as its own process: ``python -m benchmarks.lib.load < spec.json``.
 
 One process per measurement, so the load generator never shares an event loop (or a Python
 interpreter lock) with the runner or with a proxy under test.  It reads a :class:`LoadSpec` as
@@ -28,8 +28,8 @@ import asyncio
 import contextlib
 import gzip
 import json
-import os
 import ssl
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -40,10 +40,10 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from benchmarks.lib.common import REPO_ROOT, BenchError, child_env
+from benchmarks.lib.procs import cpu_seconds_or_none, machine_busy_seconds, self_cpu_seconds
 from kproxy.testing.controlplane import client_ssl_context
-from kproxy.testing.processes import process_cpu_seconds
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REQUEST_TIMEOUT = 60.0
 _ERROR_BACKOFF = 0.01  # after an exception, so a dead peer cannot turn a worker into a busy loop
 #: key of LoadResult.cpu_s for the busy time of the whole machine (every process, all CPUs)
@@ -122,25 +122,15 @@ def _ssl_context(tls: TLSFiles | None) -> ssl.SSLContext | None:
 
 
 def _machine_busy() -> float | None:
-    """CPU seconds all CPUs of the machine spent busy (anything but idle and iowait) since boot."""
     try:
-        with open("/proc/stat") as f:
-            first = f.readline().split()
+        return machine_busy_seconds()
     except OSError:
         return None
-    # cpu user nice system idle iowait irq softirq steal (guest time is already in user and nice)
-    ticks = [int(x) for x in first[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / _CLK_TCK
-
-
-def _self_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def _cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
-    snap: dict[str, float | None] = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    snap["loadgen"] = _self_cpu()
+    snap: dict[str, float | None] = {name: cpu_seconds_or_none(pid) for name, pid in pids.items()}
+    snap["loadgen"] = self_cpu_seconds()
     snap[MACHINE] = _machine_busy()
     return snap
 
@@ -245,6 +235,24 @@ async def run_load(spec: LoadSpec) -> LoadResult:
             if before is not None and after is not None:
                 result.cpu_s[name] = round(after - before, 3)
     return result
+
+
+def run_in_process(spec: dict[str, Any], timeout: float) -> LoadResult:
+    """One measurement in a fresh ``python -m benchmarks.lib.load`` process (``spec``: a
+    :class:`LoadSpec` as JSON)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.lib.load"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env=child_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BenchError(f"load generator failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    return LoadResult(**json.loads(proc.stdout))
 
 
 def main() -> int:

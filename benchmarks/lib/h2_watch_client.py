@@ -1,7 +1,7 @@
 """The HTTP/2 client side of ``benchmarks.http2``: one process holding a few h2 connections, each
 carrying many streams, as client-go multiplexes a program's watches on one connection.
 
-It speaks the same pipe protocol as ``benchmarks.watchfanout_client`` (``Connected``, then the
+It speaks the same pipe protocol as ``benchmarks.lib.watch_client`` (``Connected``, then the
 measured window, then ``ClientResult``, then a message to close), so the runner drives HTTP/1.1 and
 HTTP/2 watchers alike. Per stream the events are counted and timed by that module's ``Watcher``
 (one ``bytes.find`` per event, no JSON parse): an h2 DATA frame carries the watch's bytes without
@@ -37,7 +37,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from benchmarks.watchfanout_client import ClientResult, Connected, Stats, Watcher, _raise_nofile, _recv
+from benchmarks.lib.watch_client import ClientResult, Connected, Stats, Watcher, raise_nofile, recv
 
 _CONNECT_TIMEOUT = 120.0
 _STREAM_WINDOW = 4 << 20
@@ -230,7 +230,7 @@ async def run(spec: H2ClientSpec, conn: Connection) -> None:
     ok = sum(c.ok_streams for c in conns) if spec.streams else len(conns)
     conn.send(Connected(ok, dict(failed), time.monotonic() - t0))
 
-    window = await _recv(conn)
+    window = await recv(conn)
     assert isinstance(window, tuple)
     stats.start_at, stats.end_at = window
     await asyncio.sleep(max(0.0, stats.end_at - time.time()) + 0.05)
@@ -247,7 +247,7 @@ async def run(spec: H2ClientSpec, conn: Connection) -> None:
             reads_with_events=stats.reads,
         )
     )
-    await _recv(conn)  # "close"
+    await recv(conn)  # "close"
     for c in conns:
         if c.transport is not None:
             c.transport.abort()
@@ -258,6 +258,6 @@ def client_main(spec: H2ClientSpec, conn: Connection) -> None:
     """Entry point of one client process (``multiprocessing`` spawn target)."""
     import uvloop
 
-    _raise_nofile()
+    raise_nofile()
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(run(spec, conn))

@@ -1,8 +1,8 @@
 """One side of the fairness measurement, in its own process: an attacker or a victim.
 
-    python -m benchmarks.fairness_load attacker --url URL --ca CA --token T --namespace NS \\
+    python -m benchmarks.lib.fairness_load attacker --url URL --ca CA --token T --namespace NS \\
         [--connections 8] [--duration 10] [--size 3000000]
-    python -m benchmarks.fairness_load victim --url URL --ca CA --token T --namespace NS \\
+    python -m benchmarks.lib.fairness_load victim --url URL --ca CA --token T --namespace NS \\
         [--duration 10] [--size 20480] [--ready FILE]
 
 The attacker loops on ``--connections`` connections, each sending a YAML ConfigMap of ``--size``
@@ -138,7 +138,7 @@ async def victim(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.fairness_load")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lib.fairness_load")
     p.add_argument("role", choices=("attacker", "victim"))
     p.add_argument("--url", required=True)
     p.add_argument("--ca", default=None)

@@ -1,6 +1,6 @@
 """kproxy vs kubectl proxy vs the kube-apiserver itself, in one run on the local control plane.
 
-    python -m benchmarks.run [--duration 10] [--rounds 1] [--envtest-dir DIR] [--output FILE]
+    python -m benchmarks.proxies [--duration 10] [--rounds 1] [--envtest-dir DIR] [--output FILE]
 
 Three peers answer the same requests:
 
@@ -10,7 +10,7 @@ Three peers answer the same requests:
 
 Scenarios: a small GET (one ConfigMap), a LIST of 500 ConfigMaps (JSON, no compression) and
 the same LIST with ``Accept-Encoding: gzip``.  Each (scenario, peer) measurement runs the
-closed-loop load generator of :mod:`benchmarks.load` in its own process.  With ``--rounds N``
+closed-loop load generator of :mod:`benchmarks.lib.load` in its own process.  With ``--rounds N``
 every scenario is measured N times per peer, the peer order rotating between rounds, and the
 samples are pooled.
 
@@ -23,62 +23,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
-import json
 import os
-import platform
-import random
-import shutil
 import signal
-import statistics
-import subprocess
-import sys
-import tempfile
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-import yaml
-
-from benchmarks.load import MACHINE, Expect, LoadResult, LoadSpec, TLSFiles
+from benchmarks.lib.cluster import DIRECT, KPROXY, KUBECTL, Peer, control_plane, start_kproxy, start_kubectl_proxy
+from benchmarks.lib.common import BenchError, k8s_server_version, log, machine_line, ncpu, software_line, work_dir
+from benchmarks.lib.data import CONFIGMAP_NAMESPACE as NAMESPACE
+from benchmarks.lib.data import CONFIGMAPS, DATA_BYTES, GET_NAME, seed_configmaps
+from benchmarks.lib.load import MACHINE, Expect, LoadResult, LoadSpec, TLSFiles, run_in_process
+from benchmarks.lib.report import num, per_round, ratio
+from benchmarks.lib.stats import percentile
 from kproxy.testing import envtest
-from kproxy.testing.processes import free_ports
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-NAMESPACE = "bench"
-CONFIGMAPS = 500
-GET_NAME = "cm-0001"
-DATA_BYTES = 200
-
-DIRECT, KPROXY, KUBECTL = "direct", "kproxy", "kubectl proxy"
 PEER_CHOICES = {"direct": DIRECT, "kproxy": KPROXY, "kubectl-proxy": KUBECTL}
 
-_START_TIMEOUT = 60.0
 #: share of the machine other processes may use during a measurement before the report warns
 NOISY_OTHERS = 0.10
-_STOP_GRACE = 10.0
-# Environment variables that could route a child's traffic elsewhere; loopback benchmarks never want them.
-_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-
-
-class BenchError(RuntimeError):
-    """The benchmark could not be set up or run; the message says what failed."""
 
 
 # --------------------------------------------------------------------------- peers and scenarios
-
-
-@dataclass(frozen=True)
-class Peer:
-    name: str
-    base_url: str
-    tls: TLSFiles | None = None
-    #: the proxy process, whose CPU time is reported (None for the apiserver itself)
-    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,14 +83,6 @@ def scenarios(concurrency_get: int, concurrency_list: int, gzip: bool) -> list[S
 # --------------------------------------------------------------------------- measurements
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of an ascending sequence; NaN when empty."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, -(-len(sorted_values) * q // 100))  # ceil(n * q / 100), at least 1
-    return sorted_values[int(rank) - 1]
-
-
 @dataclass
 class Measurement:
     """One (scenario, peer) pair, pooled over rounds."""
@@ -138,14 +97,12 @@ class Measurement:
     encodings: set[str] = field(default_factory=set)
     #: requests/s of each round, in order (peers of one round ran minutes apart at most)
     round_rps: list[float] = field(default_factory=list)
-    _sorted: list[float] | None = None
 
     def add(self, r: LoadResult) -> None:
         if r.check_error:
             self.check_errors.append(r.check_error)
             return
         self.latencies_ms += r.latencies_ms
-        self._sorted = None
         self.ok += r.ok
         self.errors.update(r.errors)
         self.body_bytes += r.body_bytes
@@ -153,11 +110,6 @@ class Measurement:
         self.cpu_s.update(r.cpu_s)
         self.encodings.add(r.content_encoding)
         self.round_rps.append(r.ok / r.window_s if r.window_s else 0.0)
-
-    def _lat(self) -> list[float]:
-        if self._sorted is None:
-            self._sorted = sorted(self.latencies_ms)
-        return self._sorted
 
     @property
     def failed(self) -> bool:
@@ -169,11 +121,11 @@ class Measurement:
 
     @property
     def p50(self) -> float:
-        return percentile(self._lat(), 50)
+        return percentile(self.latencies_ms, 50)
 
     @property
     def p99(self) -> float:
-        return percentile(self._lat(), 99)
+        return percentile(self.latencies_ms, 99)
 
     @property
     def rps(self) -> float:
@@ -200,258 +152,10 @@ class Measurement:
         return ours / capacity, others
 
 
-def run_load(spec: dict[str, Any], timeout: float) -> LoadResult:
-    """One measurement in a fresh ``python -m benchmarks.load`` process."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.load"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-        env=_child_env(),
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise BenchError(f"load generator failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
-    data = json.loads(proc.stdout)
-    return LoadResult(**data)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in _PROXY_ENV:
-        env.pop(name, None)
-        env.pop(name.lower(), None)
-    return env
-
-
-def http_status(port: int, path: str, timeout: float = 2.0) -> int | None:
-    """Status of a plain-HTTP GET on loopback, None when nothing answers."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        return f"<cannot read {path}: {e}>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass
-class Process:
-    """A server this runner started, in its own process group; ``stop`` ends exactly that group."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @classmethod
-    def start(cls, name: str, argv: Sequence[str], log: Path) -> Process:
-        with open(log, "ab") as out:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=_child_env(),
-            )
-        return cls(name, proc, log)
-
-    def wait_ready(self, ready: Callable[[], bool], what: str, timeout: float = _START_TIMEOUT) -> None:
-        """Return once ``ready()``; otherwise stop the process and raise with the tail of its log."""
-        deadline = time.monotonic() + timeout
-        try:
-            while not ready():
-                if self.proc.poll() is not None:
-                    raise BenchError(
-                        f"{self.name} exited with code {self.proc.returncode} before {what}; "
-                        f"last lines of {self.log}:\n{_tail(self.log)}"
-                    )
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{self.name} not ready after {timeout:.0f}s ({what}); "
-                        f"last lines of {self.log}:\n{_tail(self.log)}"
-                    )
-                time.sleep(0.1)
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(_STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        # Anything the server left behind in its own group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-def kproxy_argv() -> list[str]:
-    script = Path(sys.executable).parent / "kproxy"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kproxy.cli"]
-
-
-def start_kproxy(
-    work: Path, info: envtest.ControlPlaneInfo, filters: Sequence[dict[str, Any]] = ()
-) -> tuple[Process, Peer]:
-    """``kproxy run`` (proxy credentials, plain HTTP) with ``filters``; an empty chain by default."""
-    port, admin = free_ports(2)
-    config = {
-        "listen": f"127.0.0.1:{port}",
-        "admin_listen": f"127.0.0.1:{admin}",
-        "credentials": "proxy",
-        "upstream": {"kubeconfig": str(info.admin_kubeconfig)},
-        "log": {"level": "warning", "access_log": False},
-        "filters": list(filters),
-    }
-    cfg = work / "kproxy.yaml"
-    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    proc = Process.start(KPROXY, [*kproxy_argv(), "run", "--config", str(cfg)], work / "kproxy.log")
-    proc.wait_ready(lambda: http_status(admin, "/readyz") == 200, "GET /readyz on its admin listener said 200")
-    return proc, Peer(KPROXY, f"http://127.0.0.1:{port}", pid=proc.proc.pid)
-
-
-def start_kubectl_proxy(work: Path, info: envtest.ControlPlaneInfo) -> tuple[Process, Peer]:
-    (port,) = free_ports(1)
-    argv = [
-        str(info.kubectl),
-        f"--kubeconfig={info.admin_kubeconfig}",
-        f"--cache-dir={work / 'kubectl-cache'}",
-        "proxy",
-        "--address=127.0.0.1",
-        f"--port={port}",
-        # Without this kubectl proxy rejects some paths and non-localhost Host headers.
-        "--disable-filter=true",
-    ]
-    proc = Process.start(KUBECTL, argv, work / "kubectl-proxy.log")
-    proc.wait_ready(lambda: http_status(port, "/version") == 200, "GET /version said 200")
-    return proc, Peer(KUBECTL, f"http://127.0.0.1:{port}", pid=proc.proc.pid)
-
-
-# --------------------------------------------------------------------------- control plane and data
-
-
-@contextlib.contextmanager
-def control_plane(envtest_dir: Path | None) -> Iterator[envtest.ControlPlaneInfo]:
-    """A running control plane: the one in ``envtest_dir``, or a fresh one stopped on exit."""
-    if envtest_dir is not None:
-        st = envtest.status(envtest_dir)
-        if not st.up:
-            raise BenchError(f"no ready control plane in {envtest_dir}: {st.summary()}")
-        yield envtest.load(envtest_dir)
-        return
-    bins = envtest.ensure_binaries()
-    directory = Path(tempfile.mkdtemp(prefix="kproxy-bench-envtest-"))
-    ok = False
-    try:
-        log(f"starting a control plane in {directory} ...")
-        yield envtest.up(directory, bins=bins)
-        ok = True
-    finally:
-        envtest.down(directory)
-        if ok:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            log(f"control-plane files kept for inspection in {directory}")
-
-
-@contextlib.contextmanager
-def work_dir() -> Iterator[Path]:
-    """Configs and logs of the proxies: removed after a clean run, kept (and named) otherwise."""
-    directory = Path(tempfile.mkdtemp(prefix="kproxy-bench-"))
-    ok = False
-    try:
-        yield directory
-        ok = True
-    finally:
-        if ok:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            log(f"proxy configs and logs kept for inspection in {directory}")
-
-
-def configmap_list(count: int) -> dict[str, Any]:
-    rnd = random.Random(42)  # same bytes every run, so every run compresses alike
-    items = [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": f"cm-{i:04d}", "namespace": NAMESPACE, "labels": {"app": "kproxy-bench"}},
-            "data": {"payload": rnd.randbytes(DATA_BYTES // 2).hex()},
-        }
-        for i in range(count)
-    ]
-    return {"apiVersion": "v1", "kind": "List", "items": items}
-
-
-def seed(info: envtest.ControlPlaneInfo) -> None:
-    """Namespace ``bench`` holding exactly the benchmark's ConfigMaps (recreated when reused)."""
-    kubectl = info.kubectl_runner()
-    if kubectl.run(["get", "namespace", NAMESPACE], check=False).returncode == 0:
-        kubectl.run(["delete", "configmaps", "--all", f"--namespace={NAMESPACE}"], timeout=300)
-    else:
-        kubectl.run(["create", "namespace", NAMESPACE])
-    kubectl.run(["create", "-f", "-"], input=json.dumps(configmap_list(CONFIGMAPS)), timeout=600)
-
-
-def k8s_server_version(info: envtest.ControlPlaneInfo) -> str:
-    try:
-        status, body = info.request("GET", "/version")
-        if status == 200:
-            return str(json.loads(body).get("gitVersion", "?"))
-    except (OSError, ValueError, http.client.HTTPException):
-        pass
-    return info.version or "?"
-
-
-# --------------------------------------------------------------------------- report
-
-
-def log(msg: str) -> None:
-    print(f"bench: {msg}", file=sys.stderr, flush=True)
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "?"
-
-
-def ncpu() -> int:
-    return len(os.sched_getaffinity(0))
-
-
 def context_lines(args: argparse.Namespace, k8s: str, load_before: tuple[float, float, float]) -> list[str]:
-    from kproxy import __version__ as kproxy_version
-
     return [
-        f"- machine: {ncpu()} CPUs ({_cpu_model()}), Linux {platform.release()}, "
-        f"load average before the run {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}",
-        f"- software: Python {platform.python_version()}, aiohttp {aiohttp.__version__}, "
-        f"kproxy {kproxy_version}, Kubernetes {k8s} (kube-apiserver, etcd and kubectl from envtest)",
+        machine_line(load_before),
+        software_line(k8s),
         f"- load: closed loop, keep-alive, one load-generator process per measurement; "
         f"GET concurrency {args.concurrency_get}, LIST concurrency {args.concurrency_list}; "
         f"{args.duration:g} s measured after {args.warmup:g} s warm-up, {args.rounds} round(s)",
@@ -461,28 +165,6 @@ def context_lines(args: argparse.Namespace, k8s: str, load_before: tuple[float, 
         "kproxy = `kproxy run`, no filters, credentials: proxy, HTTP; "
         "kubectl proxy = `kubectl proxy --disable-filter=true`, HTTP",
     ]
-
-
-def _f(x: float | None, digits: int = 2) -> str:
-    if x is None or x != x:  # None or NaN
-        return "-"
-    return f"{x:.{digits}f}"
-
-
-def _ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or not b or a != a or b != b:
-        return "-"
-    return f"{a / b:.2f}x"
-
-
-def _per_round(ours: Sequence[float], theirs: Sequence[float]) -> str:
-    """Median (lowest-highest) of the per-round ratios ours/theirs."""
-    ratios = sorted(a / b for a, b in zip(ours, theirs, strict=False) if b)
-    if not ratios:
-        return "-"
-    if len(ratios) == 1:
-        return f"{ratios[0]:.2f}x"
-    return f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def report(
@@ -515,9 +197,9 @@ def report(
             enc = "" if m.encodings <= {"identity"} else f" ({'/'.join(sorted(m.encodings))})"
             base = direct if direct is not None and not direct.failed else None
             lines.append(
-                f"| {s.name} | {p} | {_f(m.p50)} | {_f(m.p99)} | {m.rps:.0f} | {errors} | "
-                f"{_f(m.kib_per_response, 1)}{enc} | "
-                f"{_ratio(m.p50, base.p50 if base else None)} | {_ratio(m.rps, base.rps if base else None)} |"
+                f"| {s.name} | {p} | {num(m.p50)} | {num(m.p99)} | {m.rps:.0f} | {errors} | "
+                f"{num(m.kib_per_response, 1)}{enc} | "
+                f"{ratio(m.p50, base.p50 if base else None)} | {ratio(m.rps, base.rps if base else None)} |"
             )
 
     if KPROXY in peers and KUBECTL in peers:
@@ -559,8 +241,8 @@ def report(
                 misses.append(f"req/s {(k.rps / c.rps - 1) * 100:.1f}%")
             verdict = "yes" if met else f"**no** ({', '.join(misses) or 'errors'})"
             lines.append(
-                f"| {s.name} | {_f(add_k)} | {_f(add_c)} | {_ratio(k.p50, c.p50)} | {_ratio(k.p99, c.p99)} | "
-                f"{_ratio(k.rps, c.rps)} | {_per_round(k.round_rps, c.round_rps)} | {verdict} |"
+                f"| {s.name} | {num(add_k)} | {num(add_c)} | {ratio(k.p50, c.p50)} | {ratio(k.p99, c.p99)} | "
+                f"{ratio(k.rps, c.rps)} | {per_round(k.round_rps, c.round_rps)} | {verdict} |"
             )
         lines += [
             "",
@@ -588,9 +270,9 @@ def report(
             if others == others:  # not NaN
                 busiest_others = max(busiest_others, others)
             lines.append(
-                f"| {s.name} | {p} | {_f(m.cpu_ms_per_request('loadgen'), 3)} | "
-                f"{_f(m.cpu_ms_per_request('proxy'), 3)} | {_f(m.cpu_ms_per_request('apiserver'), 3)} | "
-                f"{_f(m.cpu_ms_per_request('etcd'), 3)} | {_f(ours * 100, 0)}% | {_f(others * 100, 0)}% |"
+                f"| {s.name} | {p} | {num(m.cpu_ms_per_request('loadgen'), 3)} | "
+                f"{num(m.cpu_ms_per_request('proxy'), 3)} | {num(m.cpu_ms_per_request('apiserver'), 3)} | "
+                f"{num(m.cpu_ms_per_request('etcd'), 3)} | {num(ours * 100, 0)}% | {num(others * 100, 0)}% |"
             )
     if busiest_others > NOISY_OTHERS:
         lines += [
@@ -608,7 +290,7 @@ def report(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
+        prog="python -m benchmarks.proxies",
         description="Latency and requests/s of the kube-apiserver direct, through kproxy and through kubectl proxy.",
     )
     p.add_argument("--duration", type=float, default=10.0, help="seconds measured per scenario and peer (10)")
@@ -654,7 +336,7 @@ def bench(args: argparse.Namespace) -> int:
         work = stack.enter_context(work_dir())
         k8s = k8s_server_version(info)
         log(f"control plane {info.server} ({k8s}); creating {CONFIGMAPS} ConfigMaps in namespace {NAMESPACE} ...")
-        seed(info)
+        seed_configmaps(info)
 
         cp_pids = {"apiserver": info.apiserver_pid, "etcd": info.etcd_pid}
         peers: dict[str, Peer] = {}
@@ -687,7 +369,7 @@ def bench(args: argparse.Namespace) -> int:
                         tls=peer.tls,
                         pids=pids,
                     )
-                    r = run_load(asdict(spec), timeout=args.warmup + args.duration + 120)
+                    r = run_in_process(asdict(spec), timeout=args.warmup + args.duration + 120)
                     results[(s.name, name)].add(r)
                     log(_progress(rnd, args.rounds, s, name, r))
 
@@ -704,7 +386,7 @@ def _progress(rnd: int, rounds: int, s: Scenario, peer: str, r: LoadResult) -> s
     prefix = f"[{rnd + 1}/{rounds}] {s.name:<16} {peer:<14}"
     if r.check_error:
         return f"{prefix} FAILED: {r.check_error}"
-    lat = sorted(r.latencies_ms)
+    lat = r.latencies_ms
     errors = sum(r.errors.values())
     return (
         f"{prefix} p50 {percentile(lat, 50):7.2f} ms  p99 {percentile(lat, 99):7.2f} ms  "

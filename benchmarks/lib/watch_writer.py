@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 
 import aiohttp
 
-from benchmarks.watchfanout_client import TS_ANNOTATION, _recv
+from benchmarks.lib.watch_client import TS_ANNOTATION, recv
 
 FIELD_MANAGER = "watchfanout-bench"
 _LATE = 0.5
@@ -108,14 +108,14 @@ async def run(spec: WriterSpec, conn: Connection) -> None:
 
         tasks = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
         conn.send("writing")
-        window = await _recv(conn)
+        window = await recv(conn)
         assert isinstance(window, tuple)
         start_at, end_at = window
         await asyncio.sleep(max(0.0, end_at - time.time()) + 0.05)
         res.errors = dict(errors)
         res.latencies.sort()
         conn.send(res)
-        await _recv(conn)  # "stop"
+        await recv(conn)  # "stop"
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

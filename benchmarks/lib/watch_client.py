@@ -210,13 +210,13 @@ class Watcher(asyncio.Protocol):
         self.state = _DONE
 
 
-def _raise_nofile() -> None:
+def raise_nofile() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def _recv(conn: Connection) -> object:
+async def recv(conn: Connection) -> object:
     """The parent's next message, without blocking the event loop."""
     loop = asyncio.get_running_loop()
     ready = asyncio.Event()
@@ -268,7 +268,7 @@ async def run(spec: ClientSpec, conn: Connection) -> None:
     await asyncio.gather(*(connect() for _ in range(spec.watchers)))
     conn.send(Connected(len(watchers), dict(failed), time.monotonic() - t0))
 
-    window = await _recv(conn)
+    window = await recv(conn)
     assert isinstance(window, tuple)
     stats.start_at, stats.end_at = window
     await asyncio.sleep(max(0.0, stats.end_at - time.time()) + 0.05)
@@ -284,7 +284,7 @@ async def run(spec: ClientSpec, conn: Connection) -> None:
         reads_with_events=stats.reads,
     )
     conn.send(res)
-    await _recv(conn)  # "close"
+    await recv(conn)  # "close"
     for w in watchers:
         if w.transport is not None:
             w.transport.abort()
@@ -295,6 +295,6 @@ def client_main(spec: ClientSpec, conn: Connection) -> None:
     """Entry point of one watcher process (``multiprocessing`` spawn target)."""
     import uvloop
 
-    _raise_nofile()
+    raise_nofile()
     with contextlib.suppress(KeyboardInterrupt):
         uvloop.run(run(spec, conn))
