@@ -48,7 +48,7 @@ def install(ctx: FilterContext, limits: FairLimits) -> FairPool:
     # A decode thread holds the interpreter until the loop has asked for it for a whole switch
     # interval: each of the loop's wake-ups (a socket ready, a TLS record) may wait that long, so a
     # request through a busy kproxy pays it dozens of times. 1 ms instead of Python's 5 halved a
-    # victim's write latency under a flood of costly bodies (benchmarks/results-fairness.md).
+    # victim's write latency under a flood of costly bodies (benchmarks/results/fairness-2026-11-28.md).
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
     current = ctx.find(SERVICE)
     if current is not None:

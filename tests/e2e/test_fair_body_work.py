@@ -42,7 +42,7 @@ STRICT = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict",
 #: create costs its own decode (under 10 ms for 20 KiB of JSON), each of the event loop's wake-ups
 #: waiting at most one switch interval (1 ms) for the one attack decode to yield the interpreter,
 #: and the apiserver's write: 0.1-0.25 s measured on two cores loaded 2x by other work
-#: (benchmarks/results-fairness.md), 0.04 s unattacked. Before, it queued behind every attack body
+#: (benchmarks/results/fairness-2026-11-28.md), 0.04 s unattacked. Before, it queued behind every attack body
 #: (0.7 s each alone): 12-17 s, or no answer within the 32 s head deadline.
 VICTIM_P99_BOUND = 1.0
 
