@@ -6,6 +6,10 @@ A filter is an onion layer with the shape of an aiohttp middleware (docs/develop
         name: ClassVar[str]
         async def __call__(self, ex: Exchange, call_next: Handler) -> Reply: ...
 
+and may have the hooks ``start(ctx)``, ``stop()`` and ``ready()`` (:class:`Starts`,
+:class:`Stops`, :class:`Readiness`). Third-party filters import these names from
+:mod:`kproxy.filterapi`, the public filter API, not from here.
+
 It may change the request before ``call_next``, answer without calling it, or change the
 ``Reply`` on its way back. Filters never know of each other; the config orders them.
 
@@ -30,6 +34,25 @@ from kproxy.gocompat.url import encode_query, parse_query
 if TYPE_CHECKING:
     from kproxy.core.context import FilterContext
 from kproxy.core.status import StatusError, request_entity_too_large
+
+__all__ = [
+    "ANSWERED_BY_FILTER",
+    "Body",
+    "BytesBody",
+    "Chain",
+    "Exchange",
+    "Filter",
+    "FilterBase",
+    "FilterTimer",
+    "Handler",
+    "Identity",
+    "Readiness",
+    "Reply",
+    "Starts",
+    "Stops",
+    "StreamBody",
+    "UpgradeBody",
+]
 
 
 @dataclass(slots=True)
@@ -260,16 +283,16 @@ class Reply:
     reason: str | None = None
 
     @classmethod
-    def from_status(cls, err: StatusError, ex: Exchange | None = None) -> Reply:
+    def from_status(cls, err: StatusError, ex: Exchange) -> Reply:
         """A Reply carrying a Kubernetes Status error, written as the apiserver writes it.
 
-        With the request's ``ex``, in the media type it negotiates, as the apiserver's
+        In the media type the request ``ex`` negotiates, as the apiserver's
         ``responsewriters.ErrorNegotiated`` does: JSON, YAML or protobuf per ``Accept`` (no
         ``as=`` conversions), pretty JSON for ``?pretty`` or a human User-Agent, indented JSON
-        when nothing is acceptable (see :mod:`kproxy.core.errorreply`). Without ``ex`` (kept for
-        callers written before it), compact JSON whatever the client asked for.
+        when nothing is acceptable (see :mod:`kproxy.core.errorreply`). APF's 429 is plain text,
+        never negotiated, as the apiserver's.
         """
-        if ex is None or getattr(err, "plain_text", False):  # plain_text: APF's 429, never negotiated
+        if getattr(err, "plain_text", False):  # APF's 429 (kproxy.core.fairness)
             headers = CIMultiDict(err.headers())
             return cls(err.http_status, headers, BytesBody(err.body(), headers["Content-Type"]))
         status, headers, data, media = negotiated_status(err, ex.headers, ex.query)
@@ -281,11 +304,35 @@ Handler = Callable[[Exchange], Awaitable[Reply]]
 
 @runtime_checkable
 class Filter(Protocol):
-    """One layer of the chain. ``start(ctx)``/``stop()``/``ready()`` are optional (see ``FilterBase``)."""
+    """One layer of the chain: its config ``name`` and the call. The hooks below are optional;
+    the chain calls those a filter has (:class:`FilterBase` has all three)."""
 
     name: ClassVar[str]
 
     async def __call__(self, ex: Exchange, call_next: Handler) -> Reply: ...
+
+
+@runtime_checkable
+class Starts(Protocol):
+    """Optional hook: ``start(ctx)`` runs once before the filter's first request (and again for
+    the new instance a config reload builds, with the same context)."""
+
+    async def start(self, ctx: FilterContext) -> None: ...
+
+
+@runtime_checkable
+class Stops(Protocol):
+    """Optional hook: ``stop()`` runs when the filter's chain is retired (shutdown, or a reload
+    once the last request through the old chain has finished)."""
+
+    async def stop(self) -> None: ...
+
+
+@runtime_checkable
+class Readiness(Protocol):
+    """Optional hook: ``ready()`` is asked by ``/readyz``; False keeps kproxy not ready."""
+
+    def ready(self) -> bool: ...
 
 
 class FilterBase:
@@ -391,21 +438,18 @@ class Chain:
 
     async def start(self, ctx: FilterContext) -> None:
         for flt in self.filters:
-            start = getattr(flt, "start", None)
-            if start is not None:
-                await start(ctx)
+            if isinstance(flt, Starts):
+                await flt.start(ctx)
 
     async def stop(self) -> None:
         for flt in reversed(self.filters):
-            stop = getattr(flt, "stop", None)
-            if stop is not None:
-                await stop()
+            if isinstance(flt, Stops):
+                await flt.stop()
 
     def not_ready(self) -> list[str]:
         """Names of filters that say they are not ready (for /readyz)."""
         out = []
         for flt in self.filters:
-            ready = getattr(flt, "ready", None)
-            if ready is not None and not ready():
+            if isinstance(flt, Readiness) and not flt.ready():
                 out.append(flt.name)
         return out

@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kproxy.config import BodiesConfig, Config, ConfigError, ListenAddr, metrics_authorized
 from kproxy.core import offload
 from kproxy.core.bodybudget import BodyBudget, BudgetLimits, Lease, body_timeout
-from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, StreamBody, UpgradeBody
+from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, Starts, Stops, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
 from kproxy.core.fairness import FairLimits, flow_of
@@ -269,9 +269,8 @@ class ProxyServer:
         started: list[Filter] = []
         try:
             for flt in fresh:
-                start = getattr(flt, "start", None)
-                if start is not None:
-                    await start(self.context)
+                if isinstance(flt, Starts):
+                    await flt.start(self.context)
                 started.append(flt)
         except BaseException:
             await _stop_filters(started)
@@ -931,11 +930,10 @@ def _refused_connect(ex: Exchange, status: int) -> bool:
 
 async def _stop_filters(filters: list[Filter]) -> None:
     for flt in reversed(filters):
-        stop = getattr(flt, "stop", None)
-        if stop is None:
+        if not isinstance(flt, Stops):
             continue
         try:
-            await stop()
+            await flt.stop()
         except Exception:
             log.exception("filter failed to stop", extra={"filter": flt.name})
 

@@ -14,8 +14,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
-from kproxy.core.status import forbidden
+from kproxy.filterapi import Exchange, FilterBase, Handler, Reply, forbidden
 
 
 class ReadOnlySettings(BaseModel):

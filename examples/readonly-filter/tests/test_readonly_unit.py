@@ -8,7 +8,8 @@ import pytest
 from multidict import CIMultiDict
 
 from kproxy.config import ConfigError, parse_config
-from kproxy.core.chain import BytesBody, Chain, Exchange, Reply
+from kproxy.core.chain import Chain
+from kproxy.filterapi import BytesBody, Exchange, Reply
 from kproxy.filters import build_filters
 from kproxy.testing.exchange import make_exchange
 

@@ -66,7 +66,7 @@ async def test_short_circuit_and_query_rewrite() -> None:
 
 
 async def test_status_reply_shape() -> None:
-    reply = Reply.from_status(StatusError(503, "ServiceUnavailable", "down", retry_after=1))
+    reply = Reply.from_status(StatusError(503, "ServiceUnavailable", "down", retry_after=1), ex())
     assert reply.status == 503 and reply.headers["Retry-After"] == "1"
     assert isinstance(reply.body, BytesBody)
     assert json.loads(reply.body.data)["reason"] == "ServiceUnavailable"

@@ -12,7 +12,7 @@ from kproxy.codec import shared_codec
 from kproxy.core.chain import BytesBody, Exchange, Reply
 from kproxy.core.errorreply import negotiated_media
 from kproxy.core.requestinfo import request_info_from_target
-from kproxy.core.status import CauseType, StatusCause, forbidden, invalid
+from kproxy.core.status import CauseType, StatusCause, invalid
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -65,10 +65,3 @@ def test_from_status_writes_each_media_type() -> None:
     assert shared_codec().to_obj(as_pb.body.data) == json.loads(ERR.body())  # type: ignore[union-attr]
     raw = Reply.from_status(ERR, ex(TABLE))
     assert raw.body.data == ERR.body(pretty=True) and not raw.body.data.endswith(b"\n")  # type: ignore[union-attr]
-
-
-def test_without_the_exchange_it_is_compact_json() -> None:
-    err = forbidden("", "configmaps", "", "no")
-    reply = Reply.from_status(err)
-    assert reply.status == 403 and reply.headers["Content-Type"] == "application/json"
-    assert reply.body.data == err.body()  # type: ignore[union-attr]

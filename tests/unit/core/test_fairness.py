@@ -10,6 +10,7 @@ import pytest
 from kproxy.core.bodybudget import BodyBudget, BudgetLimits
 from kproxy.core.chain import Reply
 from kproxy.core.fairness import FairLimits, FairPool, RetryAfter, TooManyRequests
+from kproxy.testing.exchange import make_exchange
 
 
 async def test_a_second_caller_finds_a_worker_while_one_caller_floods() -> None:
@@ -54,7 +55,8 @@ async def test_full_queues_and_long_waits_get_apf_429() -> None:
         await pool.acquire("a")  # its own queue is full
     with pytest.raises(TooManyRequests) as err:
         await waiting  # waited past queue_wait
-    reply = Reply.from_status(err.value)
+    # APF's 429 is plain text whatever the caller accepts (a protobuf client here)
+    reply = Reply.from_status(err.value, make_exchange(headers={"Accept": "application/vnd.kubernetes.protobuf"}))
     assert reply.status == 429
     assert reply.headers["Content-Type"] == "text/plain; charset=utf-8"
     assert reply.headers["Retry-After"] == "1"
