@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _loop_factory() -> Any:
-    """uvloop when installed (measured faster for proxied requests, see README), unless
+    """uvloop when installed (measured faster for proxied requests, docs/developing/dependencies.md), unless
     KPROXY_EVENT_LOOP=asyncio asks for the stdlib loop."""
     if os.environ.get("KPROXY_EVENT_LOOP", "auto") == "asyncio":
         return None

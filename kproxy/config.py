@@ -169,7 +169,7 @@ class UpstreamConfig(Strict):
     # so false makes kproxy answer callers without credentials with the apiserver's own 401.
     anonymous_auth: bool = True
     # HTTP/2 to the apiserver when it offers h2 by ALPN (as client-go): requests multiplexed on a
-    # few connections (docs/configuration.md). False, or an upstream that offers only HTTP/1.1,
+    # few connections (docs/using/configuration.md#to-the-apiserver). False, or an upstream that offers only HTTP/1.1,
     # keeps the HTTP/1.1 pool (upgrades are always HTTP/1.1).
     http2: bool = True
 

@@ -91,6 +91,11 @@ def gzip_library() -> str:
     return _gzip_module()[0]
 
 
+def gzip_module() -> Any:
+    """The zlib-compatible module gzip goes through (``decompressobj`` with ``max_length``)."""
+    return _gzip_module()[1]
+
+
 class _ZlibEncoder:
     __slots__ = ("_obj", "_sync", "compress")
 

@@ -1013,7 +1013,7 @@ def _server_ssl(cfg: Config, *, http2: bool) -> ssl.SSLContext | None:
         # A certificate is optional, but one that does not verify fails the handshake. The
         # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
         # caller is a 401 without a token (or authenticated by its token); Python's ssl has
-        # no way to take a certificate it does not verify (README, impersonate).
+        # no way to take a certificate it does not verify (README.md#limits).
         ctx.load_verify_locations(cfg.tls.client_ca_file)
         ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])

@@ -214,7 +214,7 @@ def test_exec_default_container(target: Target) -> None:
 
 
 def test_exec_in_dry_run_namespace(target: Target, dry_namespace: str) -> None:
-    """Under ``enforce`` the dryrun filter refuses exec (it cannot be a dry run; README, dryrun) with
+    """Under ``enforce`` the dryrun filter refuses exec (it cannot be a dry run; docs/using/dryrun.md) with
     a 403 naming the rule, before the apiserver dials the kubelet; without the filter it runs."""
     t = Target(target.cp, dry_namespace, target.rp, target.kproxy_token)
     args = ["exec", POD, "-c", "main", "--", "echo", "ran"]

@@ -8,8 +8,8 @@ straight on the apiserver, and the two outputs are compared (ages, uids, resourc
 timestamps and namespace names masked). Every test runs against three kproxies: `credentials:
 forward` over TLS (kubectl's bearer token reaches the apiserver; the cache authorizes each read)
 and `credentials: proxy` over plain HTTP (where kubectl always asks for gzip) with the filters in
-the order above (config.example.yaml's sections), and `forward` over TLS in README's order
-(compression, watchcache, dryrun, validation, transcode)."""
+the order above (config.example.yaml's sections), and `forward` over TLS in the order that works (compression, watchcache, dryrun, validation, transcode;
+docs/using/configuration.md#the-order-that-works)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.e2e
 
 DRY_RULE = "dry-namespaces"
 #: The order config.example.yaml's sections give (compression first, as it says), and the order
-#: README.md's "The filter chain" calls the one that works; both are run.
+#: docs/using/configuration.md#the-order-that-works calls the one that works; both are run.
 ORDER = ("compression", "transcode", "dryrun", "validation", "watchcache")
 README_ORDER = ("compression", "watchcache", "dryrun", "validation", "transcode")
 DRY_WARNING = f'Warning: kproxy dryrun rule "{DRY_RULE}" ran this request as a dry run: nothing was persisted'

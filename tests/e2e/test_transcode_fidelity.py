@@ -67,7 +67,7 @@ async def test_get_equal(index: int, loaded: tuple[str, list[corpus.CorpusObject
 
 @pytest.mark.parametrize("index", range(len(_TEMPLATE)), ids=[_id(o) for o in _TEMPLATE])
 async def test_get_bytes_equal(index: int, loaded: tuple[str, list[corpus.CorpusObject]], sides: Sides) -> None:
-    """Stricter than the issue asks: the same bytes (key order, escaping, trailing newline)."""
+    """Stricter than equal JSON: the same bytes (key order, escaping, trailing newline)."""
     ns, _ = loaded
     obj = _real(_TEMPLATE[index], ns)
     direct, via = await sides.both("GET", obj.path)
@@ -127,7 +127,7 @@ async def test_watch_equal(key: str, loaded: tuple[str, list[corpus.CorpusObject
 async def test_corpus_size_and_all_shapes_transcoded(
     loaded: tuple[str, list[corpus.CorpusObject]], pb_proxy: RunningProxy, sides: Sides
 ) -> None:
-    """The corpus is as large as the issue asks, and kproxy really transcodes each shape."""
+    """The corpus holds at least 30 objects, and kproxy really transcodes each shape."""
     ns, objects = loaded
     assert len(objects) >= 30
     assert len(corpus.kinds(objects)) >= 25

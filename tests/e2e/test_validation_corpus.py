@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 LEVELS: list[str | None] = [None, "Ignore", "Warn", "Strict"]
 
-#: Differences known and explained (README, "validation"); they count as mismatches in the rate.
+#: Differences known and explained (docs/using/validation.md); they count as mismatches in the rate.
 KNOWN: dict[tuple[str, str], str] = {}
 
 

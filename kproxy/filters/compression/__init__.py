@@ -66,7 +66,7 @@ WATCH_WINDOW_LOG = 16
 WATCH_HASH_LOG = 11
 #: zstd level for watch streams. Measured on the apiserver's 4.6 KB pod events, ten encoders in
 #: turn (benchmarks/compression.py): level -1 with a 2^11 hash is 160 bytes per event against
-#: level 1's 137 (both far past the issue's 3x), and 15-20% less CPU with the caches cold (in
+#: level 1's 137 (both far past the 3x of docs/performance.md#compression), and 15-20% less CPU with the caches cold (in
 #: every run: 16.5 vs 21.1, 19.2 vs 22.9, 36.3 vs 46.9 us), which is how a proxy serving many
 #: watches finds them; warm, the two are within noise. The bound that binds is CPU per event.
 WATCH_ZSTD_LEVEL = -1

@@ -2,7 +2,7 @@
 
 The cache answers only what it can answer exactly as the apiserver would; everything else goes to
 the apiserver untouched (``Pass(reason)``), which is also how the apiserver's own error for an
-invalid request reaches the client word for word. See the table in the README's watch cache section.
+invalid request reaches the client word for word. See the table in docs/using/watchcache.md.
 """
 
 from __future__ import annotations

@@ -493,7 +493,7 @@ def test_read_version_lag_no_worse_than_direct(proxied: ChaosRun, direct: ChaosR
 
 
 def test_numbers_side_by_side(proxied: ChaosRun, direct: ChaosRun, living: ControlPlaneInfo) -> None:
-    """Not a verdict: the table the issue asks for (``pytest -s`` prints it)."""
+    """Not a verdict: the two runs' numbers side by side (``pytest -s`` prints them)."""
     rows = {name: (proxied.log.summary()[name], direct.log.summary()[name]) for name in direct.log.summary()}
     # Direct ran against the same apiserver: the same kinds count as "cached" for the comparison.
     for name, counts in (("relists (cached kinds)", "relists"), ("410s (cached kinds)", "expired")):
