@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kproxy.cacher.selector_errors import SelectorError
+from kproxy.codegen import generate
 from kproxy.gocompat.floatfmt import format_float_g
 from kproxy.gocompat.strconv import go_quote
 
@@ -41,6 +42,7 @@ __all__ = [
     "SelectableFields",
     "SelectorError",
     "builtin_fields",
+    "builtin_resources",
     "crd_fields",
     "escape_value",
     "parse_field_selector",
@@ -334,24 +336,26 @@ class SelectableFields:
 
 def _compile(
     fields: Sequence[_Spec | tuple[str, tuple[DictGetter, MessageGetter] | None]],
+    name: str,
 ) -> tuple[Callable[[Mapping[str, Any]], dict[str, str]], Callable[[Any], dict[str, str]]]:
     """One straight-line function per direction for a built-in kind: each sub-object (``metadata``,
     ``spec``...) is fetched once and the field set built as one dict literal.  These run for every
     object the cache stores; reading a upb sub-message once instead of once per field halves the cost.
-    Only the literal paths of :data:`_BUILTIN` are compiled (never a CRD's paths)."""
-    env_d: dict[str, Any] = {"_E": {}}
-    env_m: dict[str, Any] = {}
+    Only the literal paths of :data:`_BUILTIN` are compiled (never a CRD's paths).  ``name`` is the
+    resource's (``pods``, ``events.events.k8s.io``): the generated module is
+    ``kproxy.cacher.fields:<name>``."""
+    env: dict[str, Any] = {"_E": {}}
     tops: dict[str, str] = {}
     d_items: list[str] = []
     m_items: list[str] = []
     for i, f in enumerate(fields):
         if not isinstance(f, _Spec):
-            name, pair = f
+            label, pair = f
             if pair is None:
                 continue
-            env_d[f"_c{i}"], env_m[f"_c{i}"] = pair
-            d_items.append(f"{name!r}: _c{i}(o)")
-            m_items.append(f"{name!r}: _c{i}(m)")
+            env[f"_cd{i}"], env[f"_cm{i}"] = pair
+            d_items.append(f"{label!r}: _cd{i}(o)")
+            m_items.append(f"{label!r}: _cm{i}(m)")
             continue
         assert all(p.isidentifier() for p in f.path), f.path
         top = f.path[0]
@@ -378,9 +382,8 @@ def _compile(
     m_src = "def from_message(m):\n"
     m_src += "".join(f"    {var} = m.{top}\n" for top, var in tops.items())
     m_src += "    return {" + ", ".join(m_items) + "}\n"
-    exec(d_src, env_d)
-    exec(m_src, env_m)
-    return env_d["from_dict"], env_m["from_message"]
+    generate(f"kproxy.cacher.fields:{name}", d_src + m_src, env)
+    return env["from_dict"], env["from_message"]
 
 
 def _not_supported(label: str) -> str:
@@ -397,6 +400,7 @@ _META = tuple((spec.name, spec.getters()) for spec in _META_SPECS)
 
 
 def _kind(
+    name: str,
     fields: Sequence[_Spec | tuple[str, tuple[DictGetter, MessageGetter] | None]],
     *,
     extra_accepted: Mapping[str, str] | None = None,
@@ -424,7 +428,7 @@ def _kind(
     accepted.update(extra_accepted or {})
     if only_accepted is not None:
         accepted = dict(only_accepted)
-    compiled = _compile([_META_SPECS[0], _META_SPECS[1], *fields])
+    compiled = _compile([_META_SPECS[0], _META_SPECS[1], *fields], name)
     return SelectableFields(accepted, getters, reject, compiled=compiled, newer=newer)
 
 
@@ -447,12 +451,15 @@ def _core_event_fields(prefix: str, reporting: str, source: tuple[str, ...]) -> 
     return out
 
 
-def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
+def _build_builtin() -> dict[tuple[str, str], Callable[[str], SelectableFields]]:
+    """Each built-in resource's factory, called with the resource's name (``pods``,
+    ``events.events.k8s.io``) for its generated accessors' module."""
     return {
         # pkg/apis/core/v1/conversion.go (Pod); pkg/registry/core/pod/strategy.go ToSelectableFields.
         # spec.hostNetwork: FormatBool(SecurityContext.HostNetwork), "false" without one.
         # status.podIPs: accepted by the conversion, absent from ToSelectableFields -> always "" (v1.37.1).
-        ("", "pods"): lambda: _kind(
+        ("", "pods"): lambda name: _kind(
+            name,
             [
                 _Spec("spec.nodeName", ("spec", "nodeName")),
                 _Spec("spec.restartPolicy", ("spec", "restartPolicy")),
@@ -468,19 +475,24 @@ def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
         ),
         # pkg/apis/core/v1/conversion.go (Node: metadata.name, spec.unschedulable; no metadata.namespace);
         # pkg/registry/core/node/strategy.go NodeToSelectableFields: fmt.Sprint(Spec.Unschedulable).
-        ("", "nodes"): lambda: _kind([_Spec("spec.unschedulable", ("spec", "unschedulable"), "bool")], namespace=False),
+        ("", "nodes"): lambda name: _kind(
+            name, [_Spec("spec.unschedulable", ("spec", "unschedulable"), "bool")], namespace=False
+        ),
         # pkg/apis/core/v1/conversion.go (ReplicationController);
         # pkg/registry/core/replicationcontroller/strategy.go: strconv.Itoa(int(Status.Replicas)).
-        ("", "replicationcontrollers"): lambda: _kind([_Spec("status.replicas", ("status", "replicas"), "int")]),
+        ("", "replicationcontrollers"): lambda name: _kind(
+            name, [_Spec("status.replicas", ("status", "replicas"), "int")]
+        ),
         # pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForEvent; pkg/registry/core/event/strategy.go.
-        ("", "events"): lambda: _kind(
-            _core_event_fields("involvedObject", "reportingComponent", ("source", "component"))
+        ("", "events"): lambda name: _kind(
+            name, _core_event_fields("involvedObject", "reportingComponent", ("source", "component"))
         ),
         # events.k8s.io/v1 Event (same storage as core events): the conversion accepts regarding.*,
         # reportingController, reason, type, metadata.* and maps them onto the core names (measured on
         # v1.37.1 by the e2e test); source and the core names (involvedObject.*, reportingComponent) are
         # rejected.
-        ("events.k8s.io", "events"): lambda: _kind(
+        ("events.k8s.io", "events"): lambda name: _kind(
+            name,
             _core_event_fields("regarding", "reportingController", ("deprecatedSource", "component")),
             only_accepted={
                 NAME: NAME,
@@ -495,28 +507,30 @@ def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
             },
         ),
         # pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForNamespace (status.phase, metadata.name).
-        ("", "namespaces"): lambda: _kind([_Spec("status.phase", ("status", "phase"))], namespace=False),
+        ("", "namespaces"): lambda name: _kind(name, [_Spec("status.phase", ("status", "phase"))], namespace=False),
         # pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForSecret; registry: string(secret.Type).
-        ("", "secrets"): lambda: _kind([_Spec("type", ("type",))]),
+        ("", "secrets"): lambda name: _kind(name, [_Spec("type", ("type",))]),
         # pkg/apis/core/v1/conversion.go AddFieldLabelConversionsForService.
-        ("", "services"): lambda: _kind(
-            [_Spec("spec.clusterIP", ("spec", "clusterIP")), _Spec("spec.type", ("spec", "type"))]
+        ("", "services"): lambda name: _kind(
+            name, [_Spec("spec.clusterIP", ("spec", "clusterIP")), _Spec("spec.type", ("spec", "type"))]
         ),
         # pkg/apis/batch/v1/conversion.go (Job: status.successful = strconv.Itoa(int(Status.Succeeded)),
         # pkg/registry/batch/job/strategy.go JobToSelectableFields); its own error text.
-        ("batch", "jobs"): lambda: _kind(
+        ("batch", "jobs"): lambda name: _kind(
+            name,
             [_Spec("status.successful", ("status", "succeeded"), "int")],
             reject=lambda label: f"field label {go_quote(label)} not supported for Job",
         ),
         # pkg/apis/certificates/v1/conversion.go (CertificateSigningRequest, ClusterTrustBundle,
         # PodCertificateRequest; none accepts metadata.namespace).
-        ("certificates.k8s.io", "certificatesigningrequests"): lambda: _kind(
-            [_Spec("spec.signerName", ("spec", "signerName"))], namespace=False
+        ("certificates.k8s.io", "certificatesigningrequests"): lambda name: _kind(
+            name, [_Spec("spec.signerName", ("spec", "signerName"))], namespace=False
         ),
-        ("certificates.k8s.io", "clustertrustbundles"): lambda: _kind(
-            [_Spec("spec.signerName", ("spec", "signerName"))], namespace=False
+        ("certificates.k8s.io", "clustertrustbundles"): lambda name: _kind(
+            name, [_Spec("spec.signerName", ("spec", "signerName"))], namespace=False
         ),
-        ("certificates.k8s.io", "podcertificaterequests"): lambda: _kind(
+        ("certificates.k8s.io", "podcertificaterequests"): lambda name: _kind(
+            name,
             [
                 _Spec("spec.signerName", ("spec", "signerName")),
                 _Spec("spec.podName", ("spec", "podName")),
@@ -526,7 +540,8 @@ def _build_builtin() -> dict[tuple[str, str], Callable[[], SelectableFields]]:
         ),
         # pkg/apis/resource/v1/conversion.go (ResourceSlice: metadata.name, spec.nodeName (a *string: nil is
         # ""), spec.driver, spec.pool.name (from 1.37)), with its own error text.
-        ("resource.k8s.io", "resourceslices"): lambda: _kind(
+        ("resource.k8s.io", "resourceslices"): lambda name: _kind(
+            name,
             [
                 _Spec("spec.nodeName", ("spec", "nodeName")),
                 _Spec("spec.driver", ("spec", "driver")),
@@ -543,6 +558,11 @@ _DEFAULT: SelectableFields | None = None
 _CACHE: dict[tuple[str, str], SelectableFields] = {}
 
 
+def builtin_resources() -> list[tuple[str, str]]:
+    """The built-in (group, resource) pairs with a conversion function of their own."""
+    return sorted(_BUILTIN)
+
+
 def builtin_fields(group: str, resource: str) -> SelectableFields:
     """The selectable fields of a built-in resource (group "" or "core" for the core API).
 
@@ -554,10 +574,10 @@ def builtin_fields(group: str, resource: str) -> SelectableFields:
     if found is None:
         factory = _BUILTIN.get(key)
         if factory is not None:
-            found = factory()
+            found = factory(".".join(filter(None, (resource, key[0]))))
         else:
             found = SelectableFields(
-                {NAME: NAME, NAMESPACE: NAMESPACE}, _META, _default_reject, compiled=_compile(_META_SPECS)
+                {NAME: NAME, NAMESPACE: NAMESPACE}, _META, _default_reject, compiled=_compile(_META_SPECS, "default")
             )
         _CACHE[key] = found
     return found

@@ -28,6 +28,7 @@ import orjson
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from kproxy.codegen import generate
 from kproxy.gocompat.utf8 import bytes_default, go_string, json_string
 
 from .codecerrors import CodecError
@@ -36,7 +37,7 @@ from .gotypes import GoType
 from .jsonkinds import MEMO_TYPES, NESTED_TYPE_META, is_list_kind
 from .schema import FieldPlan, Schema
 from .wellknown import GO_ZERO_UNIX, format_duration, format_micro_time, format_time
-from .wirejson import TypeIds, compiled
+from .wirejson import TypeIds
 
 MAGIC = b"k8s\x00"
 
@@ -223,13 +224,14 @@ class JsonGenerator(TypeIds):
         idx = self._ids.get(full_name)
         if idx is not None:
             return idx
-        # Generate this message and, transitively, every message it refers to; one exec.
+        # Generate this message and, transitively, every message it refers to; one module.
         idx = self._ref(full_name)
-        self.flush()
+        self.flush(full_name)
         return idx
 
-    def flush(self) -> None:
-        """Generate (one exec) every message referred to and not generated yet."""
+    def flush(self, root: str, suffix: str = "") -> None:
+        """Generate (one module, named after the message ``root`` whose use asked for it, and
+        ``suffix``) every message referred to and not generated yet."""
         sources: list[str] = []
         done: set[str] = set()
         while self._pending:
@@ -237,11 +239,12 @@ class JsonGenerator(TypeIds):
             if name in done:
                 continue
             done.add(name)
-            sources.append(self._generate(name))
+            sources.append(f"# {name}\n{self._generate(name)}")
         sources += self._extra
         self._extra = []
         if sources:
-            exec(compiled("\n".join(sources), f"<kproxy.codec json {len(self._ids)}>"), self.ns)
+            flavour = "fragments" if self.fragments else "obj"
+            generate(f"kproxy.codec.tojson.{flavour}:{root}{suffix}", sources, self.ns)
 
     def _generate(self, full_name: str) -> str:
         idx = self._ids[full_name]

@@ -20,13 +20,13 @@ before. The unit tests compare both paths on the apiserver's fixtures and on mut
 from __future__ import annotations
 
 import base64
-import hashlib
 import struct
 from collections.abc import Callable
-from types import CodeType
 from typing import Any, Protocol
 
 from google.protobuf.descriptor import FieldDescriptor
+
+from kproxy.codegen import generate
 
 from .gotypes import GoType
 from .jsonkinds import MEMO_TYPES, NESTED_TYPE_META, is_list_kind
@@ -43,28 +43,11 @@ class FragmentSource(Protocol):
     memo_size: int
     ns: dict[str, Any]
 
-    def flush(self) -> None: ...
+    def flush(self, root: str, suffix: str = "") -> None: ...
     def field_lines(self, full_name: str, fp: FieldPlan) -> list[str]: ...
 
 
 WireFiller = Callable[[bytes, int, int, dict[str, Any]], dict[str, Any]]
-
-
-_compiled: dict[bytes, CodeType] = {}
-
-
-def compiled(source: str, filename: str) -> CodeType:
-    """compile(), remembered by a digest of the source: every codec instance (one per process,
-    and one per test in the unit tests) generates the same source for the same first use, and
-    compiling the functions of a kind and everything it refers to takes a large part of a
-    second."""
-    key = hashlib.blake2b(source.encode(), digest_size=20).digest()
-    code = _compiled.get(key)
-    if code is None:
-        if len(_compiled) >= 64:
-            _compiled.clear()
-        code = _compiled[key] = compile(source, filename, "exec")
-    return code
 
 
 class Fallback(Exception):
@@ -401,10 +384,10 @@ class WireJsonGenerator(TypeIds):
             if name in done:
                 continue
             done.add(name)
-            sources.append(self._generate(name))
-        # The upb path's functions that fields left to upb call (generated first: same exec).
-        self.gen.flush()
-        exec(compiled("\n".join(sources), f"<kproxy.codec wire {full_name}>"), self.ns)
+            sources.append(f"# {name}\n{self._generate(name)}")
+        # The upb path's functions that fields left to upb call (generated first: same namespace).
+        self.gen.flush(full_name, "+wire")
+        generate(f"kproxy.codec.wirejson:{full_name}", sources, self.ns)
         return idx
 
     def _memoised(self, full_name: str) -> bool:
@@ -758,4 +741,4 @@ class WireJsonGenerator(TypeIds):
         return _Field(slot, tag, read, "None", emit, True, more=f"{slot}s = False")
 
 
-__all__ = ["Fallback", "WireFiller", "WireJsonGenerator", "compiled"]
+__all__ = ["Fallback", "WireFiller", "WireJsonGenerator"]

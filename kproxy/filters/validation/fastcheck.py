@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kproxy.codegen import generate
 from kproxy.filters.validation.schemanodes import LIST, MAP, OBJECT, Node
 
 CleanCheck = Callable[[Any], bool]
@@ -93,8 +94,10 @@ class _Gen:
         self.lines.append("    return True")
 
 
-def compile_clean(root: Node) -> CleanCheck:
-    """A function telling whether a decoded body certainly has no unknown field under ``root``."""
+def compile_clean(root: Node, name: str = "schema") -> CleanCheck:
+    """A function telling whether a decoded body certainly has no unknown field under ``root``;
+    the generated module is ``kproxy.filters.validation.fastcheck:<name>`` (``name@<digest>``
+    when another schema took the name first)."""
     if root.kind not in (OBJECT, MAP, LIST):
         return lambda _v: True
     gen = _Gen()
@@ -103,7 +106,7 @@ def compile_clean(root: Node) -> CleanCheck:
         gen.function(gen.pending.pop())
     namespace: dict[str, Any] = dict(gen.consts)
     # The source holds only generated names and repr()s of schema property names.
-    exec(compile("\n".join(gen.lines), "<kproxy.filters.validation.fastcheck>", "exec"), namespace)
+    generate(f"kproxy.filters.validation.fastcheck:{name}", gen.lines, namespace)
     for table in gen.tables:
         for key, fname in table.items():
             table[key] = namespace[fname]
