@@ -1,1 +1,2 @@
-"""Benchmarks for kproxy: ``python -m benchmarks.run`` (or ``make bench``); see benchmarks/README.md."""
+"""Benchmarks for kproxy: ``python -m benchmarks.<scenario>`` (``make bench``: ``benchmarks.proxies``);
+see benchmarks/README.md."""

@@ -8,7 +8,7 @@ Every kproxy here is ``kproxy run`` on its TLS listener (ALPN ``h2``, ``http/1.1
 proxy``, with ``upstream.http2`` true (h2 to the apiserver, multiplexed) or false (the HTTP/1.1 pool).
 
 1. **Requests** (``h2load``, nghttp2's C load generator, one process per measurement; ``--h1`` for
-   HTTP/1.1): a small GET and a LIST of 500 ConfigMaps (``benchmarks.run``'s data, namespace
+   HTTP/1.1): a small GET and a LIST of 500 ConfigMaps (``benchmarks.proxies``' data, namespace
    ``bench``), closed loop. Over h2 the client holds one connection with ``--concurrency-*``
    streams (as client-go multiplexes), over HTTP/1.1 ``--concurrency-*`` connections; with
    ``--h2-per-connection`` also over h2 as many connections of one stream each. Peers: kproxy
@@ -268,7 +268,7 @@ def rounds(plan: Sequence[_T], n: int) -> Iterator[tuple[int, _T]]:
 
 
 def ensure_configmaps(cp: envtest.ControlPlaneInfo) -> None:
-    """``benchmarks.run``'s namespace and ConfigMaps, created only when not already all there."""
+    """``benchmarks.proxies``' namespace and ConfigMaps, created only when not already all there."""
     status, body = cp.request("GET", f"/api/v1/namespaces/{NAMESPACE}/configmaps", timeout=60)
     if status == 200 and len(json.loads(body).get("items") or []) == CONFIGMAPS:
         return
