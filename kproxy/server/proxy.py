@@ -14,37 +14,33 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
-import re
-import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import h2.errors
 from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kproxy.config import BodiesConfig, Config, ConfigError, ListenAddr, metrics_authorized
+from kproxy.config import BodiesConfig, Config, metrics_authorized
 from kproxy.core import offload
-from kproxy.core.bodybudget import BodyBudget, BudgetLimits, Lease, body_timeout
+from kproxy.core.bodybudget import BodyBudget, BudgetLimits
 from kproxy.core.chain import BytesBody, Chain, Exchange, Filter, Reply, Starts, Stops, StreamBody, UpgradeBody
 from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.eventstream import EventStreamBody, serve_events
 from kproxy.core.fairness import FairLimits, flow_of
 from kproxy.core.outage import NoAnswer
-from kproxy.core.requestinfo import RequestInfo, RequestInfoError, request_info_for
-from kproxy.core.status import StatusError, generic, internal_error, request_entity_too_large
+from kproxy.core.status import StatusError, internal_error, request_entity_too_large
 from kproxy.core.upstreamlink import UPSTREAM_LINK
 from kproxy.gocompat.httpguts import valid_host_header
-from kproxy.gocompat.url import InvalidRequestURIError, RequestURI, parse_request_uri
 from kproxy.identity.authn import authenticator
 from kproxy.identity.impersonate import STRIPPED_WARNING, CallerAuthenticator, has_impersonation
 from kproxy.identity.reviewlimit import review_limiter
 from kproxy.server.adminauth import MetricsAuthorizer
+from kproxy.server.bind import bind, bound_address, format_address, server_ssl
+from kproxy.server.clientbody import ClientBody, expects_continue
 from kproxy.server.connections import Connections, admin_limits, raise_fd_limit
 from kproxy.server.http2.h2stream import H2Request
 from kproxy.server.http2.respond import respond as respond_h2
@@ -56,13 +52,20 @@ from kproxy.server.listener import (
     GoAppRunner,
     GoServer,
     Http2Serving,
-    MalformedBody,
-    go_bad_request,
     go_transfer_encoding_refused,
 )
 from kproxy.server.metrics import CHAIN_REPLIED, Metrics, answered_by
 from kproxy.server.proxyguard import proxy_guard
 from kproxy.server.reload import RESTART_KEYS, build_chain, restart_changes
+from kproxy.server.requesttarget import is_long_running, read_target
+from kproxy.server.responses import (
+    H2_WRITTEN,
+    SLICE,
+    TransparentResponse,
+    TransparentStreamResponse,
+    refuse_head,
+    write_sliced,
+)
 from kproxy.server.upgrade import splice
 from kproxy.server.upstream import CLIENT_H2, Upstream
 
@@ -70,26 +73,6 @@ log = logging.getLogger("kproxy")
 access = logging.getLogger("kproxy.access")
 
 _STREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-
-class _Transparent:
-    """aiohttp adds ``Server: Python/… aiohttp/…`` to every response; the apiserver sends no
-    Server header, so neither does kproxy unless the upstream sent one."""
-
-    async def _prepare_headers(self) -> None:
-        headers: CIMultiDict[str] = self.headers  # type: ignore[attr-defined]
-        had_server = "Server" in headers
-        await super()._prepare_headers()  # type: ignore[misc]
-        if not had_server:
-            headers.popall("Server", None)
-
-
-class _Response(_Transparent, web.Response):
-    pass
-
-
-class _StreamResponse(_Transparent, web.StreamResponse):
-    pass
 
 
 @dataclass(slots=True, eq=False)
@@ -116,29 +99,10 @@ class _ReadyCache:
     at: float = field(default=-1e9)
 
 
-_SLICE = 1 << 20
-
 #: client-go's reflector takes a watch that ends less than a second after it began, with no event,
 #: for an error and lists again (staging/src/k8s.io/client-go/tools/cache/reflector.go,
 #: ``VeryShortWatchError``): a watch ended only to move it to a new connection is ended no sooner.
 _SHORTEST_WATCH = 1.0
-
-#: What ``handle`` returns for a request answered on an HTTP/2 stream (written there already).
-_H2_WRITTEN = web.StreamResponse()
-
-
-async def _write_sliced(request: web.BaseRequest, reply: Reply, data: bytes) -> web.StreamResponse:
-    resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
-    resp.content_length = len(data)
-    await resp.prepare(request)
-    view = memoryview(data)
-    try:
-        for i in range(0, len(view), _SLICE):
-            await resp.write(view[i : i + _SLICE])
-        await resp.write_eof()
-    except ConnectionError:
-        pass  # the client went away mid-body; nothing to tell it
-    return resp
 
 
 class ProxyServer:
@@ -205,7 +169,7 @@ class ProxyServer:
             )
         await self.chain.start(self.context)
         self.metrics.served.start(self.context.api)
-        ssl_ctx = _server_ssl(self.cfg, http2=self.cfg.http2.enabled)
+        ssl_ctx = server_ssl(self.cfg, http2=self.cfg.http2.enabled)
         # Connections are bounded below the file-descriptor limit (kproxy.server.connections).
         self.connections.fd_limit = raise_fd_limit()
         # HTTP/2 for TLS clients that offer it (ALPN), with the apiserver's settings.
@@ -226,16 +190,16 @@ class ProxyServer:
         await self._runner.setup()
         # The socket listens in plain TCP: GoServer admits each connection, then does its handshake.
         site = web.TCPSite(self._runner, self.cfg.listen.host, self.cfg.listen.port, backlog=1024)
-        await _bind(site, "listen", self.cfg.listen)
+        await bind(site, "listen", self.cfg.listen)
         self._sites.append(site)
-        self.bound = _bound(site)
+        self.bound = bound_address(site)
 
         admin = web.Application()
         admin.router.add_get("/metrics", self._metrics)
         admin.router.add_get("/healthz", self._healthz)
         admin.router.add_get("/livez", self._healthz)
         admin.router.add_get("/readyz", self._readyz)
-        admin_ssl = _server_ssl(self.cfg, http2=False) if self.cfg.admin_tls else None
+        admin_ssl = server_ssl(self.cfg, http2=False) if self.cfg.admin_tls else None
         # Bounded too, from the descriptors kept out of the main listener's bound.
         self.admin_connections.limits = admin_limits(self.cfg.connections, self.connections.fd_limit)
         self._admin_runner = GoAppRunner(
@@ -244,14 +208,14 @@ class ProxyServer:
         await self._admin_runner.setup()
         self._metrics_auth = MetricsAuthorizer(self.context)
         asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
-        await _bind(asite, "admin_listen", self.cfg.admin_listen)
-        self.admin_bound = _bound(asite)
+        await bind(asite, "admin_listen", self.cfg.admin_listen)
+        self.admin_bound = bound_address(asite)
         scheme = "https" if ssl_ctx else "http"
         log.info(
             "kproxy listening",
             extra={
-                "listen": f"{scheme}://{_fmt(self.bound)}",
-                "admin": f"{'https' if admin_ssl else 'http'}://{_fmt(self.admin_bound)}",
+                "listen": f"{scheme}://{format_address(self.bound)}",
+                "admin": f"{'https' if admin_ssl else 'http'}://{format_address(self.admin_bound)}",
                 "upstream": str(self.upstream.base),
                 "upstream_from": self.upstream.target.source,
                 "credentials": self.cfg.credentials,
@@ -415,11 +379,11 @@ class ProxyServer:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         started = time.perf_counter()
         raw = request.raw_path
-        target = _read_target(request.method, raw)
+        target = read_target(request.method, raw)
         if target is None:  # Go's server refuses this target before any handler runs
-            return _refuse_head(request)
+            return refuse_head(request)
         if not valid_host_header(request.headers.get("Host", "")):  # net/http readRequest, before any handler
-            return _refuse_head(request, "malformed Host header")
+            return refuse_head(request, "malformed Host header")
         refused_te = go_transfer_encoding_refused(request.version, request.headers.getall("Transfer-Encoding", []))
         if refused_te is not None:
             return refused_te
@@ -430,8 +394,8 @@ class ProxyServer:
         headers = end_to_end(request.headers, UPGRADE_REQUEST_SKIP if upgrade else REQUEST_SKIP)
         length = request.content_length
         expect = request.headers.get("Expect", "")
-        client = _ClientBody(request, _expects_continue(expect) and request.version >= (1, 1))
-        if not _long_running(info):
+        client = ClientBody(request, expects_continue(expect) and request.version >= (1, 1))
+        if not is_long_running(info):
             # An Upgrade header exempts nothing: the apiserver's request timeout spares only its
             # long-running requests (connect subresources among them), whatever the headers say.
             client.bound(self.bodies, self.cfg.bodies.read_timeout)
@@ -472,7 +436,7 @@ class ProxyServer:
         # and the connection closes after the answer, nothing after the head read as a request.
         close = request.method == "CONNECT"
         try:
-            if expect and not _expects_continue(expect):
+            if expect and not expects_continue(expect):
                 # Go's sendExpectationFailed (before any handler): 417, no body, connection closed.
                 reply, close = Reply(417, CIMultiDict(), BytesBody(b"")), True
             elif self.guard is not None and (refused := self.guard.refuse(ex)) is not None:
@@ -581,18 +545,18 @@ class ProxyServer:
         if isinstance(request, H2Request):
             request.last = self._unauthenticated_h2(ex, reply)
             track = functools.partial(self._open_stream, h2=request)
-            return _H2_WRITTEN, await respond_h2(request, ex, reply, track)
+            return H2_WRITTEN, await respond_h2(request, ex, reply, track)
         body = reply.body
         if isinstance(body, BytesBody):
             if request.method == "HEAD":
                 # A HEAD answer has no body but keeps the Content-Length of the GET it stands for.
-                return _Response(status=reply.status, reason=reply.reason, headers=reply.headers), 0
+                return TransparentResponse(status=reply.status, reason=reply.reason, headers=reply.headers), 0
             reply.headers.popall("Content-Length", None)
-            if len(body.data) > _SLICE:
+            if len(body.data) > SLICE:
                 # A big body (a cached list) written whole would be copied into the transport's
                 # buffer once per slow connection; in slices, each awaited, memory stays flat.
-                return await _write_sliced(request, reply, body.data), len(body.data)
-            resp = _Response(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
+                return await write_sliced(request, reply, body.data), len(body.data)
+            resp = TransparentResponse(status=reply.status, reason=reply.reason, headers=reply.headers, body=body.data)
             return resp, len(body.data)
         if isinstance(body, EventStreamBody):
             return await self._serve_events(request, reply, body)
@@ -610,7 +574,7 @@ class ProxyServer:
         """Write a streamed body as it arrives. A watch that the upstream or shutdown ends gets a
         clean end of stream (as the apiserver ends watches); any other body cut short aborts the
         connection, so the client cannot mistake a truncated body for a whole one."""
-        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        resp = TransparentStreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
         if body.length is not None:
             resp.content_length = body.length
         watch = ex.info.verb == "watch"
@@ -680,7 +644,7 @@ class ProxyServer:
         """A watch kproxy serves itself: headers out at once (as the apiserver flushes them
         before the first event), then its frames go straight to the transport until the watch
         ends (timeout, slow client, shutdown) or the client goes away."""
-        resp = _StreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
+        resp = TransparentStreamResponse(status=reply.status, reason=reply.reason, headers=reply.headers)
         stream = _OpenStream(body, True)
         self._streams.add(stream)
         self.metrics.open_watches.inc()
@@ -747,166 +711,6 @@ class ProxyServer:
         return cache.ok, cache.reason
 
 
-_CONTINUE = re.compile(r"(?:^|[ ,\t])100-continue(?:$|[ ,\t])", re.IGNORECASE)
-
-
-def _expects_continue(expect: str) -> bool:
-    """Go's ``expectsContinue``: the (first) Expect header holds the token ``100-continue``.
-    Any other non-empty Expect fails with 417; an empty one is no expectation."""
-    return bool(expect) and _CONTINUE.search(expect) is not None
-
-
-class _ClientBody:
-    """The client's request body as the chain sees it, read as Go's server reads it.
-
-    ``100 Continue`` goes out when the body is first read (Go's expectContinueReader), so an
-    answer given without reading it (a 413, a policy refusal) is not preceded by one; the
-    connection then closes after the answer, as Go closes it. A chunked body that turns
-    malformed gets the apiserver's 500 Status with Go's chunked-reader error, and the
-    connection closes (nothing after it can be read).
-
-    Once :meth:`bound`, the body must arrive within ``read_timeout`` of the request's start (the
-    apiserver's request timeout: its 504 Timeout, then the connection closes). A body read whole
-    (a filter's ``read()``) holds its bytes in kproxy: they are taken from the process's
-    :class:`BodyBudget` and given back by :meth:`close`. The apiserver authenticates before any
-    handler reads a body (``staging/src/k8s.io/apiserver/pkg/endpoints/filters/authentication.go``:
-    a rejected token is its 401, no byte read, no ``100 Continue``), so the caller is identified
-    first (``identify()``: its 401 StatusError stands for the body), and the bytes are charged to
-    it (``caller()``): a caller known by its user takes its declared length before the first byte
-    is read (or ``100 Continue`` sent); one known only by its address (``credentials: proxy``,
-    where every caller is kproxy itself) is charged the bytes it has sent, so addresses that
-    declare bodies and send nothing hold nothing. A body streamed through to the apiserver takes
-    no budget: it holds at most the connection's read buffer (the upstream's back-pressure
-    stops the reads), which the connection limits bound."""
-
-    __slots__ = (
-        "_budget",
-        "_continue",
-        "_deadline",
-        "_expired",
-        "_lease",
-        "_request",
-        "_whole",
-        "caller",
-        "identify",
-    )
-
-    def __init__(self, request: web.BaseRequest, expect_continue: bool) -> None:
-        self._request = request
-        self._continue = expect_continue and request.body_exists
-        self._budget: BodyBudget | None = None
-        self._deadline: float | None = None
-        self._lease: Lease | None = None
-        self._expired = False
-        self._whole = False
-        self.caller: Callable[[], str] = lambda: ""
-        self.identify: Callable[[], Awaitable[object]] | None = None
-
-    def bound(self, budget: BodyBudget, read_timeout: float) -> None:
-        self._budget = budget
-        if read_timeout > 0:
-            self._deadline = asyncio.get_running_loop().time() + read_timeout
-
-    def body(self, length: int | None, limit: int, media_type: str) -> BytesBody | StreamBody:
-        if not self._request.body_exists:
-            return BytesBody(b"", media_type)
-        return _WholeMarking(self, self._chunks(), length, media_type, limit)
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        request = self._request
-        lease = None
-        if self._budget is not None and self._whole:
-            if self.identify is not None:
-                await self.identify()  # the apiserver's 401 for a rejected token: nothing read
-            key = self.caller()
-            lease = self._lease = self._budget.lease(key)
-            if not key.startswith(_ADDRESS_FLOW):
-                await lease.cover(request.content_length or 0)
-        if self._continue:
-            self._continue = False
-            if isinstance(request, H2Request):
-                await request.send_continue()
-            else:
-                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                request.writer.output_size = 0
-        received = 0
-        content = request.content
-        deadline = self._deadline
-        try:
-            while True:
-                if deadline is None:
-                    chunk = await content.readany()
-                else:
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            chunk = await content.readany()
-                    except TimeoutError:
-                        self._expired = True
-                        raise body_timeout() from None
-                if not chunk:
-                    return
-                received += len(chunk)
-                if lease is not None:
-                    await lease.cover(received)
-                yield chunk
-        except MalformedBody as err:
-            raise generic(500, "", str(err)) from None
-
-    def close(self) -> None:
-        """Give back the bytes the body held (the request has been answered). A body that was
-        to wait for ``100 Continue`` and never got it is not coming: the connection closes once
-        the answer is out, without lingering over it (Go's server closes such a connection:
-        ``expectContinueReader`` not read, ``closeAfterReply``; net/http/server.go); nor is the
-        rest of a body whose deadline passed."""
-        if self._lease is not None:
-            self._lease.close()
-        if self._continue or self._expired:
-            self._request.content.feed_eof()
-
-    def closes_connection(self) -> bool:
-        """Whether the answer must close the connection: the body was expected to wait for a
-        100 Continue that never went out, was malformed, or was answered before it all came
-        (the upstream refused it early): Go's server then closes rather than read on."""
-        content = self._request.content
-        return self._continue or not content.is_eof() or isinstance(content.exception(), MalformedBody)
-
-
-#: The prefix of :func:`kproxy.core.fairness.flow_of` for a caller known only by its address.
-_ADDRESS_FLOW = "addr:"
-
-
-class _WholeMarking(StreamBody):
-    """The client's body; reading it whole (``read()``) first tells its :class:`_ClientBody`, which
-    then takes budget for it (a body streamed through with ``chunks()`` takes none)."""
-
-    __slots__ = ("_client",)
-
-    def __init__(
-        self, client: _ClientBody, source: AsyncIterator[bytes], length: int | None, media_type: str, limit: int
-    ) -> None:
-        super().__init__(source, length, media_type, limit)
-        self._client = client
-
-    async def read(self) -> bytes:
-        self._client._whole = True
-        return await super().read()
-
-
-#: ``BasicLongRunningRequestCheck`` as kube-apiserver configures it (``cmd/kube-apiserver/app/server.go``):
-#: the requests the request timeout does not apply to.
-_LONG_RUNNING_VERBS = frozenset(("watch", "proxy"))
-_LONG_RUNNING_SUBRESOURCES = frozenset(("attach", "exec", "proxy", "log", "portforward"))
-
-
-def _long_running(info: RequestInfo) -> bool:
-    """``staging/src/k8s.io/apiserver/pkg/server/filters/longrunning.go``."""
-    if info.verb in _LONG_RUNNING_VERBS:
-        return True
-    if info.is_resource_request:
-        return info.subresource in _LONG_RUNNING_SUBRESOURCES
-    return info.path.startswith("/debug/pprof/")
-
-
 def _budget_limits(cfg: BodiesConfig) -> BudgetLimits:
     return BudgetLimits(cfg.max_buffered_bytes, cfg.max_buffered_bytes_per_caller, cfg.buffer_wait)
 
@@ -936,85 +740,3 @@ async def _stop_filters(filters: list[Filter]) -> None:
             await flt.stop()
         except Exception:
             log.exception("filter failed to stop", extra={"filter": flt.name})
-
-
-def _refuse_head(request: web.BaseRequest, why: str = "") -> web.StreamResponse:
-    """Go's answer to a request it cannot make an ``http.Request`` of: over HTTP/1.1 its raw 400;
-    over HTTP/2 the stream is reset PROTOCOL_ERROR (golang.org/x/net/http2/server.go)."""
-    if isinstance(request, H2Request):
-        request.response.reset(h2.errors.ErrorCodes.PROTOCOL_ERROR)
-        return _H2_WRITTEN
-    return go_bad_request(why)
-
-
-@functools.lru_cache(maxsize=1024)
-def _read_target(method: str, raw: str) -> tuple[RequestURI, RequestInfo] | None:
-    """The request target as Go's server reads it (``url.ParseRequestURI``) and its RequestInfo;
-    None where Go's server answers 400 itself. An absolute-form target (``http://any/api/...``) is
-    classified and sent upstream by its path, as Go routes it: the filters see what the apiserver
-    will serve. A scheme with an opaque rest (``http:x``, an empty path to Go) has no origin form to
-    send; kproxy refuses it too.
-
-    Cached by request line (both are immutable): controllers and kubelets send the same GETs,
-    LISTs and watches over and over, and parsing was 4% of a small GET's CPU in kproxy."""
-    try:
-        uri = parse_request_uri(raw)
-    except InvalidRequestURIError:
-        return None
-    if uri.opaque or (uri.path == "*" and uri.absolute):
-        return None
-    try:
-        return uri, request_info_for(method, uri)
-    except RequestInfoError as err:
-        return uri, err.info
-
-
-def _bound(site: web.BaseSite) -> tuple[str, int]:
-    server: Any = site._server  # aiohttp keeps the asyncio server here
-    sock = server.sockets[0]
-    host, port = sock.getsockname()[:2]
-    return host, port
-
-
-def _fmt(addr: tuple[str, int] | None) -> str:
-    if addr is None:
-        return ""
-    host, port = addr
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _reason(err: BaseException) -> str:
-    """An OS or TLS error's reason without Python's decoration (``[Errno 98] ...``)."""
-    if isinstance(err, OSError) and err.errno:
-        return os.strerror(err.errno).lower()  # "address already in use", "permission denied"
-    return str(err)
-
-
-async def _bind(site: web.TCPSite, key: str, addr: ListenAddr) -> None:
-    """Start a listener; a port in use (or not ours to take) is a one-line start-up error naming the key."""
-    try:
-        await site.start()
-    except OSError as err:
-        host = f"[{addr.host}]" if ":" in addr.host else addr.host
-        raise ConfigError(f"{key}: cannot listen on {host}:{addr.port}: {_reason(err)}") from None
-
-
-def _server_ssl(cfg: Config, *, http2: bool) -> ssl.SSLContext | None:
-    """The listener's TLS context (None without ``tls``); with ``http2``, ALPN offers ``h2`` then
-    ``http/1.1``, the apiserver's order (a client that offers neither is served HTTP/1.1)."""
-    if cfg.tls is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        ctx.load_cert_chain(cfg.tls.cert_file, cfg.tls.key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise ConfigError(f"tls: cannot load {cfg.tls.cert_file} and its key: {_reason(err)}") from None
-    if cfg.tls.client_ca_file:
-        # A certificate is optional, but one that does not verify fails the handshake. The
-        # apiserver asks with tls.RequestClientCert and verifies afterwards, so there such a
-        # caller is a 401 without a token (or authenticated by its token); Python's ssl has
-        # no way to take a certificate it does not verify (README.md#limits).
-        ctx.load_verify_locations(cfg.tls.client_ca_file)
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-    ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
-    return ctx
