@@ -46,7 +46,10 @@ OUTSIDE = {
     r"DESIGN\.md|\bDESIGN's\b": "a design document outside the repository",
     r"§|(?<!RFC \d\d\d\d )\bsection \d+\.\d+": "a numbered section of a document outside the repository",
     r"\bREADME(?!\.md#)(?:\.md)?(?:'s\b|,| \"|\))": "a README section by name, not by file and anchor",
+    r"\(issue \d+\)": "this project's issue tracker",
 }
+#: Files other than Python whose comments users read: the commented example config.
+COMMENTED = [REPO / "config.example.yaml"]
 
 
 def _prose(text: str) -> str:
@@ -152,6 +155,15 @@ def test_code_comments_cite_what_exists(py: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("path", COMMENTED, ids=_rel)
+def test_config_comments_cite_what_exists(path: Path) -> None:
+    problems = []
+    for line, text in enumerate(path.read_text().splitlines(), 1):
+        comment = text.partition("#")[2] if text.lstrip().startswith("#") else ""
+        problems += [f"{_rel(path)}:{line}: {p}" for p in _broken_md_refs(comment, path) + _outside_citations(comment)]
+    assert not problems, "\n".join(problems)
+
+
 def test_the_code_checks_see_comments_docstrings_and_citations(tmp_path: Path) -> None:
     """The comment checks themselves, on a sample: a broken file, anchor or outside citation is found,
     a string that is neither comment nor docstring is not read, an RFC's section is allowed."""
@@ -169,6 +181,12 @@ def test_the_code_checks_see_comments_docstrings_and_citations(tmp_path: Path) -
     assert broken == ["docs/nope.md: no such file", "README.md#no-such-heading: no such heading"]
     outside = [o.split(" cites")[0] for _, t in texts for o in _outside_citations(t)]
     assert sorted(outside) == sorted(["'wire doc'", "'section 3.5'", "'the issue'", "'README,'"])
+    assert [
+        o.split(" cites")[0] for o in _outside_citations('# --- dryrun (issue 7): see README "The dryrun filter"')
+    ] == [
+        "'README \"'",
+        "'(issue 7)'",
+    ]
 
 
 def test_the_checks_see_links_anchors_and_paths() -> None:
