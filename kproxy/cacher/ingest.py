@@ -110,6 +110,36 @@ class ObjectFactory:
             json=bytes(raw),
         )
 
+    def restore(
+        self,
+        ns: str,
+        name: str,
+        rv: int,
+        labels: dict[str, str],
+        fields: dict[str, str],
+        proto: bytes | None,
+        json: bytes | None,
+    ) -> CachedObject:
+        """An object as :mod:`kproxy.cacher.persist` stored it: what :meth:`from_proto` or
+        :meth:`from_json` parsed when it arrived, kept beside its bytes (nothing is parsed again).
+        ObjectError when it was stored in another form or with other selectable fields (a state
+        written by another kproxy version: listed again)."""
+        if (proto is not None) != self.kind.protobuf or (proto is None and json is None):
+            raise ObjectError("persisted in another form than the resource's")
+        if fields.keys() != self.fields.names:
+            raise ObjectError("persisted with other selectable fields")
+        return CachedObject(
+            object_key(ns, name),
+            ns,
+            name,
+            rv,
+            self._share(labels),
+            self._share(fields),
+            proto=proto,
+            json=json,
+            encode=self._encode if proto is not None else None,
+        )
+
     def bookmark_rv_proto(self, raw: bytes) -> tuple[int, bool]:
         """(resource version, initial-events-end) of a protobuf BOOKMARK object."""
         meta = self._cls.FromString(raw).metadata

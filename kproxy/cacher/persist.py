@@ -1,8 +1,10 @@
 """The watch cache on disk: per resource, a snapshot at a resource version plus the events after it.
 
 What is stored is what the cache holds: each object's bytes as they came from the upstream (the
-protobuf message of a built-in kind, the JSON of a custom resource), read back through the same
-:class:`~kproxy.cacher.ingest.ObjectFactory` that reads the upstream's. Nothing else is encoded.
+protobuf message of a built-in kind, the JSON of a custom resource), the JSON a reader had made
+of a protobuf object, and what the cache parsed out of it when it arrived (namespace, name,
+resource version, labels, the fields selectors read), so that loading parses nothing: a restart
+is ready to answer as soon as the files are read, and its first JSON reader finds the JSON made.
 
 Files, in one directory (0700, owned by the process), each 0600:
 
@@ -15,7 +17,10 @@ Files, in one directory (0700, owned by the process), each 0600:
   leaves the old snapshot with its own, complete, log.
 
 Every file starts with 8 magic bytes (``KPXWC1P\\n`` plain, ``KPXWC1E\\n`` encrypted), then
-records framed as ``length (4 bytes) | CRC-32 of the payload (4 bytes) | payload``. Encrypted
+records framed as ``length (4 bytes) | CRC-32 of the payload (4 bytes) | payload``. An object's
+payload is ``tag | length of the view (4 bytes) | the view as JSON | the stored bytes | the JSON
+made of them``, the view being ``[namespace, name, resource version, labels, fields, length of
+the stored bytes, whether they are protobuf]``. Encrypted
 files hold each payload as ``nonce (12) | AES-GCM ciphertext and tag``, the file's kind, its
 resource and the record's index as associated data: a record cannot be moved to another place,
 file or resource. Whatever fails to read (a short record, a bad checksum or tag, a missing
@@ -47,10 +52,11 @@ from .watch_cache import WatchCache
 
 log = logging.getLogger("kproxy.cache.persist")
 
-FORMAT = 1
+FORMAT = 2  # 1 stored the bare objects (parsed again on load)
 MAGIC_PLAIN = b"KPXWC1P\n"
 MAGIC_SEALED = b"KPXWC1E\n"
 _FRAME = struct.Struct(">II")
+_VIEW = struct.Struct(">I")
 _NONCE = 12
 MAX_RECORD = 256 << 20  # no object comes close (etcd's limit is 1.5 MiB); a bigger length is corruption
 _TYPES = {ADDED: b"A", MODIFIED: b"M", DELETED: b"D"}
@@ -61,6 +67,11 @@ _OBJECT, _HEADER, _TRAILER = b"O", b"H", b"Z"
 
 class Corrupt(Exception):
     """A persisted file that must not be loaded."""
+
+
+#: Makes the cached object from its stored view: ``(namespace, name, resource version, labels,
+#: fields, protobuf message or None, JSON or None)`` (:meth:`kproxy.cacher.ingest.ObjectFactory.restore`).
+Restore = Callable[[str, str, int, dict[str, str], dict[str, str], bytes | None, bytes | None], CachedObject]
 
 
 class UnsafeStorage(Exception):
@@ -256,14 +267,14 @@ def snapshot_bytes(
     sealer: Sealer | None,
     epoch: int,
     rv: int,
-    objects: Sequence[bytes],
+    objects: Sequence[CachedObject],
     spec: dict[str, Any] | None = None,
 ) -> bytes:
     framer = _Framer(sealer, _aad(b"snapshot", ident))
     head = {"format": FORMAT, "kind": "snapshot", "resource": ident, "identity": identity, "epoch": epoch, "rv": rv}
     head["spec"] = spec or {}
     parts = [framer.magic, framer.frame(_HEADER + orjson.dumps(head))]
-    parts.extend(framer.frame(_OBJECT + o) for o in objects)
+    parts.extend(framer.frame(_OBJECT + object_record(o)) for o in objects)
     parts.append(framer.frame(_TRAILER + len(objects).to_bytes(8, "big")))
     return b"".join(parts)
 
@@ -382,9 +393,44 @@ def _write_snapshot(directory: Path, ident: str, data: bytes, keep_events: str) 
                 path.unlink()
 
 
-def stored_bytes(obj: CachedObject) -> bytes:
-    """What the cache holds of ``obj``: its protobuf message, or (a custom resource) its JSON."""
-    return obj.proto if obj.proto is not None else obj.item_json
+def object_record(obj: CachedObject) -> bytes:
+    """What is stored of ``obj`` (the module's docstring has the layout)."""
+    proto = obj.proto
+    if proto is not None:
+        stored, made = proto, (obj.item_json if obj.has_json else b"")
+    else:
+        stored, made = obj.item_json, b""
+    view = orjson.dumps([obj.namespace, obj.name, obj.rv, obj.labels, obj.fields, len(stored), proto is not None])
+    return _VIEW.pack(len(view)) + view + stored + made
+
+
+def restore_record(record: bytes, restore: Restore) -> CachedObject:
+    """The cached object of an :func:`object_record` (checksummed, so only damage that the
+    checksum cannot see, or a record made by another program, fails here: Corrupt)."""
+    if len(record) < _VIEW.size:
+        raise Corrupt("object record too short")
+    (n,) = _VIEW.unpack_from(record)
+    start = _VIEW.size + n
+    try:
+        ns, name, rv, labels, fields, size, is_proto = orjson.loads(record[_VIEW.size : start])
+    except (orjson.JSONDecodeError, ValueError, TypeError):
+        raise Corrupt("object record without its view") from None
+    if not (
+        isinstance(ns, str)
+        and isinstance(name, str)
+        and isinstance(rv, int)
+        and isinstance(labels, dict)
+        and isinstance(fields, dict)
+        and isinstance(size, int)
+        and 0 <= size <= len(record) - start
+    ):
+        raise Corrupt("object record with a malformed view")
+    stored = record[start : start + size]
+    if is_proto is True:
+        return restore(ns, name, rv, labels, fields, stored, record[start + size :] or None)
+    if is_proto is False and start + size == len(record):
+        return restore(ns, name, rv, labels, fields, None, stored)
+    raise Corrupt("object record with a malformed view")
 
 
 # -- one resource's store ---------------------------------------------------------------------------
@@ -425,6 +471,7 @@ class ResourceStore:
         self._flush_handle: asyncio.Handle | None = None
         self._log_bytes = 0
         self._snap_bytes = 0
+        self._snap_json = 0  # objects whose JSON the last snapshot holds
         self._persisted_rv = 0
         self._compacting: asyncio.Task[None] | None = None
         self._compact_again = False
@@ -437,7 +484,7 @@ class ResourceStore:
         self.load_outcome = "none"  # what load() found: none, loaded or discarded
 
     # -- loading ----------------------------------------------------------------------------------
-    def load(self, decode: Callable[[bytes], CachedObject], cache: WatchCache) -> Loaded | None:
+    def load(self, restore: Restore, cache: WatchCache) -> Loaded | None:
         """Fill ``cache`` from disk (before its reflector starts); None (nothing loaded) when
         there is no state or it is unusable (then removed, with a log line saying why)."""
         try:
@@ -450,13 +497,14 @@ class ResourceStore:
         if state is None:
             return None
         try:
-            objects = [decode(b) for b in state.objects]
+            objects = [restore_record(b, restore) for b in state.objects]
             cache.replace(objects, state.rv)
+            self._snap_json = sum(o.has_json for o in objects)
             for type_, payload in state.events:
                 if type_ == "P":
                     cache.progress(int.from_bytes(payload, "big"))
                 else:
-                    cache.apply(type_, decode(payload))
+                    cache.apply(type_, restore_record(payload, restore))
         except Exception as err:  # bytes that checksum right but do not decode: same as corrupt
             log.warning("%s: persisted objects not readable (%s); removed, the resource is listed", self.ident, err)
             discard(self.directory, self.ident)
@@ -524,7 +572,7 @@ class ResourceStore:
             return  # a list's differences: the list's snapshot holds their result
         framer = self._framer
         for ev in events:
-            self._buf += framer.frame(_TYPES[ev.type] + stored_bytes(ev.obj))
+            self._buf += framer.frame(_TYPES[ev.type] + object_record(ev.obj))
         self._persisted_rv = max(self._persisted_rv, cache.applied_rv)
         self._schedule_flush()
 
@@ -595,7 +643,8 @@ class ResourceStore:
         rv = cache.applied_rv
         snap = cache.snapshot()
         assert snap is not None
-        payloads = [stored_bytes(o) for o in snap.objects]
+        objects = list(snap.objects)
+        self._snap_json = sum(o.has_json for o in objects)
         epoch = self._epoch + 1
         try:
             self._open_log(epoch, rv)  # events from now on follow the new snapshot
@@ -604,7 +653,7 @@ class ResourceStore:
             return
         self._epoch = epoch
         self._persisted_rv = rv
-        self._compacting = asyncio.create_task(self._write(epoch, rv, payloads))
+        self._compacting = asyncio.create_task(self._write(epoch, rv, objects))
 
     def flush_pending_only(self) -> None:
         if self._flush_handle is not None:
@@ -619,11 +668,11 @@ class ResourceStore:
             except OSError as err:
                 self._fail(err)
 
-    async def _write(self, epoch: int, rv: int, payloads: list[bytes]) -> None:
+    async def _write(self, epoch: int, rv: int, objects: list[CachedObject]) -> None:
         keep = f"{self.ident}+{epoch}.events"
         try:
             data = await asyncio.to_thread(
-                snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, payloads, self.spec
+                snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, objects, self.spec
             )
             if not self.owner:
                 return
@@ -643,6 +692,15 @@ class ResourceStore:
         if self._owners.get(self.ident) in (None, self):
             discard(self.directory, self.ident)
 
+    def _json_made_since_snapshot(self, cache: WatchCache) -> bool:
+        if not (self.owner and cache.ready and self._framer is not None and not self._suspended):
+            return False
+        snap = cache.snapshot()
+        if snap is None:
+            return False
+        made = sum(o.has_json for o in snap.objects)
+        return made - self._snap_json > max(100, len(snap.objects) // 10)
+
     async def close(self) -> None:
         """Write out what is pending (the last bookmark's resource version too) and sync."""
         if self._ticker is not None:
@@ -658,6 +716,13 @@ class ResourceStore:
         if task is not None:
             with contextlib.suppress(Exception):
                 await task
+        if cache is not None and self._json_made_since_snapshot(cache):
+            # Readers had the JSON of many objects made since the snapshot: keep it, so that the
+            # next start's first JSON reader does not make it again.
+            self.compact()
+            if self._compacting is not None and self._compacting is not task:
+                with contextlib.suppress(Exception):
+                    await self._compacting
         self._note_progress()
         self.flush_pending_only()
         if self._fd is not None:

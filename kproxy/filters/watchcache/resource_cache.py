@@ -113,11 +113,9 @@ class ResourceCache:
         resumes the upstream watch from the state's resource version instead of listing."""
         store = self.store
         assert store is not None
-        factory = self.factory
-        decode = factory.from_proto if self.spec.kind.protobuf else factory.from_json
         started = time.perf_counter()
         with gctuning.paused():  # long-lived objects (see kproxy.gctuning)
-            loaded = store.load(decode, self.cache)
+            loaded = store.load(self.factory.restore, self.cache)
         outcome = "loaded" if loaded is not None else store.load_outcome
         self._persist_loads.labels(self.spec.label, outcome).inc()
         if loaded is not None:

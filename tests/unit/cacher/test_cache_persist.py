@@ -31,7 +31,14 @@ def obj(name: str, rv: int, value: str = "v") -> CachedObject:
 def decode(raw: bytes) -> CachedObject:
     meta = orjson.loads(raw)["metadata"]
     ns, name = meta["namespace"], meta["name"]
-    return CachedObject(object_key(ns, name), ns, name, int(meta["resourceVersion"]), {}, {}, json=raw)
+    return CachedObject(object_key(ns, name), ns, name, int(meta["resourceVersion"]), {"v": "1"}, {}, json=raw)
+
+
+def restore(
+    ns: str, name: str, rv: int, labels: dict[str, str], fields: dict[str, str], proto: bytes | None, js: bytes | None
+) -> CachedObject:
+    assert proto is None and js is not None
+    return CachedObject(object_key(ns, name), ns, name, rv, labels, fields, json=js)
 
 
 def state(cache: WatchCache) -> dict[str, bytes]:
@@ -67,7 +74,7 @@ async def filled(tmp: Path, sealer: Sealer | None = None, **kw: int) -> tuple[Wa
 def load(tmp: Path, sealer: Sealer | None = None) -> tuple[WatchCache, ResourceStore]:
     cache = WatchCache(GIZMO)
     s = store(tmp, sealer)
-    s.load(decode, cache)
+    s.load(restore, cache)
     return cache, s
 
 
@@ -154,7 +161,7 @@ async def test_state_of_another_upstream_is_not_loaded(tmp_path: Path) -> None:
     await s.close()
     cache = WatchCache(GIZMO)
     other = ResourceStore(tmp_path, IDENT, {**IDENTITY, "upstream": "https://elsewhere:6443"}, None)
-    assert other.load(decode, cache) is None and other.load_outcome == "discarded"
+    assert other.load(restore, cache) is None and other.load_outcome == "discarded"
 
 
 async def test_encrypted_state_holds_no_plaintext_and_needs_its_key(tmp_path: Path) -> None:
@@ -225,7 +232,7 @@ async def test_a_newer_store_of_the_resource_takes_over_the_files(tmp_path: Path
     await settle(old)
     again = WatchCache(GIZMO)
     new = ResourceStore(tmp_path, IDENT, IDENTITY, None, owners=owners)
-    loaded = new.load(decode, again)
+    loaded = new.load(restore, again)
     new.attach(again, loaded)
     cache.apply(ADDED, obj("stale", 11))  # the old cache goes on a moment: not written
     await settle(old)
@@ -370,3 +377,115 @@ async def test_a_watch_resumed_from_disk_is_live_only_from_its_first_bookmark() 
         assert cache.rv == 900
     finally:
         await reflector.stop()
+
+
+# -- built-in kinds: the stored view and the JSON readers had made ------------------------------
+
+CONFIGMAP = Kind("v1", "ConfigMap", "ConfigMapList", protobuf=True)
+CM_IDENT = "core+v1+configmaps"
+
+
+def _factory() -> Any:
+    from kproxy.cacher.fields import builtin_fields
+    from kproxy.cacher.ingest import ObjectFactory
+    from kproxy.codec import ProtobufCodec
+
+    return ObjectFactory(CONFIGMAP, builtin_fields("", "configmaps"), ProtobufCodec())
+
+
+def _configmap(factory: Any, name: str, rv: int, labels: dict[str, str]) -> CachedObject:
+    from kproxy.codec import decode_envelope
+
+    meta = {"name": name, "namespace": "ns", "resourceVersion": str(rv), "labels": labels}
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": name}}
+    raw = decode_envelope(factory.codec.from_json(orjson.dumps(obj))).raw
+    made: CachedObject = factory.from_proto(raw)
+    return made
+
+
+async def test_a_loaded_object_is_the_one_that_arrived_without_parsing_it_again(tmp_path: Path) -> None:
+    """Labels, fields, resource version and the protobuf bytes load back as the factory parsed
+    them; the JSON a reader had made loads with them (and only that: the others make theirs when
+    asked, as before); nothing is parsed from the protobuf on load."""
+    factory = _factory()
+    cache = WatchCache(CONFIGMAP)
+    s = ResourceStore(tmp_path, CM_IDENT, IDENTITY, None)
+    s.attach(cache, None)
+    objs = [_configmap(factory, f"c{i}", 10 + i, {"app": "a", "i": str(i % 2)}) for i in range(4)]
+    assert objs[1].item_json  # a JSON reader had this one made
+    cache.replace(objs, 20)
+    await settle(s)
+    cache.apply(MODIFIED, _configmap(factory, "c2", 21, {"app": "b"}))
+    await settle(s)
+    await s.close()
+
+    parsed: list[bytes] = []
+    factory2 = _factory()
+    factory2.from_proto = lambda raw: parsed.append(raw)  # must not be called
+    again = WatchCache(CONFIGMAP)
+    s2 = ResourceStore(tmp_path, CM_IDENT, IDENTITY, None)
+    assert s2.load(factory2.restore, again) is not None and not parsed
+    for key, want in cache.store.items():
+        got = again.store[key]
+        assert (got.namespace, got.name, got.rv, got.proto) == (want.namespace, want.name, want.rv, want.proto)
+        assert got.labels == want.labels and got.fields == want.fields and got.fields
+        assert got.has_json == (key == "ns/c1")
+        assert got.item_json == want.item_json  # made now for the others, by the same codec
+    assert again.store["ns/c2"].labels == {"app": "b"}
+
+
+async def test_state_stored_with_other_selectable_fields_is_listed_again(tmp_path: Path) -> None:
+    """Another kproxy version may read other fields out of the objects: its state is not used."""
+    factory = _factory()
+    cache = WatchCache(CONFIGMAP)
+    s = ResourceStore(tmp_path, CM_IDENT, IDENTITY, None)
+    s.attach(cache, None)
+    cache.replace([_configmap(factory, "c0", 10, {})], 20)
+    await settle(s)
+    await s.close()
+    import copy
+
+    from kproxy.cacher.ingest import ObjectFactory
+
+    fields = copy.copy(factory.fields)  # builtin_fields' object is shared: changed on a copy
+    fields.names = frozenset({*fields.names, "data.k"})
+    other = ObjectFactory(CONFIGMAP, fields, factory.codec)
+    again = WatchCache(CONFIGMAP)
+    s2 = ResourceStore(tmp_path, CM_IDENT, IDENTITY, None)
+    assert s2.load(other.restore, again) is None and s2.load_outcome == "discarded"
+    assert not again.ready and list(tmp_path.iterdir()) == []
+
+
+async def test_the_json_readers_made_is_kept_on_close(tmp_path: Path) -> None:
+    """A store closed after readers had most objects' JSON made writes a snapshot holding it."""
+    factory = _factory()
+    cache = WatchCache(CONFIGMAP)
+    s = ResourceStore(tmp_path, CM_IDENT, IDENTITY, None)
+    s.attach(cache, None)
+    cache.replace([_configmap(factory, f"c{i}", 10 + i, {}) for i in range(200)], 300)
+    await settle(s)
+    for o in cache.store.values():
+        assert o.item_json
+    await s.close()
+    again = WatchCache(CONFIGMAP)
+    assert ResourceStore(tmp_path, CM_IDENT, IDENTITY, None).load(_factory().restore, again) is not None
+    assert all(o.has_json for o in again.store.values()) and len(again) == 200
+
+
+async def test_a_format_1_state_is_listed_again(tmp_path: Path) -> None:
+    _, s = await filled(tmp_path)
+    await s.close()
+    snap = tmp_path / f"{IDENT}.snapshot"
+    data = snap.read_bytes()
+    start = len(b"KPXWC1P\n")
+    n = int.from_bytes(data[start : start + 4], "big")
+    head = orjson.loads(data[start + 9 : start + 8 + n])
+    head["format"] = 1
+    payload = b"H" + orjson.dumps(head)
+    import zlib
+
+    framed = len(payload).to_bytes(4, "big") + zlib.crc32(payload).to_bytes(4, "big") + payload
+    snap.write_bytes(data[:start] + framed + data[start + 8 + n :])
+    os.chmod(snap, 0o600)
+    cache, s2 = load(tmp_path)
+    assert s2.load_outcome == "discarded" and not cache.ready
