@@ -4,6 +4,8 @@ Packages, from the bottom up (a package imports only from those listed before it
 ``lint-imports``, see ``[tool.importlinter]`` in pyproject.toml):
 
 * ``gocompat``  -- faithful ports of Go's parsers and encoders (imports nothing else of kproxy);
+* ``codegen``   -- runs the code the engines generate, named for tracebacks and dumpable (imports
+  nothing else of kproxy; ``python -m kproxy.codegen --dump DIR`` drives the engines);
 * ``codec``, ``compress`` -- libraries: the Kubernetes protobuf/JSON/YAML codec; gzip/zstd;
 * ``cacher``    -- the watch-cache engine (Reflector, WatchCache, broadcaster) and the selectors;
 * ``core``      -- what every filter sees: Exchange, Reply, Body, Filter, Chain, RequestInfo,
