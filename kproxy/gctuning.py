@@ -3,7 +3,8 @@
 A full collection walks every object the collector tracks, and every request and watch in the
 process waits while it runs. CPython starts one whenever the objects that reached the oldest
 generation since the last full collection come to a quarter of that generation. Measured in
-kproxy (2-core machine, Python 3.11, a watch cache of 5,000 pods and 500 ConfigMaps; docs/using/behaviour.md#garbage-collection):
+kproxy (2-core machine, Python 3.11, a watch cache of 5,000 pods and 500 ConfigMaps;
+docs/using/behaviour.md#garbage-collection):
 
 - the heap of a started kproxy (modules, protobuf descriptors, config, filters) is about 60,000
   tracked objects: a full collection cost 40-47 ms with it, 11-14 ms without it;

@@ -1,8 +1,9 @@
 """Watch streams kproxy serves itself, and the two ways their frames reach a client.
 
 An ``EventStreamBody`` is the reply body of a watch served from the watch cache (the "event
-stream" body of docs/developing/architecture.md#the-path-of-a-request). It holds no data: ``attach(sink)`` registers the watch with whatever feeds it (the
-watch cache's broadcaster) and frames are pushed into the sink from then on.
+stream" body of docs/developing/architecture.md#the-path-of-a-request). It holds no data:
+``attach(sink)`` registers the watch with whatever feeds it (the watch cache's broadcaster) and
+frames are pushed into the sink from then on.
 
 * The server attaches a ``TransportSink``: frames go straight to the client's transport with HTTP/1.1
   chunked framing, one write per batch, the same bytes object for every watcher that wants that

@@ -39,7 +39,8 @@ FILTERS: list[dict[str, Any]] = [
     },
     {"name": "watchcache", "resources": ["pods", "configmaps"]},
 ]
-#: The order docs/using/configuration.md#the-order-that-works shows (the cache outside the policies, transcode innermost).
+#: The order docs/using/configuration.md#the-order-that-works shows (the cache outside the policies,
+#: transcode innermost).
 README_ORDER = ["compression", "watchcache", "dryrun", "validation", "transcode"]
 ORDERS: dict[str, list[dict[str, Any]]] = {
     "config-example-order": FILTERS,

@@ -8,8 +8,8 @@ straight on the apiserver, and the two outputs are compared (ages, uids, resourc
 timestamps and namespace names masked). Every test runs against three kproxies: `credentials:
 forward` over TLS (kubectl's bearer token reaches the apiserver; the cache authorizes each read)
 and `credentials: proxy` over plain HTTP (where kubectl always asks for gzip) with the filters in
-the order above (config.example.yaml's sections), and `forward` over TLS in the order that works (compression, watchcache, dryrun, validation, transcode;
-docs/using/configuration.md#the-order-that-works)."""
+the order above (config.example.yaml's sections), and `forward` over TLS in the order that works
+(compression, watchcache, dryrun, validation, transcode; docs/using/configuration.md#the-order-that-works)."""
 
 from __future__ import annotations
 

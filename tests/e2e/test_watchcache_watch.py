@@ -220,7 +220,8 @@ POD_SELECTORS = [
 
 
 def rv_forms(n: int) -> dict[str, list[tuple[str, str]]]:
-    """Every resourceVersion form of a watch (docs/developing/wire-reference.md#watch-resourceversion); ``n`` is a recent resourceVersion."""
+    """Every resourceVersion form of a watch (docs/developing/wire-reference.md#watch-resourceversion);
+    ``n`` is a recent resourceVersion."""
     sie = [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
     nosie = [("sendInitialEvents", "false"), ("resourceVersionMatch", "NotOlderThan")]
     bm = [("allowWatchBookmarks", "true")]
