@@ -1,7 +1,7 @@
 """The public filter API: everything a filter written outside kproxy imports, from here only.
 
 A filter is a class registered in the ``kproxy.filters`` entry-point group (``examples/readonly-filter``
-is a complete one; docs/developing/filters.md describes the API)::
+is a complete one; docs/using/writing-filters.md describes the API)::
 
     from kproxy.filterapi import Exchange, FilterBase, Handler, Reply, forbidden
 

@@ -15,8 +15,6 @@ from kproxy.codec.envelope import ld as _ld
 from kproxy.filters.dryrun import (
     BodyError,
     UnsupportedBodyType,
-    _fields,
-    _protobuf_dry_run,
     delete_body_dry_run,
     enforce_delete_body,
     enforce_query,
@@ -24,6 +22,7 @@ from kproxy.filters.dryrun import (
     is_dry_run,
     query_dry_run,
 )
+from kproxy.filters.dryrun.deleteoptions import _fields, _protobuf_dry_run
 
 
 @pytest.mark.parametrize(
