@@ -9,10 +9,8 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,17 +18,8 @@ from typing import Any
 import yaml
 
 from kproxy.testing import certs
+from kproxy.testing.eventually import eventually
 from kproxy.testing.processes import free_ports
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    """Poll a condition until it holds (bounded); the tests wait on events, never on fixed sleeps."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @dataclass
@@ -63,14 +52,12 @@ class RunningProxy:
         """Wait until kproxy answers a ``resourceVersion=0`` list of ``path`` from its cache of
         ``resource`` (its metrics' label: ``configmaps``, ``deployments.apps``): the cache is ready."""
         needle = f'kproxy_watchcache_reads_total{{reason="any",resource="{resource}",served="cache",verb="list"}}'
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def served() -> bool:
             self.get(f"{path}?resourceVersion=0")
-            if needle in self.metrics():
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"kproxy did not serve {path} from its cache of {resource} in {timeout}s")
-            time.sleep(0.2)
+            return needle in self.metrics()
+
+        eventually(served, timeout, f"kproxy to serve {path} from its cache of {resource}", interval=0.2)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc.poll() is None:
@@ -180,7 +167,7 @@ def start_proxy(
             raise AssertionError(f"kproxy exited with {proc.returncode}:\n{rp.log_text()}")
         return rp.get("/readyz", admin=True, timeout=2)[0] == 200 if ready else _connects(port)
 
-    wait_for(listening, 30, "kproxy to become ready")
+    eventually(listening, 30, "kproxy to become ready")
     return rp
 
 

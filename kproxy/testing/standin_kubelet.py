@@ -21,7 +21,7 @@ from typing import Any
 
 from kproxy.testing.binaries import ensure_standin_kubelet
 from kproxy.testing.controlplane import ControlPlaneInfo
-from kproxy.testing.proxyproc import wait_for
+from kproxy.testing.eventually import eventually
 
 __all__ = ["StandInNode"]
 
@@ -43,7 +43,7 @@ class StandInNode:
         self.node = f"stand-in-{secrets.token_hex(3)}"
         self.namespaces: list[str] = []
         try:
-            wait_for(self._listening, 30, "standin-kubelet to listen")
+            eventually(self._listening, 30, "standin-kubelet to listen")
             self._register()
         except BaseException:
             self.close()

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import wait_for
+from kproxy.testing.eventually import eventually
 
 _RBAC = "rbac.authorization.k8s.io"
 
@@ -41,5 +41,5 @@ def account_with_role(cp: ControlPlaneInfo, ns: str, name: str, rules: list[dict
     })  # fmt: skip
     found = token(cp, ns, name)
     listing = f"/api/v1/namespaces/{ns}/configmaps"
-    wait_for(lambda: cp.request("GET", listing, token=found)[0] == 200, 20, f"the binding of {ns}/{name}")
+    eventually(lambda: cp.request("GET", listing, token=found)[0] == 200, 20, f"the binding of {ns}/{name}")
     return found

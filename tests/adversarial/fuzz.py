@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 from . import bodies as b
 from .wire import CLOSED, TIMEOUT, Answer, Endpoint, exchange, request_bytes
@@ -472,7 +473,7 @@ class Side:
             except (OSError, http.client.HTTPException):
                 if attempt == 2:
                     raise
-                wait_for(self.cp.readyz, 120, "the apiserver to come back")
+                eventually(self.cp.readyz, 120, "the apiserver to come back")
 
     def etcd_keys(self) -> dict[str, int]:
         """Keys under the kproxy-side namespace (any resource) with their mod revisions."""
@@ -665,7 +666,7 @@ def service_account_tokens(cp: ControlPlaneInfo, via_ns: str, direct_ns: str) ->
         assert code == 201, resp
         token = str(json.loads(resp)["status"]["token"])
         path = f"/api/v1/namespaces/{ns}/configmaps"
-        wait_for(lambda: cp.request("GET", path, token=token)[0] == 200, 30, "the service account's binding")  # noqa: B023
+        eventually(lambda: cp.request("GET", path, token=token)[0] == 200, 30, "the service account's binding")  # noqa: B023
         tokens.append(token)
     return tokens[0], tokens[1]
 
@@ -731,7 +732,7 @@ def run(side: Side, seed: int, count: int, start: int = 0, report: Callable[[str
         if _apiserver_down(side, via, direct) and not changed:
             # The shared apiserver is restarting (another test's outage): this request proves nothing.
             result.skipped += 1
-            wait_for(side.cp.readyz, 120, "the apiserver to come back")
+            eventually(side.cp.readyz, 120, "the apiserver to come back")
             continue
         result.pairs[via.status, direct.status] += 1
         problems = check(side, via_raw, via, direct, log, changed)

@@ -11,8 +11,9 @@ import pytest
 
 from kproxy.config import ProxyConfig
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 from kproxy.testing.processes import free_ports
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped
 from .wire import Endpoint, exchange, request_bytes
@@ -72,7 +73,7 @@ def kubectl_proxy(control_plane: ControlPlaneInfo) -> Iterator[Endpoint]:
     ep = Endpoint("127.0.0.1", port)
     try:
         version = request_bytes("GET", "/version", [])
-        wait_for(lambda: exchange(ep, version, timeout=1).status == 200, 30, "kubectl proxy to listen")
+        eventually(lambda: exchange(ep, version, timeout=1).status == 200, 30, "kubectl proxy to listen")
         yield ep
     finally:
         proc.terminate()

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped
 from .wire import Endpoint, exchange, request_bytes
@@ -72,7 +73,7 @@ def setup(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPathFact
                       extra={"filters": [{"name": "dryrun", "rules": [rule]}]})  # fmt: skip
     token = _tokens(cp, ns, 1)[0]
     path = f"/api/v1/namespaces/{ns}/configmaps"
-    wait_for(lambda: cp.request("GET", path, token=token)[0] == 200, 20, "RBAC")
+    eventually(lambda: cp.request("GET", path, token=token)[0] == 200, 20, "RBAC")
     yield Setup(cp, ns, rp)
     rp.stop(signal.SIGKILL)
     cp.request("DELETE", f"/api/v1/namespaces/{ns}")

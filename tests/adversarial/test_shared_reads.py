@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 from .bodies import PROTOBUF, cm_protobuf
 from .conftest import Twins, start_capped
@@ -61,7 +62,7 @@ def forward_cache(
     ep = Endpoint.from_url(rp.url, ctx)
     raw = request_bytes("GET", f"/api/v1/namespaces/{namespaces[1]}/configmaps",
                         [("Authorization", f"Bearer {control_plane.admin_token}")])  # fmt: skip
-    wait_for(lambda: MARKER.encode() in exchange(ep, raw).body, 30, "the cache to hold the marker")
+    eventually(lambda: MARKER.encode() in exchange(ep, raw).body, 30, "the cache to hold the marker")
     yield rp
     rp.stop()
 

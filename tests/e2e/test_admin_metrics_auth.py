@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.eventually import eventually
 from kproxy.testing.processes import free_ports
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def admin_on_all_addresses(proxy_factory: Callable[..., RunningProxy]) -> tuple[
         except urllib.error.URLError:
             return False  # not listening yet
 
-    wait_for(ready, 30, "kproxy's /readyz over TLS")
+    eventually(ready, 30, "kproxy's /readyz over TLS")
     return rp, admin
 
 
@@ -96,7 +97,7 @@ def test_metrics_need_what_the_apiservers_metrics_need(
     kubectl(["create", "clusterrole", role, "--verb=get", "--non-resource-url=/metrics"])
     try:
         kubectl(["create", "clusterrolebinding", role, f"--clusterrole={role}", f"--user={control_plane.user_name}"])
-        wait_for(lambda: _get(ours, rp.ca_file, user)[0] == 200, 30, "the grant to be seen (denials cached 5 s)")
+        eventually(lambda: _get(ours, rp.ca_file, user)[0] == 200, 30, "the grant to be seen (denials cached 5 s)")
         code, headers, body = _get(ours, rp.ca_file, user)
         assert b"kproxy_requests_total" in body and headers["Content-Type"].startswith("text/plain")
         assert _get(direct, control_plane.ca_file, user)[0] == 200  # the same right the apiserver's needs

@@ -17,7 +17,8 @@ import pytest
 from rawhttp import get_json
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +55,7 @@ def test_forward_mode_cached_reads_without_credentials_get_401(
     cached = "/api/v1/configmaps?resourceVersion=0"
     filters = [{"name": "watchcache", "resources": ["configmaps"]}]
     off = proxy_factory(credentials="forward", tls=True, extra={**OFF, "filters": filters})
-    wait_for(
+    eventually(
         lambda: get_json(off.url + cached, off.ca_file, control_plane.admin_token)[0] == 200,
         30,
         "the configmaps cache to answer",
@@ -65,7 +66,7 @@ def test_forward_mode_cached_reads_without_credentials_get_401(
     assert get_json(off.url + "/version", off.ca_file) == version
 
     on = proxy_factory(credentials="forward", tls=True, extra={"filters": filters})
-    wait_for(
+    eventually(
         lambda: get_json(on.url + cached, on.ca_file, control_plane.admin_token)[0] == 200,
         30,
         "the configmaps cache to answer",

@@ -21,7 +21,8 @@ import aiohttp
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -72,7 +73,7 @@ def _reader(control_plane: ControlPlaneInfo, namespace: str) -> str:
     )
     assert status == 201, body
     token: str = json.loads(body)["status"]["token"]
-    wait_for(
+    eventually(
         lambda: control_plane.request("GET", f"/api/v1/namespaces/{namespace}/configmaps", token=token)[0] == 200,
         20,
         "the reader's binding to apply",
@@ -94,7 +95,7 @@ def test_forward_cache_ignores_the_protocol_token_on_plain_requests(
     via = ssl.create_default_context(cafile=str(rp.ca_file))
     direct = control_plane.ssl_context(client_cert=False)
     lst = f"/api/v1/namespaces/{namespace}/configmaps?resourceVersion=0"
-    wait_for(lambda: _get(rp.url + lst, via, {"Authorization": f"Bearer {token}"})[0] == 200, 30, "the cache")
+    eventually(lambda: _get(rp.url + lst, via, {"Authorization": f"Bearer {token}"})[0] == 200, 30, "the cache")
     assert 'served="cache"' in rp.metrics()
 
     for path in (lst, f"/api/v1/namespaces/{namespace}/configmaps/cm?resourceVersion=0"):

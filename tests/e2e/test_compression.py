@@ -22,7 +22,8 @@ from backports import zstd
 from kubernetes import client, watch
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -359,11 +360,11 @@ def _events_arrive_promptly(
     control_plane: ControlPlaneInfo, namespace: str, seen: dict[str, float], first: str
 ) -> None:
     """Write ConfigMaps one at a time; each must be seen within a second of its write."""
-    wait_for(lambda: first in seen, 20, f"{first} through the watch")
+    eventually(lambda: first in seen, 20, f"{first} through the watch")
     for i in range(5):
         name = f"ev-{i}"
         written = _create(control_plane, namespace, name)
-        wait_for(lambda name=name: name in seen, 10, f"{name} through the watch")  # type: ignore[misc]
+        eventually(lambda name=name: name in seen, 10, f"{name} through the watch")  # type: ignore[misc]
         assert seen[name] - written < 1.0, f"{name} took {seen[name] - written:.3f}s"
 
 

@@ -25,7 +25,8 @@ from test_watchcache_watch_lifecycle import _cache_watches, _ready
 from watchstream import RawWatch
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -311,11 +312,11 @@ def test_kubectl_and_python_client_watch_the_cached_compressed_chain(
     proc, printed = _kubectl_watch(kubectl, cached, namespace)
     seen = lambda: {(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in printed}  # noqa: E731
     try:
-        wait_for(lambda: ("k-before", w.live["k-before"]) in seen(), 30, "kubectl to print the first object")
-        wait_for(lambda: _cache_watches(cached) > served0, 20, "kubectl's watch to be served by the cache")
+        eventually(lambda: ("k-before", w.live["k-before"]) in seen(), 30, "kubectl to print the first object")
+        eventually(lambda: _cache_watches(cached) > served0, 20, "kubectl's watch to be served by the cache")
         for i in range(4):
             rv = w.create(f"k{i}") if i < 2 else w.update(f"k{i - 2}", str(i))
-            wait_for(lambda i=i, rv=rv: (f"k{i % 2}", rv) in seen(), 30, f"kubectl to print write {i}")
+            eventually(lambda i=i, rv=rv: (f"k{i % 2}", rv) in seen(), 30, f"kubectl to print write {i}")
         assert metric(cached, "kproxy_compression_responses_total", encoding="gzip") > gzip0
     finally:
         proc.kill()
@@ -346,7 +347,7 @@ def test_kubectl_and_python_client_watch_the_cached_compressed_chain(
         plain0 = metric(cached, "kproxy_compression_skipped_total", reason="not_accepted")
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        wait_for(lambda: _cache_watches(cached) > served1, 20, "the client's watch to be served by the cache")
+        eventually(lambda: _cache_watches(cached) > served1, 20, "the client's watch to be served by the cache")
         w.log.clear()
         for i in range(3):
             w.create(f"py{i}")

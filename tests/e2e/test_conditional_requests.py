@@ -32,7 +32,8 @@ from full_chain import FILTERS
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -232,7 +233,7 @@ def _kubectl(
     answers: Counter[tuple[str, int]] = Counter()
     if rp is not None:
         # The access line is written as the request ends: wait until kproxy counted as many.
-        wait_for(lambda: len(_access_lines(rp)) - seen == _kproxy_requests(rp) - requests, 10, "access log")
+        eventually(lambda: len(_access_lines(rp)) - seen == _kproxy_requests(rp) - requests, 10, "access log")
         for rec in _access_lines(rp)[seen:]:
             _method, target, code = str(rec["msg"]).split(" ")
             answers[(target.split("?")[0], int(code))] += 1

@@ -25,8 +25,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 from kproxy.testing.kubectl import Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -137,9 +138,9 @@ def test_unfinished_tls_handshakes_are_bounded_and_closed_at_the_deadline(
         assert fds - fds0 <= bound + 20, (fds0, fds)
         assert grown < 25, f"kproxy's RSS grew by {grown:.0f} MiB"
         # The rest are closed by the deadline (3 s), not asyncio's (60 s).
-        wait_for(lambda: all(_closed_by_server(s) for s in socks), 10, "every stuck handshake to be closed")
+        eventually(lambda: all(_closed_by_server(s) for s in socks), 10, "every stuck handshake to be closed")
         assert time.monotonic() - started < 10
-    wait_for(lambda: _fds(pid) <= fds0 + 5, 5, "kproxy's descriptors to be released")
+    eventually(lambda: _fds(pid) <= fds0 + 5, 5, "kproxy's descriptors to be released")
     assert _metric(proxy, "kproxy_connections_closed_total", reason="max_tls_handshakes") >= flood - bound
     assert _metric(proxy, "kproxy_connections_closed_total", reason="tls_handshake_timeout") >= 1
     assert _metric(proxy, "kproxy_client_connections", state="tls_handshake") == 0
@@ -161,14 +162,14 @@ def test_idle_kept_alive_connections_are_bounded_oldest_closed_first(
                 assert data, "closed before the response"
                 head += data
             assert head.startswith(b"HTTP/1.1 200"), head
-        wait_for(lambda: all(_closed_by_server(s) for s in socks[: flood - bound]), 5, "the oldest idle to be closed")
+        eventually(lambda: all(_closed_by_server(s) for s in socks[: flood - bound]), 5, "the oldest idle to be closed")
         assert not any(_closed_by_server(s) for s in socks[flood - bound :])
         assert _metric(proxy, "kproxy_client_connections", state="idle") == bound
         assert _metric(proxy, "kproxy_connections_closed_total", reason="max_idle_connections") == flood - bound
         # A new client is served, and its connection, idle after, closes the oldest one left.
         status, body = proxy.get(f"/api/v1/namespaces/{namespace}/configmaps")
         assert status == 200 and b"ConfigMapList" in body
-        wait_for(lambda: _closed_by_server(socks[flood - bound]), 5, "the next oldest to be closed")
+        eventually(lambda: _closed_by_server(socks[flood - bound]), 5, "the next oldest to be closed")
 
 
 def test_connections_stay_below_the_descriptor_limit_and_a_flood_leaves_room_for_others(
@@ -183,7 +184,7 @@ def test_connections_stay_below_the_descriptor_limit_and_a_flood_leaves_room_for
     pid = proxy.proc.pid
     subprocess.run(["prlimit", f"--pid={pid}", "--nofile=256:256"], check=True)
     proxy.write_config({"connections": {"max_unfinished_heads": 4096}})  # a reload reads the limit again
-    wait_for(
+    eventually(
         lambda: _metric(proxy, "kproxy_config_reloads_total", result="success") >= 1, 10, "the config to be reloaded"
     )
     with _connections(proxy, 600, b"GET /version HTTP/1.1\r\n") as socks:
@@ -228,7 +229,7 @@ def test_connections_from_one_source_are_bounded_and_others_are_served(
         for _ in range(40):
             sock = socket.create_connection(_addr(proxy), timeout=10, source_address=("127.0.0.2", 0))
             socks.append(sock)
-        wait_for(lambda: sum(_closed_by_server(s) for s in socks) == 20, 5, "the 20 over the bound to be closed")
+        eventually(lambda: sum(_closed_by_server(s) for s in socks) == 20, 5, "the 20 over the bound to be closed")
         assert not any(_closed_by_server(s) for s in socks[:20])
         status, body = proxy.get(f"/api/v1/namespaces/{namespace}/configmaps")
         assert status == 200 and b"ConfigMapList" in body
@@ -246,7 +247,7 @@ def test_a_flood_of_the_admin_listener_stays_within_its_share(proxy_factory: Cal
     pid = proxy.proc.pid
     subprocess.run(["prlimit", f"--pid={pid}", "--nofile=2048:2048"], check=True)
     proxy.write_config({"reload_interval": "200ms"})  # a reload reads the limit again
-    wait_for(
+    eventually(
         lambda: _metric(proxy, "kproxy_config_reloads_total", result="success") >= 1, 15, "the config to be reloaded"
     )
     host, port = proxy.admin_url.split("://")[1].rsplit(":", 1)
@@ -258,7 +259,7 @@ def test_a_flood_of_the_admin_listener_stays_within_its_share(proxy_factory: Cal
         assert status == 200
         fds = _fds(pid)
         assert fds < 64 + 40, fds
-        wait_for(lambda: sum(_closed_by_server(s) for s in socks) >= 600 - 64, 5, "the admin flood to be bounded")
+        eventually(lambda: sum(_closed_by_server(s) for s in socks) >= 600 - 64, 5, "the admin flood to be bounded")
         assert proxy.get("/version")[0] == 200
         assert _metric(proxy, "kproxy_open_fds_limit") == 2048
     finally:

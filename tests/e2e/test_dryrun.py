@@ -21,7 +21,8 @@ from webhook import REFUSAL, running_webhook
 
 from kproxy.codec.envelope import ld
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -532,7 +533,7 @@ def test_webhook_refusing_dry_run_reaches_the_client_unchanged(
             def refused_directly() -> bool:
                 return api.direct("POST", create + "?dryRun=All", cm_body("w"))[0] != 201
 
-            wait_for(refused_directly, 30, "the webhook configuration to take effect")
+            eventually(refused_directly, 30, "the webhook configuration to take effect")
             direct = api.direct("POST", create + "?dryRun=All", cm_body("w"))
             through = api.proxy("POST", create, cm_body("w"))
             assert through[0] == direct[0] == 403, through[2]
@@ -839,7 +840,7 @@ def test_reload_keeps_metrics(
     def reloaded() -> bool:
         return api.proxy("POST", f"/api/v1/namespaces/{namespace}/configmaps", cm_body("two"))[0] == 403
 
-    wait_for(reloaded, 30, "the reloaded rules")
+    eventually(reloaded, 30, "the reloaded rules")
     metrics = rp.metrics()
     # counts from before the reload stay (requests sent while waiting were enforced by "b")
     assert 'kproxy_dryrun_enforced_total{rule="b"}' in metrics

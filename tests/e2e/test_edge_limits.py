@@ -20,7 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -118,7 +119,7 @@ def test_unfinished_head_is_closed_at_the_read_header_deadline(short: RunningPro
     took, got = _until_eof(sock)
     assert got == b""  # Go writes nothing when the deadline passes: it closes
     assert 0.9 <= took < 4, took
-    wait_for(lambda: _closed(short, "read_header_timeout") >= 1, 5, "the close to be counted")
+    eventually(lambda: _closed(short, "read_header_timeout") >= 1, 5, "the close to be counted")
 
 
 def test_kept_alive_connection_is_closed_at_the_idle_deadline(short: RunningProxy) -> None:
@@ -129,7 +130,7 @@ def test_kept_alive_connection_is_closed_at_the_idle_deadline(short: RunningProx
     took, got = _until_eof(sock)
     assert got == b""
     assert 1.8 <= took < 5, took  # the idle deadline (2 s), not the read-header one (1 s)
-    wait_for(lambda: _closed(short, "idle_timeout") >= 1, 5, "the close to be counted")
+    eventually(lambda: _closed(short, "idle_timeout") >= 1, 5, "the close to be counted")
 
 
 def test_next_head_begun_on_a_kept_alive_connection_has_the_read_header_deadline(short: RunningProxy) -> None:
@@ -194,7 +195,7 @@ def test_connections_reading_a_head_beyond_the_bound_are_closed_oldest_first(
         assert _metric(proxy, "kproxy_connections_reading_head") == 20
         # A request still gets through (and closes the oldest waiting connection to do so).
         assert proxy.get("/version")[0] == 200
-        wait_for(lambda: _closed(proxy, "max_unfinished_heads") == 21, 5, "the oldest to be closed")
+        eventually(lambda: _closed(proxy, "max_unfinished_heads") == 21, 5, "the oldest to be closed")
         assert _until_eof(socks[20])[1] == b""
         assert all(_is_open(sock) for sock in socks[21:])
     finally:
@@ -242,7 +243,7 @@ def test_memory_held_by_unfinished_heads_is_bounded(
     before = _rss_mib(pid)
     with _flood(proxy, count, shape(size)) as socks:
         # Whichever comes first: the bound bites, or kproxy holds what it would without one.
-        wait_for(
+        eventually(
             lambda: _closed(proxy, "max_unfinished_head_bytes") >= 1 or _rss_mib(pid) - before >= 80,
             20,
             "the bound to bite",
@@ -262,7 +263,7 @@ def test_a_config_reload_changes_the_deadlines_of_new_connections(
 ) -> None:
     proxy = proxy_factory(extra={"reload_interval": "200ms"})
     proxy.write_config({"connections": {"read_header_timeout": "1s"}})
-    wait_for(
+    eventually(
         lambda: _counted(proxy, "kproxy_config_reloads_total", result="success") >= 1, 10, "the config to be reloaded"
     )
     took, got = _until_eof(_connect(proxy))

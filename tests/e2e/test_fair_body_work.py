@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +85,7 @@ def _writer(cp: ControlPlaneInfo, namespace: str, name: str) -> str:
     )
     assert status == 201, body
     token: str = json.loads(body)["status"]["token"]
-    wait_for(
+    eventually(
         lambda: cp.request("GET", f"/api/v1/namespaces/{namespace}/configmaps", token=token)[0] == 200,
         20,
         f"{name}'s binding to apply",

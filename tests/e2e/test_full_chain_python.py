@@ -44,7 +44,8 @@ from watchcache_diff import reads_total
 
 from kproxy.codec import ProtobufCodec
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -403,7 +404,7 @@ def test_watch_sees_direct_writes_then_resumes(
         for api in (direct, proxied)
     ]
     for w in watchers:
-        wait_for(lambda w=w: any(_initial_end(r) for r in w.raw), 20, "the initial-events-end bookmark")
+        eventually(lambda w=w: any(_initial_end(r) for r in w.raw), 20, "the initial-events-end bookmark")
         assert w.events[0][:2] == ("ADDED", "before")
     added = direct.create_namespaced_pod(namespace, _pod("w", {"v": "1"}))
     modified = direct.patch_namespaced_pod("w", namespace, {"metadata": {"labels": {"v": "2"}}})
@@ -940,8 +941,8 @@ def test_too_old_and_compacted_resource_versions_after_restart(
     finally:
         control_plane.start_apiserver()
     # kproxy reconnects on its own; wait until it reads through again
-    wait_for(lambda: chain.get("/readyz", admin=True)[0] == 200, 60, "kproxy ready again")
-    wait_for(
+    eventually(lambda: chain.get("/readyz", admin=True)[0] == 200, 60, "kproxy ready again")
+    eventually(
         lambda: _try(lambda: proxied.read_namespaced_pod("old", namespace)) is not None, 60, "kproxy reading again"
     )
     too_old = "2"  # before kproxy started, and before the restarted apiserver's cache
@@ -951,7 +952,7 @@ def test_too_old_and_compacted_resource_versions_after_restart(
         got = sides[0].request("GET", path, query={"watch": "1", "resourceVersion": too_old, "timeoutSeconds": "1"})
         return got.body.startswith(b'{"type":"ERROR"')
 
-    wait_for(apiserver_cache_ready, 60, "the restarted apiserver's pod cache")
+    eventually(apiserver_cache_ready, 60, "the restarted apiserver's pod cache")
 
     errs = []
     for api in (direct, proxied):

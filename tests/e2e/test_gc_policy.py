@@ -19,7 +19,8 @@ import yaml
 from test_watchcache_outage import metric
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +72,7 @@ async def test_start_up_heap_frozen_and_pauses_exported(proxy_factory: Callable[
         assert f'kproxy_gc_pause_seconds_count{{generation="{generation}"}}' in text
     # A reload replaces the filters frozen with the rest: everything frozen is collectable again.
     rp.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: metric(rp, "kproxy_config_reloads_total", result="success") == 1, 30, "the reload")
+    eventually(lambda: metric(rp, "kproxy_config_reloads_total", result="success") == 1, 30, "the reload")
     assert metric(rp, "kproxy_gc_frozen_objects") == 0
     assert rp.get("/version")[0] == 200
 
@@ -87,7 +88,7 @@ async def test_yaml_list_from_the_cache_runs_no_full_collection(
         served = metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="list", served="cache")
         return status == 200 and served > 0 and len(json.loads(body)["items"]) == CONFIGMAPS
 
-    wait_for(cached, 60, "the cache to serve the namespace's configmaps")
+    eventually(cached, 60, "the cache to serve the namespace's configmaps")
     before = _full_collections(rp)
     served = metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="list", served="cache")
     doc = _yaml_list(rp, namespace)

@@ -28,7 +28,8 @@ import pytest
 
 from kproxy.testing import certs
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -209,7 +210,7 @@ def test_caller_header_bytes_reach_the_apiserver_unchanged(
         url, ctx = sides[side]
         return call(url, ctx, method, path, headers=[token, ("Impersonate-User", name), *more])[0]
 
-    wait_for(lambda: status(0, "GET", pod, user.encode()) == 404, 30, "the role binding to apply")
+    eventually(lambda: status(0, "GET", pod, user.encode()) == 404, 30, "the role binding to apply")
     # Authorized: the missing pod's 404 (405 for HEAD, which the apiserver refuses once authorized).
     for method, path, more, allowed in (
         ("GET", pod, (), 404),

@@ -38,7 +38,8 @@ from pydantic import ValidationError
 from kproxy.config import Config, ConfigError, format_validation_error, parse_config
 from kproxy.filters import lookup
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import start_proxy
 
 # A cold helm build takes about 4 minutes on the 2-core machine; `make test` builds it first
 # (`make helm-bin`), the fixture only builds it when run without make.
@@ -1175,7 +1176,7 @@ def test_chart_service_account_runs_the_validation_filter(
                 assert 'unknown field "bogus"' in status["message"]
                 return _metric(rp.metrics(), "kproxy_validation_requests_total", level="Strict", outcome=outcome) > 0
 
-            wait_for(answered, 60, f"a Strict error with outcome {outcome}")
+            eventually(answered, 60, f"a Strict error with outcome {outcome}")
             other = "deferred" if rbac else "rejected"
             assert _metric(rp.metrics(), "kproxy_validation_requests_total", level="Strict", outcome=other) == 0
         finally:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from kproxy.testing.envtest import Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -75,14 +76,14 @@ def test_reload_swaps_chain_and_keeps_watches(
 
         # The file changes (atomically, as a ConfigMap volume does): the new chain allows writes here.
         rp.write_config({"filters": [{"name": "readonly", "allow_namespaces": [namespace]}]})
-        wait_for(lambda: _reloads(rp, "success") == 1, 20, "the file change to be reloaded")
+        eventually(lambda: _reloads(rp, "success") == 1, 20, "the file change to be reloaded")
         kubectl(["create", "cm", "after", "-n", namespace], kubeconfig=kc)
         # The watch opened before the reload is still open and sees the write made after it.
         assert watch.next_named("after")["type"] == "ADDED"
 
         # An invalid config is refused: logged, counted, and the running chain stays.
         rp.write_config({"filters": [{"name": "readonly", "allow_namespace": ["typo"]}]})
-        wait_for(lambda: _reloads(rp, "failure") == 1, 20, "the bad config to be refused")
+        eventually(lambda: _reloads(rp, "failure") == 1, 20, "the bad config to be refused")
         assert "filters[0].allow_namespace: unknown key" in rp.log_text()
         kubectl(["create", "cm", "still-allowed", "-n", namespace], kubeconfig=kc)
         assert watch.next_named("still-allowed")["type"] == "ADDED"
@@ -93,7 +94,7 @@ def test_reload_swaps_chain_and_keeps_watches(
         rp.config_path.write_text(json.dumps(with_listen))  # JSON is YAML
         rp.config = with_listen
         rp.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: _reloads(rp, "success") == 2, 20, "the SIGHUP reload")
+        eventually(lambda: _reloads(rp, "success") == 2, 20, "the SIGHUP reload")
         assert "these settings change only on restart" in rp.log_text()
         assert '"keys":["listen"]' in rp.log_text()
         kubectl(["create", "cm", "anywhere", "-n", namespace], kubeconfig=kc)  # still on the old port

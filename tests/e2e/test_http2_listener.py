@@ -21,8 +21,9 @@ import pytest
 from h2client import H2Client, Response
 
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually, eventually_async
 from kproxy.testing.informer import Informer
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -142,7 +143,12 @@ async def test_watch_events_arrive_one_by_one_on_a_stream(
             def seen(sid: int, name: str) -> bool:
                 return name.encode() in bytes(client.responses[sid].body)
 
-            await _until(lambda i=i: seen(cached, f'"c{i}"') and seen(upstream, f'"s{i}"'), 30)
+            await eventually_async(
+                lambda i=i: seen(cached, f'"c{i}"') and seen(upstream, f'"s{i}"'),
+                30,
+                "both watches to deliver the write",
+                0.02,
+            )
         for sid in (cached, upstream):
             assert not client.responses[sid].ended.is_set()
             events = [json.loads(x) for x in bytes(client.responses[sid].body).splitlines() if x.strip()]
@@ -231,13 +237,20 @@ async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_c
         watch = client.open("GET", f"{configmaps}?watch=1", auth)
         await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
         kubectl(["-n", namespace, "create", "configmap", "before-reload"])
-        await _until(lambda: b'"before-reload"' in bytes(client.responses[watch].body), 30)
+        await eventually_async(
+            lambda: b'"before-reload"' in bytes(client.responses[watch].body),
+            30,
+            "the watch's event before the reload",
+            0.02,
+        )
         # A create whose body is still on its way when the reload comes.
         create = client.open("POST", configmaps, [*auth, ("content-type", "application/json")], end=False)
         body = _configmap("in-flight")
         client.conn.send_data(create, body[:10])
         client.flush()
-        await _until(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30)
+        await eventually_async(
+            lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30, "one request in flight", 0.02
+        )
 
         rp.write_config({"filters": [{"name": "readonly", "allow_namespaces": ["elsewhere"]}]})
         rp.proc.send_signal(signal.SIGHUP)
@@ -249,7 +262,7 @@ async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_c
         assert [e["object"]["metadata"]["name"] for e in _events(client.responses[watch])] == ["before-reload"]
 
         # Past the drain's deadline, the request in flight still gets its answer.
-        wait_for(lambda: "HTTP/2 connections still serving" in rp.log_text(), 20, "the reload's drain deadline")
+        eventually(lambda: "HTTP/2 connections still serving" in rp.log_text(), 20, "the reload's drain deadline")
         assert not client.closed.is_set()
         client.conn.send_data(create, body[10:], end_stream=True)
         client.flush()
@@ -266,7 +279,12 @@ async def test_reload_sends_goaway_and_watches_move_to_a_connection_on_the_new_c
         await asyncio.wait_for(again.responses[rewatch].headers_in.wait(), 30)
         assert again.responses[rewatch].status == 200
         kubectl(["-n", namespace, "create", "configmap", "after-reload"])
-        await _until(lambda: b'"after-reload"' in bytes(again.responses[rewatch].body), 30)
+        await eventually_async(
+            lambda: b'"after-reload"' in bytes(again.responses[rewatch].body),
+            30,
+            "the new watch's event after the reload",
+            0.02,
+        )
         refused = await again.request(
             "POST", configmaps, [*auth, ("content-type", "application/json")], _configmap("x")
         )
@@ -295,13 +313,17 @@ async def test_after_a_reload_a_watch_its_client_does_not_read_is_reset_at_the_d
         client.conn.increment_flow_control_window(1 << 24)  # the connection's window: wide open
         client.flush()
         stuck = client.open("GET", f"{configmaps}?watch=1&resourceVersion=0", auth)
-        await _until(lambda: len(client.responses[stuck].body) == 65535, 30)  # its window is spent
+        await eventually_async(
+            lambda: len(client.responses[stuck].body) == 65535, 30, "the stuck stream's window to be spent", 0.02
+        )
         create = client.open("POST", configmaps, [*auth, ("content-type", "application/json")], end=False)
         client.conn.increment_flow_control_window(1 << 20, create)  # its answer can come
         body = _configmap("in-flight")
         client.conn.send_data(create, body[:10])
         client.flush()
-        await _until(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30)
+        await eventually_async(
+            lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 30, "one request in flight", 0.02
+        )
 
         _change_and_reload(rp)
         await asyncio.wait_for(client.goaway_in.wait(), 20)
@@ -349,7 +371,7 @@ def test_a_client_go_informer_follows_its_watch_across_reloads(
             inf.wait(lambda i=i: len(inf.of("watch")) == i + 2, 30, "the watch to be opened again")
         # Once the new watch has reached kproxy (a connection still in its handshake when the
         # reload comes is served by the new chain already, and is not sent GOAWAY):
-        wait_for(lambda: _watches(rp) == (2, 1), 10, "kproxy to serve the new watch")
+        eventually(lambda: _watches(rp) == (2, 1), 10, "kproxy to serve the new watch")
         _change_and_reload(rp)  # the watch just opened has had no event
         inf.wait(lambda: len(inf.of("watch")) == 4, 30, "the new watch to be opened again")
         kubectl(["-n", namespace, "create", "configmap", "after"])
@@ -391,9 +413,14 @@ async def test_a_reload_that_changes_nothing_sends_no_goaway(
         await asyncio.wait_for(client.responses[watch].headers_in.wait(), 30)
         rp.write_config({})  # the same settings, written again
         rp.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "config reloaded" in rp.log_text(), 20, "the reload")
+        eventually(lambda: "config reloaded" in rp.log_text(), 20, "the reload")
         kubectl(["-n", namespace, "create", "configmap", "after-noop-reload"])
-        await _until(lambda: b'"after-noop-reload"' in bytes(client.responses[watch].body), 30)
+        await eventually_async(
+            lambda: b'"after-noop-reload"' in bytes(client.responses[watch].body),
+            30,
+            "the watch's event after the no-op reload",
+            0.02,
+        )
         assert not client.goaway_in.is_set() and not client.responses[watch].ended.is_set()
     finally:
         await client.close()
@@ -425,7 +452,9 @@ async def test_an_idle_connection_is_ended_with_goaway(
         resp = await client.request("GET", "/version", [_bearer(control_plane.admin_token)])
         assert resp.status == 200
         client.ping()
-        await _until(lambda: client.pings == 1, 10)  # PING is answered, and is no activity
+        await eventually_async(
+            lambda: client.pings == 1, 10, "the PING's answer", 0.02
+        )  # PING is answered, and is no activity
         await asyncio.wait_for(client.goaway_in.wait(), 10)
         assert client.goaway is not None and client.goaway.error_code == 0
         await asyncio.wait_for(client.closed.wait(), 10)
@@ -441,10 +470,10 @@ async def test_a_reset_stream_ends_its_upstream_watch(
     try:
         sid = client.open("GET", f"/api/v1/namespaces/{namespace}/pods?watch=1", [_bearer(control_plane.admin_token)])
         await asyncio.wait_for(client.responses[sid].headers_in.wait(), 30)
-        wait_for(lambda: "kproxy_open_watches 1.0" in rp.metrics(), 10, "the watch to be counted")
+        eventually(lambda: "kproxy_open_watches 1.0" in rp.metrics(), 10, "the watch to be counted")
         client.conn.reset_stream(sid)
         client.flush()
-        wait_for(lambda: "kproxy_open_watches 0.0" in rp.metrics(), 10, "the watch to end")
+        eventually(lambda: "kproxy_open_watches 0.0" in rp.metrics(), 10, "the watch to end")
         again = await client.request("GET", "/version", [_bearer(control_plane.admin_token)])  # it serves on
         assert again.status == 200
     finally:
@@ -458,12 +487,6 @@ async def test_http2_off_serves_http11(
     with pytest.raises(AssertionError, match="not h2"):
         await H2Client.connect(rp.url, str(rp.ca_file))
     assert rp.get("/version")[0] == 200
-
-
-async def _until(cond: Callable[[], bool], timeout: float) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("side", ["apiserver", "kproxy"])

@@ -16,7 +16,8 @@ import pytest
 
 from kproxy.testing import certs, envtest
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.sockets import connections_to as upstream_connections
 
 pytestmark = pytest.mark.e2e
@@ -165,7 +166,7 @@ def test_expired_continue_is_410_as_directly(compacting_cp: ControlPlaneInfo, tm
         for i in range(3):  # newer revisions, which the compactor compacts the token's away under
             assert cp.request("POST", path, body=json.dumps(_cm(f"later-{i}")).encode())[0] == 201
         target = f"{path}?limit=1&continue={token}"
-        wait_for(lambda: cp.request("GET", target)[0] == 410, 60, "the apiserver to expire the token")
+        eventually(lambda: cp.request("GET", target)[0] == 410, 60, "the apiserver to expire the token")
         direct = cp.request("GET", target)
         via = rp.get(target)
         # kproxy's readiness probe and this request went on one connection.

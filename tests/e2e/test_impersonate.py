@@ -17,8 +17,9 @@ from rawhttp import get_json
 from kproxy.testing import certs
 from kproxy.testing.controlplane import USER_NAME
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing.eventually import eventually
 from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +69,7 @@ def test_token_callers_are_authorized_as_themselves(
     # Once RBAC allows the caller, kproxy's requests as that caller are allowed too.
     kubectl(["create", "role", "cm-reader", "--verb=list,create", "--resource=configmaps", "-n", namespace])
     kubectl(["create", "rolebinding", "cm-reader", "--role=cm-reader", f"--user={USER_NAME}", "-n", namespace])
-    wait_for(lambda: kubectl(listing, kubeconfig=via, check=False).returncode == 0, 30, "the binding to apply")
+    eventually(lambda: kubectl(listing, kubeconfig=via, check=False).returncode == 0, 30, "the binding to apply")
     kubectl(["create", "configmap", "made-via-kproxy", "--from-literal=a=b", "-n", namespace], kubeconfig=via)
     cm = kubectl.json(["get", "configmap", "made-via-kproxy", "-n", namespace, "--show-managed-fields"])
     assert cm["metadata"]["managedFields"][0]["manager"] == "kubectl-create"
@@ -131,7 +132,7 @@ def test_client_certificates_from_the_callers_ca(
     )
     kubectl(["create", "role", "cm-reader", "--verb=list", "--resource=configmaps", "-n", namespace])
     kubectl(["create", "rolebinding", "devs", "--role=cm-reader", "--group=devs", "-n", namespace])
-    wait_for(lambda: kubectl(listing, kubeconfig=alice, check=False).returncode == 0, 30, "the group binding")
+    eventually(lambda: kubectl(listing, kubeconfig=alice, check=False).returncode == 0, 30, "the group binding")
 
     # A certificate from any other CA fails the TLS handshake, as at the apiserver.
     mallory = _cert_kubeconfig(tmp_path / "mallory.kubeconfig", imp, certs.generate_ca("other"), "admin", ())

@@ -18,7 +18,8 @@ import pytest
 
 from kproxy.testing import certs
 from kproxy.testing.envtest import Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +104,7 @@ def test_system_masters_certificate_is_refused_unless_listed(
 
     # Listed by the operator (a config reload): the certificate means what it says, cluster-admin.
     config = rp.write_config({"impersonate": {"allowed_privileged_groups": ["system:masters"]}})
-    wait_for(lambda: _send(rp, eve, "POST", SSR_PATH, SSR)[0] == 201, 30, "the reload to allow system:masters")
+    eventually(lambda: _send(rp, eve, "POST", SSR_PATH, SSR)[0] == 201, 30, "the reload to allow system:masters")
     who = _send(rp, eve, "POST", SSR_PATH, SSR)[1]["status"]["userInfo"]
     assert (who["username"], who["groups"]) == ("eve", ["system:masters", "system:authenticated"])
     code, _ = _send(rp, eve, "POST", path, _configmap("by-masters"))
@@ -113,7 +114,7 @@ def test_system_masters_certificate_is_refused_unless_listed(
 
     # Removed again: refused at once, before the token or certificate cache could matter.
     rp.write_config({"impersonate": {**config["impersonate"], "allowed_privileged_groups": []}})
-    wait_for(lambda: _send(rp, eve, "POST", SSR_PATH, SSR)[0] == 403, 30, "the reload to refuse system:masters")
+    eventually(lambda: _send(rp, eve, "POST", SSR_PATH, SSR)[0] == 403, 30, "the reload to refuse system:masters")
 
 
 @pytest.mark.parametrize(
@@ -174,7 +175,7 @@ def test_a_group_bound_to_cluster_admin_under_any_name_is_refused_unless_listed(
     binding = f"kproxy-test-{group}"
     kubectl(["create", "clusterrolebinding", binding, "--clusterrole=cluster-admin", f"--group={group}"])
     try:
-        wait_for(
+        eventually(
             lambda: (
                 kubectl(["auth", "can-i", "*", "*", "--as=olga", f"--as-group={group}"], check=False).returncode == 0
             ),
@@ -204,7 +205,7 @@ def test_a_group_bound_to_cluster_admin_under_any_name_is_refused_unless_listed(
 
         # Listed by the operator: acted as, cluster-admin at the apiserver.
         rp.write_config({"impersonate": {"allowed_privileged_groups": [group]}})
-        wait_for(lambda: _send(rp, olga, "POST", SSR_PATH, SSR)[0] == 201, 30, "the reload to allow the group")
+        eventually(lambda: _send(rp, olga, "POST", SSR_PATH, SSR)[0] == 201, 30, "the reload to allow the group")
         who = _send(rp, olga, "POST", SSR_PATH, SSR)[1]["status"]["userInfo"]
         assert (who["username"], who["groups"]) == ("olga", [group, "system:authenticated"])
         code, made = _send(rp, olga, "POST", path, _configmap("by-ops-admins"))

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -115,7 +116,7 @@ def test_incluster_serves_as_the_service_account_and_follows_rotation(
 
         # Revoke the first token: kproxy, still holding it, is now rejected by the apiserver.
         kubectl(["delete", "secret", "bound-1", "-n", namespace])
-        wait_for(lambda: _whoami(proxy, kubectl)[0] != 0, 30, "the revoked token to be refused")
+        eventually(lambda: _whoami(proxy, kubectl)[0] != 0, 30, "the revoked token to be refused")
         code, err = _whoami(proxy, kubectl)
         assert code != 0
         assert "(Unauthorized)" in err, err
@@ -126,7 +127,7 @@ def test_incluster_serves_as_the_service_account_and_follows_rotation(
         _write_atomically(
             sa_dir, {"token": token2, "ca.crt": control_plane.ca_file.read_text(), "namespace": namespace}
         )
-        wait_for(lambda: _whoami(proxy, kubectl) == (0, service_account), 30, "the rotated token to be used")
+        eventually(lambda: _whoami(proxy, kubectl) == (0, service_account), 30, "the rotated token to be used")
         assert proxy.proc.poll() is None
     finally:
         proxy.stop()

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -135,9 +136,9 @@ def test_watch_events_arrive_while_open(
     try:
         for i in range(3):
             kubectl(["create", "configmap", f"w{i}", "-n", namespace])
-            wait_for(lambda i=i: f"ADDED w{i}\n" in lines, 15, f"the ADDED event for w{i}")
+            eventually(lambda i=i: f"ADDED w{i}\n" in lines, 15, f"the ADDED event for w{i}")
         kubectl(["delete", "configmap", "w0", "-n", namespace])
-        wait_for(lambda: "DELETED w0\n" in lines, 15, "the DELETED event")
+        eventually(lambda: "DELETED w0\n" in lines, 15, "the DELETED event")
         assert proc.poll() is None, "the watch must still be open"
     finally:
         proc.terminate()
@@ -200,7 +201,7 @@ def test_crd_and_custom_resource_round_trip(kubectl: Kubectl, proxy: RunningProx
         res = kubectl(["api-resources", "--api-group=kproxy.test", "-o", "name"], kubeconfig=pc, check=False)
         return "widgets.kproxy.test" in res.stdout
 
-    wait_for(discoverable, 60, "the CRD to appear in discovery", interval=0.5)
+    eventually(discoverable, 60, "the CRD to appear in discovery", interval=0.5)
     cr = {
         "apiVersion": "kproxy.test/v1",
         "kind": "Widget",

@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import kproxy
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -80,8 +81,8 @@ def access_lines(rp: RunningProxy) -> list[dict[str, Any]]:
 def full(proxy_factory: Callable[..., RunningProxy], namespace: str) -> RunningProxy:
     rp = proxy_factory(extra={"filters": all_filters(namespace)})
     # The cache is filled and discovery (the resource labels) read.
-    wait_for(lambda: any(v >= 0 for _, v in samples(rp, "kproxy_watchcache_objects")), 30, "the configmaps cache")
-    wait_for(
+    eventually(lambda: any(v >= 0 for _, v in samples(rp, "kproxy_watchcache_objects")), 30, "the configmaps cache")
+    eventually(
         lambda: (
             rp.get(f"/api/v1/namespaces/{namespace}/configmaps")[0] == 200 and counted(rp, resource="configmaps") > 0
         ),
@@ -177,7 +178,7 @@ def test_who_answered_is_in_the_access_log_and_metrics(
     assert kubectl(["get", "configmap", "bad", "-n", namespace], check=False).returncode == 1  # at the apiserver
 
     path = f"/api/v1/namespaces/{namespace}/configmaps"
-    wait_for(lambda: len(access_lines(rp)) >= logged + 5, 10, "the access log lines")
+    eventually(lambda: len(access_lines(rp)) >= logged + 5, 10, "the access log lines")
     lines = [r for r in access_lines(rp)[logged:] if r.get("resource") == "configmaps" and path in r.get("msg", "")]
     whos = [(r["verb"], r["answered_by"], r["msg"].rsplit(" ", 1)[-1]) for r in lines]
     # In order: -o json, the Table, custom-columns, --server-print=false, the Strict failure.
@@ -214,7 +215,7 @@ def test_answers_kproxy_gives_itself_are_answered_by_kproxy(
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 413
-    wait_for(lambda: len(access_lines(rp)) >= 2, 10, "the access log lines")
+    eventually(lambda: len(access_lines(rp)) >= 2, 10, "the access log lines")
     assert [(r["verb"], r["answered_by"], r["msg"].rsplit(" ", 1)[-1]) for r in access_lines(rp)] == [
         ("list", "kproxy", "429"),
         ("create", "kproxy", "413"),

@@ -17,7 +17,8 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +67,7 @@ def test_random_resource_names_and_methods_leave_metrics_small(
     proxy = proxy_factory()
     real = f"/api/v1/namespaces/{namespace}/configmaps"
     # Discovery is read in the background once kproxy starts: the real resource gets its label.
-    wait_for(
+    eventually(
         lambda: proxy.get(real)[0] == 200 and "configmaps" in _labels(proxy, "resource"),
         20,
         "configmaps to be labelled as itself",

@@ -41,8 +41,9 @@ from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing import envtest
+from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -184,7 +185,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
         cp.stop_apiserver(kill=True)
         try:
             # Both informers' watches ended; each has tried again and been turned away.
-            wait_for(lambda: failed_watches(rp) >= 1, 30, "the informer's watch to be answered through kproxy")
+            eventually(lambda: failed_watches(rp) >= 1, 30, "the informer's watch to be answered through kproxy")
             direct.wait(lambda: bool(direct.of("watch-open-error")), 30, "the direct informer's watch to fail")
             via.record_event("DuringOutage")
             o.raw_read = raw_get(rp, f"/api/v1/namespaces/{namespace}/pods")
@@ -218,8 +219,8 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outage]:
                 lambda: py_direct.create_namespaced_config_map(namespace, _configmap("direct-python"))
             )
             # The recorder's event and kubectl's create met the outage at kproxy (and are being retried).
-            wait_for(lambda: requests_counted(rp, verb="create", resource="events", code="429") >= 1, 30, "event 429")
-            wait_for(
+            eventually(lambda: requests_counted(rp, verb="create", resource="events", code="429") >= 1, 30, "event 429")
+            eventually(
                 lambda: requests_counted(rp, verb="create", resource="configmaps", code="429") >= 2, 30, "create 429"
             )
             for t in readers:

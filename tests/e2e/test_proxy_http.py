@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -216,11 +217,11 @@ def test_client_disconnect_ends_the_upstream_watch(
     sock = socket.create_connection((host, int(port)))
     sock.sendall(f"GET /api/v1/namespaces/{namespace}/secrets?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-    wait_for(lambda: open_watches() == base + 1, 10, "the watch to be counted")
-    wait_for(lambda: upstream_watches() == base_up + 1, 10, "the upstream watch to open")
+    eventually(lambda: open_watches() == base + 1, 10, "the watch to be counted")
+    eventually(lambda: upstream_watches() == base_up + 1, 10, "the upstream watch to open")
     sock.close()
-    wait_for(lambda: open_watches() == base, 10, "kproxy to notice the disconnect")
-    wait_for(lambda: upstream_watches() == base_up, 20, "the upstream watch to end")
+    eventually(lambda: open_watches() == base, 10, "kproxy to notice the disconnect")
+    eventually(lambda: upstream_watches() == base_up, 20, "the upstream watch to end")
 
 
 def test_sigterm_drains_in_flight_and_ends_watches(
@@ -240,7 +241,7 @@ def test_sigterm_drains_in_flight_and_ends_watches(
         f"Content-Length: {len(body)}\r\n\r\n".encode()
         + body[:10]
     )
-    wait_for(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 10, "the POST to be in flight")
+    eventually(lambda: "kproxy_requests_in_flight 1.0" in rp.metrics(), 10, "the POST to be in flight")
     rp.proc.send_signal(signal.SIGTERM)
     # The watch ends cleanly: the chunked stream's terminating zero-length chunk arrives.
     watch.settimeout(10)
@@ -250,7 +251,7 @@ def test_sigterm_drains_in_flight_and_ends_watches(
         assert data, f"watch closed without a clean end of stream: {tail[-50:]!r}"
         tail += data
     # New connections are refused once the listener is closed.
-    wait_for(lambda: _refused(host, int(port)), 10, "the listener to close")
+    eventually(lambda: _refused(host, int(port)), 10, "the listener to close")
     post.sendall(body[10:])
     post.settimeout(20)
     reply = post.recv(65536)
@@ -279,7 +280,7 @@ def test_upstream_killed_then_back(proxy: RunningProxy, control_plane: ControlPl
         assert res.returncode == 1
     finally:
         control_plane.start_apiserver()
-    wait_for(lambda: raw(proxy, "GET", "/api/v1/namespaces")[0] == 200, 30, "kproxy to serve again")
+    eventually(lambda: raw(proxy, "GET", "/api/v1/namespaces")[0] == 200, 30, "kproxy to serve again")
     assert "Traceback" not in proxy.log_text()
 
 
@@ -316,7 +317,7 @@ def test_access_log_is_structured_and_carries_the_audit_id(proxy: RunningProxy, 
                 return dict(json.loads(line))
         return None
 
-    wait_for(lambda: logged() is not None, 10, "the access log line")
+    eventually(lambda: logged() is not None, 10, "the access log line")
     entry = logged()
     assert entry is not None
     assert entry["audit_id"] == audit_id and entry["logger"] == "kproxy.access"

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode
 
 pytestmark = pytest.mark.e2e
@@ -112,7 +113,9 @@ def _kubectl_proxy(cp: ControlPlaneInfo, tmp: Path, flags: list[str]) -> Iterato
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: _SERVING.search(log.read_bytes()) is not None or proc.poll() is not None, 30, "kubectl proxy")
+        eventually(
+            lambda: _SERVING.search(log.read_bytes()) is not None or proc.poll() is not None, 30, "kubectl proxy"
+        )
         m = _SERVING.search(log.read_bytes())
         assert m is not None, log.read_text()
         yield int(m.group(1))

@@ -10,7 +10,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +55,7 @@ def test_watch_streams_events(core: client.CoreV1Api, kubectl: Kubectl, namespac
     t = threading.Thread(target=run, daemon=True)
     t.start()
     kubectl(["create", "configmap", "first", "-n", namespace])
-    wait_for(lambda: ("ADDED", "first") in seen, 15, "the first event while the watch is open")
+    eventually(lambda: ("ADDED", "first") in seen, 15, "the first event while the watch is open")
     kubectl(["create", "configmap", "last", "-n", namespace])
     t.join(15)
     assert ("ADDED", "last") in seen

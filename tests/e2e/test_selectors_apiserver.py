@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import secrets
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from kproxy.cacher.selector_errors import SelectorError
 from kproxy.codec.envelope import decode_envelope
 from kproxy.codec.schema import Schema, load_schema
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -499,13 +499,8 @@ def _ensure_crd(cp: ControlPlaneInfo, plural: str, kind: str, scope: str, select
         },
     }
     _send(cp, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, ok=(201, 409))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status, _ = _get(cp, f"/apis/{CRD_GROUP}/v1/{plural}?limit=1")
-        if status == 200:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {plural}.{CRD_GROUP} never served")
+    served = f"/apis/{CRD_GROUP}/v1/{plural}?limit=1"
+    eventually(lambda: _get(cp, served)[0] == 200, 60, f"the CRD {plural}.{CRD_GROUP} to be served", 0.2)
 
 
 # --------------------------------------------------------------------------- comparison

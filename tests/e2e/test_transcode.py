@@ -22,7 +22,8 @@ from corpus.compare import JSON, PROTOBUF, YAML, Sides
 from kubernetes import client, watch
 
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ def loaded(control_plane: ControlPlaneInfo) -> Iterator[tuple[str, list[corpus.C
         conds = json.loads(raw).get("status", {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
-    wait_for(established, 30, "the corpus CRD to be established")
+    eventually(established, 30, "the corpus CRD to be established")
     widget = {
         "apiVersion": f"corpus-{ns}.kproxy.test/v1",
         "kind": "Widget",
@@ -59,7 +60,7 @@ def loaded(control_plane: ControlPlaneInfo) -> Iterator[tuple[str, list[corpus.C
         )
         return code == 201
 
-    wait_for(create_widget, 30, "the Widget custom resource to be created")
+    eventually(create_widget, 30, "the Widget custom resource to be created")
     yield ns, objects
     corpus.cleanup(control_plane, objects)
     control_plane.request("DELETE", f"/api/v1/namespaces/{ns}")
@@ -108,7 +109,7 @@ def test_kubectl_get_matches_direct(
     output: str, loaded: tuple[str, list[corpus.CorpusObject]], pb_proxy: RunningProxy, kubectl: Kubectl
 ) -> None:
     ns, _ = loaded
-    before = _counter(pb_proxy, "kproxy_transcoded_responses_total", 'shape="list"')
+    before = _counter(pb_proxy, "kproxy_transcode_responses_total", 'shape="list"')
     args = ["get", ",".join(RESOURCES), "-n", ns]
     if output in ("json", "yaml", "wide"):
         args += ["-o", output]
@@ -121,7 +122,7 @@ def test_kubectl_get_matches_direct(
     else:
         assert via.stdout == direct.stdout
     assert via.stderr == direct.stderr
-    after = _counter(pb_proxy, "kproxy_transcoded_responses_total", 'shape="list"')
+    after = _counter(pb_proxy, "kproxy_transcode_responses_total", 'shape="list"')
     if output in ("json", "yaml"):
         assert after - before >= len(RESOURCES)  # kubectl asked JSON: kproxy transcoded every list
     else:
@@ -252,9 +253,9 @@ def test_python_client_watch_events_arrive_transcoded(
         t.start()
         kubectl(["create", "cm", "live", "-n", ns, "--from-literal=a=1"])
         kubectl(["label", "cm", "live", "-n", ns, "watched=yes"])
-        wait_for(lambda: any(s[0] == "ADDED" for s in seen), 20, "the ADDED event through kproxy")
+        eventually(lambda: any(s[0] == "ADDED" for s in seen), 20, "the ADDED event through kproxy")
         kubectl(["patch", "cm", "live", "-n", ns, "-p", '{"data":{"a":"2"}}'])
-        wait_for(lambda: any(s[0] == "MODIFIED" for s in seen), 20, "the MODIFIED event through kproxy")
+        eventually(lambda: any(s[0] == "MODIFIED" for s in seen), 20, "the MODIFIED event through kproxy")
         kubectl(["delete", "cm", "live", "-n", ns])
         t.join(20)
     assert [s[0] for s in seen] == ["ADDED", "MODIFIED", "DELETED"]
@@ -401,12 +402,12 @@ async def test_auto_and_json_modes(
         ):
             direct, via = await s.both("GET", path)
             assert via.status == 200 and via.json() == direct.json()
-        built_in = _counter(rp, "kproxy_transcoded_responses_total", 'shape="object"')
+        built_in = _counter(rp, "kproxy_transcode_responses_total", 'shape="object"')
         assert built_in == (2 if mode == "auto" else 0)
         direct, via = await s.both("GET", f"/apis/corpus-{ns}.kproxy.test/v1/namespaces/{ns}/widgets/w1")
         assert (via.status, via.body) == (direct.status, direct.body)
         assert _counter(rp, "kproxy_transcode_passthrough_total") == 0  # the request was not even rewritten
-        assert _counter(rp, "kproxy_transcoded_responses_total", 'shape="object"') == built_in
+        assert _counter(rp, "kproxy_transcode_responses_total", 'shape="object"') == built_in
     finally:
         await s.close()
 
@@ -473,4 +474,4 @@ async def test_behind_the_compression_filter(
         assert json.loads(gzip.decompress(gz.body)) == direct.json()
     finally:
         await s.close()
-    assert _counter(rp, "kproxy_transcoded_responses_total", 'shape="list"') >= 4
+    assert _counter(rp, "kproxy_transcode_responses_total", 'shape="list"') >= 4

@@ -19,7 +19,7 @@ from corpus.compare import JSON, PROTOBUF, YAML, Answer, Sides
 
 from kproxy.codec import ProtobufCodec
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import wait_for
+from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def edges(control_plane: ControlPlaneInfo) -> Iterator[tuple[str, str]]:
         path = f"/apis/{group}/v1/namespaces/{ns}/scalers"
         return cp.request("POST", path, body=json.dumps(scaler).encode())[0] == 201
 
-    wait_for(created, 30, "the Scaler custom resource to be created")
+    eventually(created, 30, "the Scaler custom resource to be created")
     yield ns, group
     cp.request("DELETE", f"{crds}/scalers.{group}")
     # The namespace never finishes deleting here (no namespace controller): its ConfigMaps (odd

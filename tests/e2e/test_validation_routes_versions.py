@@ -16,7 +16,8 @@ import pytest
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +105,7 @@ def gizmos(kubectl: Kubectl, control_plane: ControlPlaneInfo) -> Iterator[str]:
         paths = json.loads(conn.getresponse().read()).get("paths", {})
         return f"apis/{GROUP}/v1" in paths and f"apis/{GROUP}/v2" in paths
 
-    wait_for(published, 60, "both versions in /openapi/v3")
+    eventually(published, 60, "both versions in /openapi/v3")
     yield GROUP
     kubectl(["delete", "crd", f"gizmos.{GROUP}", "--wait=false"], check=False)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
@@ -32,16 +32,6 @@ def gizmo(**spec: Any) -> bytes:
 async def post(s: aiohttp.ClientSession, url: str, body: bytes, sslctx: Any) -> tuple[int, bytes, bool]:
     async with s.post(url, data=body, headers={"Content-Type": "application/json"}, ssl=sslctx) as r:
         return r.status, await r.read(), "Audit-Id" not in r.headers
-
-
-async def until(what: str, cond: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await cond()
-        if got:
-            return got
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_a_changed_crd_is_never_validated_with_its_old_schema(
@@ -61,7 +51,7 @@ async def test_a_changed_crd_is_never_validated_with_its_old_schema(
             got = await post(s, rp.url + path, gizmo(a="1", b="2"), None)
             return got if got[0] == 400 and got[2] else None
 
-        status, text, _ = await until("a local Strict answer", local_400)
+        status, text, _ = await eventually_async(local_400, 30, "a local Strict answer", 0.2)
         assert b'unknown field \\"spec.b\\"' in text
         # Now spec.b is declared. As soon as the apiserver accepts it, so does kproxy: every answer
         # from then on is a 201, never a 400 from the old schema.
@@ -75,14 +65,16 @@ async def test_a_changed_crd_is_never_validated_with_its_old_schema(
         async def direct_accepts() -> bool:
             return (await post(s, cp.server + path, gizmo(a="1", b="2"), direct_ssl))[0] == 201
 
-        await until("the apiserver to use the new schema", direct_accepts)
+        await eventually_async(direct_accepts, 30, "the apiserver to use the new schema", 0.2)
         answers = []
         for _ in range(40):  # through the settle window and beyond (3 s + index re-read)
             answers.append((await post(s, rp.url + path, gizmo(a="1", b="2"), None))[0])
             await asyncio.sleep(0.2)
         assert set(answers) == {201}, answers
         # And kproxy validates with the new document: only spec.c is unknown now.
-        status, text, local = await until("a local answer with the new schema", lambda: _local(s, rp.url + path))
+        status, text, local = await eventually_async(
+            lambda: _local(s, rp.url + path), 30, "a local answer with the new schema", 0.2
+        )
         assert status == 400 and local
         assert b'strict decoding error: unknown field \\"spec.c\\""' in text
 

@@ -36,7 +36,8 @@ from h2client import H2Client
 
 from kproxy.compress.stream import COALESCE
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually, eventually_async
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -312,7 +313,7 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
     else:
         task = asyncio.create_task(_h1_watch(rp.url, rp.ca_file, path, headers, w))
     try:
-        await _until(lambda: w.status != 0, 30)
+        await eventually_async(lambda: w.status != 0, 30, "the watch's answer", 0.02)
         assert w.status == 200, bytes(w.body)[:300]
         started = time.monotonic()
         relay.arm(LET_THROUGH)
@@ -320,16 +321,18 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
             control_plane.request, "POST", f"/api/v1/namespaces/{namespace}/configmaps", body=_big_configmap(name)
         )
         assert code == 201, out[:300]
-        await _until(relay.held.is_set, 30)
+        await eventually_async(relay.held.is_set, 30, "the relay to hold the event", 0.02)
         if upstream.endswith("-protobuf"):  # the event goes on once whole: its first bytes are in kproxy
-            await _until(lambda: _transcoded_in(rp) > LET_THROUGH // 2, 30)
+            await eventually_async(
+                lambda: _transcoded_in(rp) > LET_THROUGH // 2, 30, "the event's first bytes in kproxy", 0.02
+            )
         else:
-            await _until(lambda: w.seen() > 0, 30)  # the event's first bytes are through kproxy
+            await eventually_async(lambda: w.seen() > 0, 30, "the event's first bytes through kproxy", 0.02)
         assert not w.ended.is_set()
 
         if end == "SIGTERM":
             rp.proc.send_signal(signal.SIGTERM)
-            await asyncio.to_thread(wait_for, lambda: '"draining"' in rp.log_text(), 20, "kproxy draining")
+            await asyncio.to_thread(eventually, lambda: '"draining"' in rp.log_text(), 20, "kproxy draining")
         else:
             assert client is not None
             # A watch younger than client-go's shortest (a second) is ended only once it is that old.
@@ -365,13 +368,5 @@ async def test_a_passed_through_watch_ends_after_the_event_it_was_passing_on(
 
 
 def _transcoded_in(rp: RunningProxy) -> float:
-    found = re.search(r"^kproxy_transcode_in_bytes_total (\S+)$", rp.metrics(), re.M)
+    found = re.search(r"^kproxy_transcode_input_bytes_total (\S+)$", rp.metrics(), re.M)
     return float(found.group(1)) if found else 0.0
-
-
-async def _until(cond: Callable[[], bool], timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.02)

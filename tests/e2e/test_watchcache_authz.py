@@ -15,7 +15,8 @@ import pytest
 
 from kproxy.testing.controlplane import USER_NAME
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +61,7 @@ def forward_cache(proxy_factory: Callable[..., RunningProxy], control_plane: Con
             ]
         },
     )
-    wait_for(
+    eventually(
         lambda: (
             _get(rp, "/api/v1/configmaps?resourceVersion=0", control_plane.admin_token)[0] == 200
             and _served(rp, "cache", "any") > 0
@@ -112,7 +113,7 @@ def test_denied_caller_gets_the_apiservers_403_then_is_served_after_a_rolebindin
     }
     assert control_plane.request("POST", f"{rbac}/rolebindings", body=json.dumps(binding).encode())[0] == 201
     list_path = f"/api/v1/namespaces/{namespace}/configmaps?resourceVersion=0"
-    wait_for(lambda: _get(rp, list_path, token)[0] == 200, 20, "the grant to be seen after the deny TTL")
+    eventually(lambda: _get(rp, list_path, token)[0] == 200, 20, "the grant to be seen after the deny TTL")
     status, body = _get(rp, list_path, token)
     assert [i["metadata"]["name"] for i in json.loads(body)["items"]] == ["secret-ish"]
     before = _served(rp, "cache", "any")

@@ -33,7 +33,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing import envtest
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -143,7 +144,7 @@ def test_continue_after_compaction_is_the_apiservers_410_and_resumes_inconsisten
     _create_templates(cp, namespace)
     via = Side(rp.kubeconfig, namespace, rp.url, None)
     direct = Side(cp.admin_kubeconfig, namespace, f"https://127.0.0.1:{cp.apiserver_port}", cp.ssl_context())
-    wait_for(
+    eventually(
         lambda: len(via.api.list_namespaced_pod_template(namespace, resource_version="0").items) == TOTAL,
         30,
         "the cache to hold every template",
@@ -190,7 +191,7 @@ def test_continue_after_compaction_is_the_apiservers_410_and_resumes_inconsisten
         return all([answers.get(name, (0,))[0] == 410 or expired(name, *tokens[name]) for name in tokens])
 
     try:
-        wait_for(both_expired, 50, "both tokens to expire", interval=0.5)
+        eventually(both_expired, 50, "both tokens to expire", interval=0.5)
     except AssertionError as err:
         pytest.fail(f"{err}; the last answers: { {name: got[0] for name, got in answers.items()} }")
     assert {name: got[0] for name, got in answers.items()} == {"via": 410, "direct": 410}

@@ -37,8 +37,9 @@ from kubernetes.client.rest import ApiException
 from kproxy.testing import envtest
 from kproxy.testing.crds import crd, install
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
 
@@ -204,7 +205,7 @@ def restart_into_partial_discovery(cp: ControlPlaneInfo) -> threading.Thread:
             time.sleep(0.002)
     assert cp.etcd_pid is not None
     os.kill(cp.etcd_pid, signal.SIGSTOP)
-    wait_for(lambda: _groups(cp) == ["apiregistration.k8s.io"], 30, "the apiserver to serve its partial discovery")
+    eventually(lambda: _groups(cp) == ["apiregistration.k8s.io"], 30, "the apiserver to serve its partial discovery")
     return starter
 
 
@@ -245,13 +246,13 @@ def test_partial_discovery_while_restarting_drops_no_cache(
     try:
         assert py_widgets.synced.wait(30) and py_deployments.synced.wait(30)
         inf.wait(lambda: bool(inf.of("synced")), 60, "first sync")
-        wait_for(lambda: cached_watches(rp, f"widgets.{GROUP}") >= 2, 30, "kproxy to serve the widget watches")
-        wait_for(lambda: cached_watches(rp, "deployments.apps") >= 1, 30, "kproxy to serve the deployment watch")
+        eventually(lambda: cached_watches(rp, f"widgets.{GROUP}") >= 2, 30, "kproxy to serve the widget watches")
+        eventually(lambda: cached_watches(rp, "deployments.apps") >= 1, 30, "kproxy to serve the deployment watch")
 
         starter = restart_into_partial_discovery(cp)
         try:
             # kproxy reads discovery while it lacks every non-core group and /readyz fails.
-            wait_for(
+            eventually(
                 lambda: log_has(rp, "while the apiserver is not ready", "dropping its cache"),
                 15,
                 "kproxy to read the partial discovery",
@@ -259,7 +260,7 @@ def test_partial_discovery_while_restarting_drops_no_cache(
             )
         finally:
             thaw(cp, starter)
-        wait_for(lambda: log_has(rp, "again; their caches were kept", "dropping its cache"), 20, "a full discovery")
+        eventually(lambda: log_has(rp, "again; their caches were kept", "dropping its cache"), 20, "a full discovery")
         dropped = [line for line in rp.log_text().splitlines() if "dropping its cache" in line]
         assert not dropped, f"kproxy dropped {len(dropped)} caches on a partial discovery: {dropped[:3]}"
 
@@ -269,7 +270,7 @@ def test_partial_discovery_while_restarting_drops_no_cache(
         )
         assert status == 200, body
         post(cp, deployments, deployment("d9"))
-        wait_for(lambda: "MODIFIED" in py_widgets.types and "ADDED" in py_deployments.types, 30, "the events")
+        eventually(lambda: "MODIFIED" in py_widgets.types and "ADDED" in py_deployments.types, 30, "the events")
         inf.wait(lambda: any(e["type"] == "MODIFIED" for e in inf.of("event")), 30, "the informer's event")
     finally:
         for w in watchers:
@@ -303,13 +304,13 @@ def test_deleted_definition_drops_its_cache_and_ends_its_watches(
     try:
         assert py.synced.wait(30)
         inf.wait(lambda: bool(inf.of("synced")), 60, "first sync")
-        wait_for(lambda: cached_watches(rp, name) >= 2, 30, "kproxy to serve both watches from its cache")
+        eventually(lambda: cached_watches(rp, name) >= 2, 30, "kproxy to serve both watches from its cache")
 
         status, body = cp.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
         assert status == 200, body
         # The apiserver deletes the objects first; their DELETED events reach both clients, then
         # kproxy drops the cache (the definition's own DELETED event) and ends the watches.
-        wait_for(lambda: py.types.count("DELETED") == 2 and bool(py.ends), 30, "the Python watch to end")
+        eventually(lambda: py.types.count("DELETED") == 2 and bool(py.ends), 30, "the Python watch to end")
         inf.wait(lambda: len([e for e in inf.of("event") if e["type"] == "DELETED"]) == 2, 30, "the deletions")
         inf.wait(lambda: len(inf.of("watch")) >= 2, 30, "the informer's watch to end")
         assert log_has(rp, f"{name} has had its CustomResourceDefinition deleted; dropping its cache")
@@ -339,5 +340,5 @@ def test_progress_probe_left_behind_by_a_read_fails_quietly(
     finally:
         cp.stop_apiserver(kill=True)  # the probe's request breaks here
         cp.start_apiserver()
-    wait_for(lambda: rp.get(f"{configmaps}?resourceVersion=0")[0] == 200, 30, "kproxy to answer again")
+    eventually(lambda: rp.get(f"{configmaps}?resourceVersion=0")[0] == 200, 30, "kproxy to answer again")
     assert "Traceback" not in rp.log_text()

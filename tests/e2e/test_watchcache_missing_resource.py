@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +36,7 @@ def test_a_resource_not_served_is_warned_once_naming_the_near_miss(
         return sum(1 for r in records(rp) if str(r.get("msg", "")).startswith("watchcache: still not served"))
 
     # Two more reads of discovery after the first that lacked it: still one warning.
-    wait_for(lambda: retries() >= 2, 30, "two more reads of discovery")
+    eventually(lambda: retries() >= 2, 30, "two more reads of discovery")
     warnings = [r for r in records(rp) if r.get("level") == "warning" and "watchcache" in str(r.get("msg", ""))]
     assert [w["msg"] for w in warnings] == [
         'watchcache: resources: "pod" (did you mean "pods"?) not served by the apiserver: not cached; '

@@ -31,8 +31,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_watchcache_recovery import _compact
 
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -308,7 +309,7 @@ def _converged(inf: Informer, py: PyWatcher, writer: Writer, what: str, timeout:
         return bool(last["informer"] == direct and last["python"] == direct)
 
     try:
-        wait_for(same, timeout, what, interval=0.3)
+        eventually(same, timeout, what, interval=0.3)
     except AssertionError as e:
         raise AssertionError(f"{e}: {last}\ninformer stderr: {inf.stderr[-2000:]!r}") from None
 
@@ -353,7 +354,7 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
             return False
         return metric(rp, "kproxy_watchcache_reads_total", resource="pods", verb="list", served="cache") > 0
 
-    wait_for(cache_ready, 60, "the pods cache to be ready", interval=0.2)
+    eventually(cache_ready, 60, "the pods cache to be ready", interval=0.2)
 
     # client-go defaults to WatchListClient (a watch with sendInitialEvents instead of a LIST); the
     # other mode is what older controllers and a disabled feature gate do.
@@ -363,8 +364,8 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
     py = PyWatcher(rp.kubeconfig, namespace)
     try:
         assert py.synced.wait(30), "the Python client's first list"
-        wait_for(lambda: served_watches(rp) >= 2, 30, "kproxy to serve both watches from its cache")
-        wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="pods") >= 2, 30, "two open watches")
+        eventually(lambda: served_watches(rp) >= 2, 30, "kproxy to serve both watches from its cache")
+        eventually(lambda: metric(rp, "kproxy_watchcache_watches", resource="pods") >= 2, 30, "two open watches")
         writer.modify("p0")
         writer.create("p6")
         writer.delete("p1")
@@ -403,7 +404,7 @@ def test_clients_keep_a_correct_copy_through_outage_and_compaction(
         # kproxy cannot know any of it yet, so neither can its clients.
         assert inf.store() == before and py.snapshot() == before
         relay.restore()
-        wait_for(
+        eventually(
             lambda: metric(rp, "kproxy_watchcache_relists_total", resource="pods", reason="expired") > relists,
             90,
             "kproxy's upstream watch to get 410 and relist",

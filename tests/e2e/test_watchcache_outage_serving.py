@@ -32,8 +32,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing import envtest
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 OUTAGE_SECONDS = float(os.environ.get("KPROXY_OUTAGE_SECONDS", "20"))
 
@@ -183,7 +184,7 @@ def test_reads_go_on_through_an_outage_only_with_the_option(own_cp: ControlPlane
                         and _metric(rp, "kproxy_watchcache_reads_total", resource=resource, served="cache") > served
                     )
 
-                wait_for(cached, 60, f"the {resource} cache", interval=0.2)
+                eventually(cached, 60, f"the {resource} cache", interval=0.2)
             for path in reads:  # the admin's reads reviewed (and answered) before the outage
                 status, warnings, _ = _read(rp, path, admin)
                 assert status == 200 and not warnings, (path, status, warnings)
@@ -195,7 +196,7 @@ def test_reads_go_on_through_an_outage_only_with_the_option(own_cp: ControlPlane
         # A change after the informer's watch started: the cache is past where the watch started,
         # so its bookmarks (at the cache's resource version) go out, as the apiserver's do.
         _post(cp, pods, _pod("before3"))
-        wait_for(lambda: inf.store() == _pods(cp, ns), 30, "the informer to see the last change before the outage")
+        eventually(lambda: inf.store() == _pods(cp, ns), 30, "the informer to see the last change before the outage")
         lists_before = len(inf.of("list"))
         assert _metric(on, "kproxy_watchcache_unconfirmed_seconds", resource="pods") < 5
 
@@ -246,7 +247,7 @@ def test_reads_go_on_through_an_outage_only_with_the_option(own_cp: ControlPlane
         _post(cp, f"{pods}", _pod("after0"))
         assert cp.request("DELETE", f"{pods}/before1")[0] == 200
         _post(cp, f"{pods}", _pod("after1"))
-        wait_for(
+        eventually(
             lambda: inf.store() == _pods(cp, ns),
             90,
             "the informer to get every change made after the outage",
@@ -255,7 +256,7 @@ def test_reads_go_on_through_an_outage_only_with_the_option(own_cp: ControlPlane
         bad = [line for line in inf.lines if line["kind"] in ("watch-error", "watch-error-event", "watch-open-error")]
         assert not bad, bad
         assert len(inf.of("list")) == lists_before, inf.of("list")
-        wait_for(
+        eventually(
             lambda: _metric(on, "kproxy_watchcache_unconfirmed_seconds", resource="pods") < 5,
             60,
             "the cache confirmed again",

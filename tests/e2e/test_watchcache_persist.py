@@ -25,7 +25,8 @@ from watchcache_diff import reads_total
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -105,7 +106,7 @@ def _first_run(proxy_factory: Callable[..., RunningProxy], cp: ControlPlaneInfo,
         before = reads_total(rp.metrics(), resource=resource, verb="list", served="cache")
         return cached() and reads_total(rp.metrics(), resource=resource, verb="list", served="cache") > before
 
-    wait_for(from_cache, 30, "the cache to hold the configmaps")
+    eventually(from_cache, 30, "the cache to hold the configmaps")
     rv = str(json.loads(rp.get(f"{base}?resourceVersion=0")[1])["metadata"]["resourceVersion"])
     assert rp.stop() == 0
     return rv
@@ -152,7 +153,7 @@ def test_restart_serves_from_disk_and_resumes_the_watch(
     # Served from disk, before kproxy asked the apiserver for any list: its state is either the
     # persisted one or already caught up by the resumed watch, never anything else.
     assert _state(first) in (before, _state(cp.request("GET", base)[1]))
-    wait_for(_converged(rp, cp, base), 30, "the changes made while kproxy was down to reach the cache")
+    eventually(_converged(rp, cp, base), 30, "the changes made while kproxy was down to reach the cache")
 
     requests = _upstream_requests(rp, "configmaps")
     assert requests, rp.log_text()[-3000:]
@@ -188,7 +189,7 @@ def test_compacted_while_down_relists_and_converges(
     finally:
         cp.start_apiserver()
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, base), 60, "the cache to list again and converge")
+    eventually(_converged(rp, cp, base), 60, "the cache to list again and converge")
     metrics = rp.metrics()
     assert _metric(metrics, r'kproxy_watchcache_persist_loads_total\{outcome="loaded",resource="configmaps"\}') == 1
     assert _metric(metrics, r'kproxy_watchcache_relists_total\{reason="expired",resource="configmaps"\}') == 1
@@ -212,9 +213,9 @@ def test_damaged_state_is_not_loaded(
     state = tmp_path / "state"
     cfg = _config(state)
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, base), 30, "the cache to hold the configmaps")
+    eventually(_converged(rp, cp, base), 30, "the cache to hold the configmaps")
     assert cp.request("PUT", f"{base}/cm1", body=_cm("cm1", "b"))[0] == 200  # an event in the log
-    wait_for(_converged(rp, cp, base), 30, "the cache to see the change")
+    eventually(_converged(rp, cp, base), 30, "the cache to see the change")
     assert rp.stop() == 0
     if damage == "torn snapshot":
         snap = state / "core+v1+configmaps.snapshot"
@@ -225,7 +226,7 @@ def test_damaged_state_is_not_loaded(
         data[-10] ^= 0x20
         log.write_bytes(bytes(data))
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, base), 30, "the cache to list from scratch")
+    eventually(_converged(rp, cp, base), 30, "the cache to list from scratch")
     metrics = rp.metrics()
     assert _metric(metrics, r'kproxy_watchcache_persist_loads_total\{outcome="discarded",resource="configmaps"\}') == 1
     assert "persisted state not loaded" in rp.log_text()
@@ -249,7 +250,7 @@ def test_secrets_persisted_only_when_named_and_then_encrypted(
     # Cached, but persist.resources is "*": secrets are not written.
     plain = tmp_path / "plain"
     rp = proxy_factory(extra=_config(plain, ["configmaps", "secrets"]))
-    wait_for(_converged(rp, cp, secrets), 30, "the cache to hold the secret")
+    eventually(_converged(rp, cp, secrets), 30, "the cache to hold the secret")
     assert rp.stop() == 0
     assert not list(plain.glob("core+v1+secrets*")), sorted(p.name for p in plain.iterdir())
     assert value.encode() not in on_disk(plain) and b64 not in on_disk(plain)
@@ -261,7 +262,7 @@ def test_secrets_persisted_only_when_named_and_then_encrypted(
     sealed = tmp_path / "sealed"
     cfg = _config(sealed, ["configmaps", "secrets"], resources=["*", "secrets"], encryption_key_file=str(key))
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, secrets), 30, "the cache to hold the secret")
+    eventually(_converged(rp, cp, secrets), 30, "the cache to hold the secret")
     assert rp.stop() == 0
     files = list(sealed.glob("core+v1+secrets*"))
     assert files and all(p.read_bytes().startswith(b"KPXWC1E\n") for p in files)
@@ -277,10 +278,10 @@ def test_secrets_persisted_only_when_named_and_then_encrypted(
     key.write_text(base64.b64encode(os.urandom(32)).decode())
     old = (sealed / "core+v1+secrets.snapshot").read_bytes()
     rp = proxy_factory(extra=cfg)
-    wait_for(_converged(rp, cp, secrets), 30, "the cache to list the secrets again")
+    eventually(_converged(rp, cp, secrets), 30, "the cache to list the secrets again")
     assert "persisted state core+v1+secrets not readable" in rp.log_text()
     assert _metric(rp.metrics(), r'kproxy_watchcache_persist_loads_total\{outcome="none",resource="secrets"\}') == 1
-    wait_for(lambda: (sealed / "core+v1+secrets.snapshot").exists(), 30, "the new key's snapshot")
+    eventually(lambda: (sealed / "core+v1+secrets.snapshot").exists(), 30, "the new key's snapshot")
     assert (sealed / "core+v1+secrets.snapshot").read_bytes() != old
     assert rp.stop() == 0
 
@@ -324,7 +325,7 @@ def test_first_list_served_from_disk_before_the_apiserver_answers(
     assert cp.request("DELETE", f"{base}/cm3")[0] == 200
     # The restarted apiserver's own watch cache starts at its first list: the resumed watch is
     # answered 410 and kproxy lists again, as it does after any apiserver restart.
-    wait_for(_converged(rp, cp, base), 60, "the cache to catch up and see the deletion")
+    eventually(_converged(rp, cp, base), 60, "the cache to catch up and see the deletion")
 
 
 CRD = crds.crd("persist.kproxy.test", "widgets", "Widget", spec_fields={"color": "string"}, selectable=[".spec.color"])
@@ -345,7 +346,7 @@ def test_custom_resources_persist_as_their_json_and_go_with_their_definition(
             body["spec"] = {"color": color}
             return cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409)
 
-        wait_for(lambda: create("w1", "red"), 30, "the CRD to be served")
+        eventually(lambda: create("w1", "red"), 30, "the CRD to be served")
         assert create("w2", "blue")
         cfg = _config(state, ["widgets.persist.kproxy.test"])
         cfg["filters"][0]["rediscovery_interval"] = 1
@@ -366,4 +367,4 @@ def test_custom_resources_persist_as_their_json_and_go_with_their_definition(
     finally:
         crds.uninstall(cp, "widgets.persist.kproxy.test")
     # The definition deleted: the cache is dropped and so are its files.
-    wait_for(lambda: not list(state.glob(f"{ident}*")), 60, "the deleted resource's files to be removed")
+    eventually(lambda: not list(state.glob(f"{ident}*")), 60, "the deleted resource's files to be removed")

@@ -23,7 +23,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, start_proxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 
 pytestmark = pytest.mark.e2e
@@ -107,7 +108,7 @@ def _settled(cp: ControlPlaneInfo, running_before: float) -> dict[str, float]:
         out, running = _apiserver_counts(cp)
         return running <= running_before
 
-    wait_for(ended, 30, "the freshness probes to end at the apiserver")
+    eventually(ended, 30, "the freshness probes to end at the apiserver")
     return out
 
 

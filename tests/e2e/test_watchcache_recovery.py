@@ -16,7 +16,8 @@ from watchcache_diff import reads_total
 
 from kproxy.testing import crds
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -76,11 +77,11 @@ def test_outage_and_compaction_relist_and_converge(
         assert cp.request("POST", base, body=_cm(f"cm{i}", "a"))[0] == 201
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "secrets"]}]})
     listing = f"{base}?resourceVersion=0"
-    wait_for(
+    eventually(
         lambda: _from_cache(rp, listing, "configmaps") == _direct(cp, base), 30, "the cache to hold the configmaps"
     )
     secrets = f"/api/v1/namespaces/{namespace}/secrets"
-    wait_for(lambda: _from_cache(rp, f"{secrets}?resourceVersion=0", "secrets") == {}, 30, "the secrets cache")
+    eventually(lambda: _from_cache(rp, f"{secrets}?resourceVersion=0", "secrets") == {}, 30, "the secrets cache")
 
     # The etcd head moves on (other resources) while the configmaps cache stays where it was.
     for i in range(3):
@@ -99,7 +100,7 @@ def test_outage_and_compaction_relist_and_converge(
     def converged() -> bool:
         return _from_cache(rp, listing, "configmaps") == _direct(cp, base)
 
-    wait_for(converged, 60, "the cache to converge to the apiserver's state after the outage")
+    eventually(converged, 60, "the cache to converge to the apiserver's state after the outage")
     relists = [line for line in rp.metrics().splitlines() if "relists_total{" in line]
     assert _metric(rp, r'kproxy_watchcache_relists_total\{reason="expired",resource="configmaps"\}') >= 1, relists
     # Consistent reads through the cache see later writes at once.
@@ -118,7 +119,7 @@ def test_wildcard_follows_custom_resource_definitions(
 ) -> None:
     cp = control_plane
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["*"]}]})
-    wait_for(lambda: 'resource="configmaps"' in rp.metrics(), 30, "discovery to fill the cache")
+    eventually(lambda: 'resource="configmaps"' in rp.metrics(), 30, "discovery to fill the cache")
     crds.install(cp, CRD)
     try:
         base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos"
@@ -128,9 +129,9 @@ def test_wildcard_follows_custom_resource_definitions(
             body["spec"] = {"n": 1, "color": color}
             return cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409)
 
-        wait_for(lambda: create("g1", "red"), 30, "the CRD to be served")
+        eventually(lambda: create("g1", "red"), 30, "the CRD to be served")
         assert create("g2", "blue")
-        wait_for(
+        eventually(
             lambda: _metric(rp, r'kproxy_watchcache_objects\{resource="gizmos.wc.kproxy.test"\}') >= 2,
             30,
             "kproxy to cache the new custom resource",
@@ -149,7 +150,7 @@ def test_wildcard_follows_custom_resource_definitions(
         crds.uninstall(cp, "gizmos.wc.kproxy.test")
     gone = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gizmos?resourceVersion=0"
     # Once discovery no longer has it, kproxy drops the cache and the apiserver's own 404 comes back.
-    wait_for(lambda: rp.get(gone)[0] == 404, 30, "kproxy to drop the deleted custom resource's cache")
+    eventually(lambda: rp.get(gone)[0] == 404, 30, "kproxy to drop the deleted custom resource's cache")
     assert rp.get(gone) == cp.request("GET", gone)
 
 
@@ -165,17 +166,19 @@ def test_named_custom_resource_installed_later_and_removed(
         extra={"filters": [{"name": "watchcache", "resources": ["configmaps", "gadgets.wc.kproxy.test"]}]}
     )
     cms = f"/api/v1/namespaces/{namespace}/configmaps?resourceVersion=0"
-    wait_for(lambda: rp.get(cms)[0] == 200 and 'resource="configmaps",served="cache"' in rp.metrics(), 30, "configmaps")
+    eventually(
+        lambda: rp.get(cms)[0] == 200 and 'resource="configmaps",served="cache"' in rp.metrics(), 30, "configmaps"
+    )
     base = f"/apis/wc.kproxy.test/v1/namespaces/{namespace}/gadgets"
     assert rp.get(f"{base}?resourceVersion=0") == cp.request("GET", f"{base}?resourceVersion=0")  # 404 both
     crds.install(cp, crd)
     try:
         body = {"apiVersion": "wc.kproxy.test/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"n": 1}}
-        wait_for(
+        eventually(
             lambda: cp.request("POST", base, body=json.dumps(body).encode())[0] in (201, 409), 30, "the CRD served"
         )
         cached = r'kproxy_watchcache_reads_total\{reason="any",resource="gadgets.wc.kproxy.test",served="cache"'
-        wait_for(
+        eventually(
             lambda: b'"g1"' in rp.get(f"{base}?resourceVersion=0")[1] and _metric(rp, cached + r',verb="list"\}') > 0,
             40,
             "kproxy to cache the custom resource once it is installed",
@@ -183,5 +186,5 @@ def test_named_custom_resource_installed_later_and_removed(
     finally:
         crds.uninstall(cp, "gadgets.wc.kproxy.test")
     gone = f"{base}?resourceVersion=0"
-    wait_for(lambda: rp.get(gone)[0] == 404, 40, "reads of the removed resource to get the apiserver's 404")
+    eventually(lambda: rp.get(gone)[0] == 404, 40, "reads of the removed resource to get the apiserver's 404")
     assert rp.get(gone) == cp.request("GET", gone)

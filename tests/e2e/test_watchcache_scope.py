@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +70,13 @@ def test_scopes_and_missing_routes_match_the_apiserver(
 ) -> None:
     cp = control_plane
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["namespaces", "nodes", "pods"]}]})
-    wait_for(
+    eventually(
         lambda: namespace.encode() in rp.get("/api/v1/namespaces?resourceVersion=0")[1], 30, "the namespaces cache"
     )
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{namespace}-node", "labels": {"t": namespace}}}
     assert cp.request("POST", "/api/v1/nodes", body=json.dumps(node).encode())[0] == 201
     try:
-        wait_for(lambda: f"{namespace}-node".encode() in rp.get("/api/v1/nodes?resourceVersion=0")[1], 30, "the node")
+        eventually(lambda: f"{namespace}-node".encode() in rp.get("/api/v1/nodes?resourceVersion=0")[1], 30, "the node")
         paths = [
             f"/api/v1/namespaces/{namespace}?resourceVersion=0",
             "/api/v1/namespaces?resourceVersion=0",

@@ -20,7 +20,8 @@ import pytest
 from test_watchcache_outage import Writer, metric, served_watches
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +132,7 @@ def test_slow_watcher_closed_without_stalling_others(
     writer.create("big")
     rp = proxy_factory(extra={"filters": [{"name": "watchcache", "resources": ["pods"], "watch_buffer": 10}]})
     base = f"/api/v1/namespaces/{namespace}/pods"
-    wait_for(lambda: rp.get(base)[0] == 200, 60, "the pods cache to be ready")
+    eventually(lambda: rp.get(base)[0] == 200, 60, "the pods cache to be ready")
     rv = json.loads(rp.get(base)[1])["metadata"]["resourceVersion"]
 
     watch = f"{base}?watch=true&resourceVersion={rv}"
@@ -139,7 +140,7 @@ def test_slow_watcher_closed_without_stalling_others(
     fast = FastWatch(rp.url, watch)
     try:
         assert fast.status.startswith(b"HTTP/1.1 200"), fast.status
-        wait_for(lambda: served_watches(rp) >= 2, 30, "kproxy to serve both watches from its cache")
+        eventually(lambda: served_watches(rp) >= 2, 30, "kproxy to serve both watches from its cache")
 
         def closed() -> float:
             return metric(rp, "kproxy_watchcache_slow_watchers_closed_total", resource="pods")
@@ -158,7 +159,7 @@ def test_slow_watcher_closed_without_stalling_others(
             raise AssertionError("kproxy never closed the watcher that stopped reading")
 
         # The normal watcher got every update, each promptly, while the slow one was being given up on.
-        wait_for(lambda: written.keys() <= fast.arrived.keys(), 30, "the normal watcher to receive every update")
+        eventually(lambda: written.keys() <= fast.arrived.keys(), 30, "the normal watcher to receive every update")
         late = {rv: fast.arrived[rv] - t for rv, t in written.items() if fast.arrived[rv] - t > MAX_LATENCY}
         assert not late, f"updates reached the normal watcher late (s): {late}"
         assert not fast.ended, "kproxy closed the normal watcher too"

@@ -20,7 +20,8 @@ import pytest
 from test_watchcache_outage import CACHE_PODS, Writer, metric
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -130,7 +131,7 @@ def test_kubectl_get_watch_through_cache(
     writer.create("a")
     writer.create("b")
     rp = proxy_factory(extra=CACHE_PODS)
-    wait_for(lambda: rp.get(f"/api/v1/namespaces/{namespace}/pods")[0] == 200, 60, "the pods cache to be ready")
+    eventually(lambda: rp.get(f"/api/v1/namespaces/{namespace}/pods")[0] == 200, 60, "the pods cache to be ready")
     before = watches(rp, served)
 
     args = ["get", "pods", "-n", namespace, "--watch", *extra]
@@ -141,19 +142,19 @@ def test_kubectl_get_watch_through_cache(
         def initial(kw: KubectlWatch = kw) -> bool:
             return count(parse(kw.text())) >= 2
 
-        wait_for(initial, 30, "kubectl to print the initial pods")
-    wait_for(lambda: watches(rp, served) >= before + 1, 30, f"kubectl's watch counted as served={served!r}")
+        eventually(initial, 30, "kubectl to print the initial pods")
+    eventually(lambda: watches(rp, served) >= before + 1, 30, f"kubectl's watch counted as served={served!r}")
 
     writer.modify("a")  # MODIFIED a
     writer.create("c")  # ADDED c
     writer.delete("b")  # MODIFIED b (deletionTimestamp), DELETED b
-    wait_for(lambda: count(parse(direct.text())) >= 6, 30, "kubectl straight on the apiserver to print 4 changes")
+    eventually(lambda: count(parse(direct.text())) >= 6, 30, "kubectl straight on the apiserver to print 4 changes")
 
     def same() -> bool:
         return bool(parse(via.text()) == parse(direct.text()))
 
     try:
-        wait_for(same, 30, "kubectl through kproxy to print the same as straight on the apiserver")
+        eventually(same, 30, "kubectl through kproxy to print the same as straight on the apiserver")
     except AssertionError as e:
         raise AssertionError(f"{e}\ndirect:\n{direct.text()}\nvia kproxy:\n{via.text()}\n{via.stop()}") from None
     printed = parse(via.text())

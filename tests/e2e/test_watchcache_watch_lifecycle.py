@@ -26,7 +26,8 @@ from test_watchcache_outage import metric
 from watchstream import Inflater, open_raw, read_head, split_chunks
 
 from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -45,13 +46,13 @@ def _cache_watches(rp: RunningProxy) -> float:
 
 def _ready(rp: RunningProxy) -> None:
     """Until the configmaps cache has its first list (before that, kproxy passes requests on)."""
-    wait_for(lambda: rp.get("/readyz", admin=True)[0] == 200, 30, "kproxy to be ready")
+    eventually(lambda: rp.get("/readyz", admin=True)[0] == 200, 30, "kproxy to be ready")
 
     def cached() -> bool:
         rp.get("/api/v1/configmaps?resourceVersion=0&limit=1")
         return metric(rp, "kproxy_watchcache_reads_total", resource="configmaps", verb="list", served="cache") > 0
 
-    wait_for(cached, 30, "the configmaps cache to answer a list", interval=0.2)
+    eventually(cached, 30, "the configmaps cache to answer a list", interval=0.2)
 
 
 def test_sigterm_ends_cached_watches_cleanly(
@@ -68,8 +69,8 @@ def test_sigterm_ends_cached_watches_cleanly(
     for sock in watches:
         head, _ = read_head(sock)
         assert head.startswith(b"HTTP/1.1 200"), head
-    wait_for(lambda: _cache_watches(rp) == 3, 20, "the three watches to be served from the cache")
-    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 3, 20, "three open watches")
+    eventually(lambda: _cache_watches(rp) == 3, 20, "the three watches to be served from the cache")
+    eventually(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 3, 20, "three open watches")
     rp.proc.send_signal(signal.SIGTERM)
     # All three read at once, as their clients would: the cluster-wide watch's initial events may
     # be megabytes (every configmap the run made), and one left unread while another is drained is
@@ -144,7 +145,7 @@ def test_sigterm_ends_a_watch_behind_on_its_initial_events_cleanly(
     sock.sendall(f"GET /api/v1/namespaces/{namespace}/configmaps?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     head, buf = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200") and b"chunked" in head.lower(), head
-    wait_for(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
+    eventually(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
     # The client reads nothing: kproxy writes until both kernels' buffers are full, then waits
     # for the connection with the rest of the initial events unsent.
     client_port = sock.getsockname()[1]
@@ -154,7 +155,7 @@ def test_sigterm_ends_a_watch_behind_on_its_initial_events_cleanly(
         seen.append(_queued(port, client_port))
         return len(seen) >= 4 and seen[-1] > (1 << 20) and len(set(seen[-4:])) == 1
 
-    wait_for(blocked, 30, "kproxy to wait on the client with initial events unsent", interval=0.2)
+    eventually(blocked, 30, "kproxy to wait on the client with initial events unsent", interval=0.2)
     rp.proc.send_signal(signal.SIGTERM)
     # Past aiohttp's own 1 s, kproxy still waits for this client to take the end of its watch.
     with pytest.raises(subprocess.TimeoutExpired):
@@ -186,7 +187,7 @@ def test_watch_metrics_count_events_deliveries_and_latency(
     ]
     for sock in watchers:
         read_head(sock)
-    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 5, 20, "five watches")
+    eventually(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 5, 20, "five watches")
     events0 = metric(rp, "kproxy_watchcache_events_total", resource="configmaps")
     deliveries0 = metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps")
     for i in range(4):
@@ -197,7 +198,7 @@ def test_watch_metrics_count_events_deliveries_and_latency(
             data = sock.recv(65536)
             assert data, got[-200:]
             got += data
-    wait_for(
+    eventually(
         lambda: metric(rp, "kproxy_watchcache_deliveries_total", resource="configmaps") >= deliveries0 + 20,
         10,
         "20 deliveries (4 events x 5 watchers)",
@@ -209,7 +210,7 @@ def test_watch_metrics_count_events_deliveries_and_latency(
     for sock in watchers:
         sock.close()
     # Clients that went away are noticed (the bookmark tick checks every second).
-    wait_for(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 0, 20, "watches closed")
+    eventually(lambda: metric(rp, "kproxy_watchcache_watches", resource="configmaps") == 0, 20, "watches closed")
 
 
 def test_compression_filter_compresses_cached_watches_event_by_event(
@@ -225,7 +226,7 @@ def test_compression_filter_compresses_cached_watches_event_by_event(
     )
     head, rest = read_head(sock)
     assert head.startswith(b"HTTP/1.1 200") and b"content-encoding: gzip" in head.lower(), head
-    wait_for(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
+    eventually(lambda: _cache_watches(rp) == 1, 20, "the watch to be served from the cache")
     inflate = zlib.decompressobj(wbits=31)
     text = b""
     buf = rest
@@ -290,13 +291,13 @@ def test_cached_watches_in_step_get_the_same_compressed_bytes(
     assert status == 200
     rv = json.loads(listed)["metadata"]["resourceVersion"]
     watches = [_CompressedWatch(rp, f"{path}&resourceVersion={rv}", coding) for _ in range(3)]
-    wait_for(lambda: _cache_watches(rp) == 3, 20, "the watches to be served from the cache")
+    eventually(lambda: _cache_watches(rp) == 3, 20, "the watches to be served from the cache")
     for i in range(3):
         _configmap(control_plane, namespace, f"s{i}", str(i))
         got = [w.until(f'"name":"s{i}"'.encode()) for w in watches]
         assert got[0] == got[1] == got[2], f"write {i}: the watchers in step got different bytes"
     late = _CompressedWatch(rp, path, coding)  # unset resourceVersion: the current state first
-    wait_for(lambda: _cache_watches(rp) == 4, 20, "the late watch to be served from the cache")
+    eventually(lambda: _cache_watches(rp) == 4, 20, "the late watch to be served from the cache")
     late.until(b'"name":"s2"')
     joined = False
     deadline = time.monotonic() + 20

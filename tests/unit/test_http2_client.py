@@ -20,6 +20,7 @@ from kproxy.server.http2.client import STREAM_WINDOW, H2Pool, H2Unavailable, req
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.pool import NotSent, UpstreamClosed
 from kproxy.testing import certs
+from kproxy.testing.eventually import eventually_async
 
 
 class Req:
@@ -173,17 +174,6 @@ class H2Server:
         return H2Pool("127.0.0.1", self.port, H2Pool.alpn_context(ctx), "127.0.0.1", 5.0)
 
 
-async def _wait(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    async def loop() -> None:
-        while not cond():
-            await asyncio.sleep(0.005)
-
-    try:
-        await asyncio.wait_for(loop(), timeout)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 async def _echo(req: Req) -> None:
     await req.ended.wait()
     body = b"\n".join(b"%s: %s" % kv for kv in req.headers) + b"\nbody=" + bytes(req.body)
@@ -274,7 +264,7 @@ async def test_stream_limit_opens_a_second_connection_and_never_blocks(tmp_path:
         pool = srv.pool()
         tasks = [asyncio.ensure_future(pool.request("GET", f"/r{i}", [], None, None)) for i in range(7)]
         # Every request reaches the server while none has been answered: 3 + 3 + 1 streams.
-        await _wait(lambda: len(srv.requests) == 7, "all 7 requests to arrive unanswered")
+        await eventually_async(lambda: len(srv.requests) == 7, 10, "all 7 requests to arrive unanswered", 0.005)
         assert len(srv.conns) == 3
         assert sorted(len(c.reqs) for c in srv.conns) == [1, 3, 3]
         release.set()
@@ -304,12 +294,12 @@ async def test_goaway_resends_unprocessed_streams_on_a_new_connection(tmp_path: 
     async with H2Server(tmp_path, handler) as srv:
         pool = srv.pool()
         first = asyncio.ensure_future(pool.request("GET", "/first", [], None, None))
-        await _wait(lambda: len(first_conn_streams) == 1, "the first stream")
+        await eventually_async(lambda: len(first_conn_streams) == 1, 10, "the first stream", 0.005)
         others = [
             asyncio.ensure_future(pool.request("GET", "/get", [], None, None)),
             asyncio.ensure_future(pool.request("POST", "/create", [("Content-Type", "x")], b"created once", None)),
         ]
-        await _wait(lambda: len(first_conn_streams) == 3, "three streams on the first connection")
+        await eventually_async(lambda: len(first_conn_streams) == 3, 10, "three streams on the first connection", 0.005)
         srv.conns[0].goaway(last_stream_id=first_conn_streams[0].sid)
         gate.set()
         # The stream the server processes finishes on the old connection ...
@@ -342,7 +332,7 @@ async def test_goaway_for_a_streamed_body_already_sent_is_not_sent(tmp_path: Pat
         pool = srv.pool()
         task = asyncio.ensure_future(pool.request("POST", "/stream", [], body(), None))
         await arrived.wait()
-        await _wait(lambda: bytes(srv.requests[0].body) == b"part one", "the first part")
+        await eventually_async(lambda: bytes(srv.requests[0].body) == b"part one", 10, "the first part", 0.005)
         srv.conns[0].goaway(last_stream_id=0)
         with pytest.raises(NotSent):
             await task
@@ -366,7 +356,7 @@ async def test_slow_consumer_holds_one_window_per_stream(tmp_path: Path) -> None
         await asyncio.wait_for(conn.window_exhausted.wait(), 10)
         assert conn.sent_data <= STREAM_WINDOW
         st = resp._stream
-        await _wait(lambda: st.buffered == conn.sent_data, "the window's data to arrive")
+        await eventually_async(lambda: st.buffered == conn.sent_data, 10, "the window's data to arrive", 0.005)
         assert st.buffered <= STREAM_WINDOW
         # Reading gives the window back, bit by bit; the body arrives whole and in order.
         got = bytearray()
@@ -406,7 +396,9 @@ async def test_request_body_under_flow_control(tmp_path: Path) -> None:
         srv.ack_request_data = False  # the server takes nothing until told to
         pool = srv.pool()
         task = asyncio.ensure_future(pool.request("PUT", "/big", [], data, None))
-        await _wait(lambda: bool(srv.requests) and len(srv.requests[0].body) == 65535, "one initial window")
+        await eventually_async(
+            lambda: bool(srv.requests) and len(srv.requests[0].body) == 65535, 10, "one initial window", 0.005
+        )
         await asyncio.sleep(0)
         assert not task.done() and len(srv.requests[0].body) == 65535  # stopped at the window
         srv.ack_request_data = True
@@ -475,7 +467,7 @@ async def test_abandoned_streams_give_the_connection_window_back(tmp_path: Path)
             # Were its data not counted back, the next stream would never receive a byte.
             resp = await pool.request("GET", f"/w{i}", [], None, None)
             st = resp._stream
-            await _wait(lambda st=st: st.buffered == STREAM_WINDOW, f"stream {i}'s data")  # type: ignore[misc]
+            await eventually_async(lambda st=st: st.buffered == STREAM_WINDOW, 10, f"stream {i}'s data", 0.005)  # type: ignore[misc]
             resp.close()
         assert len(srv.conns) == 1
         pool.close()
@@ -491,7 +483,7 @@ async def test_a_burst_beyond_every_connection_is_never_refused(tmp_path: Path) 
     async with H2Server(tmp_path, held, max_streams=10) as srv:
         pool = srv.pool()
         tasks = [asyncio.ensure_future(pool.request("GET", f"/b{i}", [], None, None)) for i in range(95)]
-        await _wait(lambda: len(srv.requests) == 95, "the whole burst at the server")
+        await eventually_async(lambda: len(srv.requests) == 95, 10, "the whole burst at the server", 0.005)
         assert len(srv.conns) == 10
         release.set()
         assert [r.status for r in await asyncio.gather(*tasks)] == [200] * 95

@@ -14,7 +14,7 @@ each run: through kproxy no reflector of a cached resource may see a 410 or list
 lost, and its "read version is not as new as written version" lines may be no more than directly.
 The metadata informers of the garbage collector and the quota controller (``as=PartialObjectMetadata``)
 are served by the cache too (it holds every resource they watch), so they count as cached. The numbers
-side by side are printed by :func:`test_numbers_side_by_side` (``pytest -s``) and written to
+side by side are printed by :func:`report_numbers` (``pytest -s``) and written to
 ``chaos-numbers.json`` in the control plane's directory.
 
 Two known failures are named xfails, taken only when the run shows their cause (both depend on where
@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing import cluster
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import Timeout, eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -91,24 +92,6 @@ def _deployment(image: str) -> dict[str, Any]:
             },
         },
     }
-
-
-def _wait(what: str, probe: Callable[[], Any], timeout: float = CONVERGE_TIMEOUT) -> Any:
-    """Poll ``probe`` until it returns something true (connection errors while the apiserver restarts
-    count as not yet)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = probe()
-        except (OSError, AssertionError) as err:
-            last = err
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached in {timeout:.0f}s; last: {last!r}"[:2000])
-        time.sleep(0.2)
 
 
 def _rolling(dep: dict[str, Any]) -> bool:
@@ -318,16 +301,13 @@ def _nudge_unstarted(info: ControlPlaneInfo, ns: str) -> int:
 
 
 def _settle(done: Callable[[], bool], timeout: float = CONVERGE_TIMEOUT) -> bool:
-    """Poll ``done`` until true or ``timeout``; whether it became true (the verdict is a test's)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if done():
-                return True
-        except (OSError, AssertionError):
-            pass
-        time.sleep(0.2)
-    return False
+    """Poll ``done`` until true or ``timeout``; whether it became true (the verdict is a test's).
+    Connection errors while the apiserver restarts count as not yet."""
+    try:
+        eventually(done, timeout, "the condition", 0.2, ignore=(OSError, AssertionError))
+    except Timeout:
+        return False
+    return True
 
 
 def _size(path: Path) -> int:
@@ -358,11 +338,17 @@ def chaos_run(info: ControlPlaneInfo, mode: str) -> ChaosRun:
 
         info.json("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         info.json("POST", f"/apis/apps/v1/namespaces/{ns}/deployments", _deployment("registry.invalid/web:1"))
-        _wait("first rollout", lambda: _complete(dep()))
+        eventually(lambda: _complete(dep()), CONVERGE_TIMEOUT, "first rollout", 0.2, ignore=(OSError, AssertionError))
         t1 = time.monotonic()
         patch = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "registry.invalid/web:2"}]}}}}
         info.json("PATCH", dep_path, patch, "application/strategic-merge-patch+json")
-        _wait("the second rollout part-way", lambda: _rolling(dep()))
+        eventually(
+            lambda: _rolling(dep()),
+            CONVERGE_TIMEOUT,
+            "the second rollout part-way",
+            0.2,
+            ignore=(OSError, AssertionError),
+        )
         mid["kill"] = True
         info.stop_apiserver(kill=True)
         info.compact_etcd(info.etcd_revision())
@@ -416,7 +402,9 @@ def direct(living: ControlPlaneInfo) -> ChaosRun:
 @pytest.fixture(scope="module")
 def proxied(living: ControlPlaneInfo, direct: ChaosRun) -> ChaosRun:
     # After the direct run (which it is compared with), on the same control plane.
-    return chaos_run(living, "proxied")
+    run = chaos_run(living, "proxied")
+    report_numbers(run, direct, living)
+    return run
 
 
 def _cached(run: ChaosRun, counts: dict[str, int]) -> dict[str, int]:
@@ -492,8 +480,9 @@ def test_read_version_lag_no_worse_than_direct(proxied: ChaosRun, direct: ChaosR
     assert sum(proxied.log.read_version.values()) <= sum(direct.log.read_version.values())
 
 
-def test_numbers_side_by_side(proxied: ChaosRun, direct: ChaosRun, living: ControlPlaneInfo) -> None:
-    """Not a verdict: the two runs' numbers side by side (``pytest -s`` prints them)."""
+def report_numbers(proxied: ChaosRun, direct: ChaosRun, living: ControlPlaneInfo) -> None:
+    """Not a verdict (the tests above are): the two runs' numbers side by side, written to
+    ``chaos-numbers.json`` and printed (``pytest -s``) once both runs are done."""
     rows = {name: (proxied.log.summary()[name], direct.log.summary()[name]) for name in direct.log.summary()}
     # Direct ran against the same apiserver: the same kinds count as "cached" for the comparison.
     for name, counts in (("relists (cached kinds)", "relists"), ("410s (cached kinds)", "expired")):

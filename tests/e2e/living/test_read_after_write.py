@@ -19,7 +19,6 @@ counted in the controller-manager's log (:mod:`kcmlog`).
 from __future__ import annotations
 
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import pytest
 
 from kproxy.testing.cluster import recommended_config, running_components
 from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -76,10 +76,8 @@ def _settled(info: ControlPlaneInfo, ns: str, replicas: int) -> bool:
 
 
 def _wait_settled(info: ControlPlaneInfo, ns: str, replicas: int) -> None:
-    deadline = time.monotonic() + SETTLE_TIMEOUT
-    while not _settled(info, ns, replicas):
-        assert time.monotonic() < deadline, f"{ns}: the Deployments did not settle at {replicas} replicas"
-        time.sleep(0.2)
+    what = f"{ns}: the Deployments to settle at {replicas} replicas"
+    eventually(lambda: _settled(info, ns, replicas), SETTLE_TIMEOUT, what, 0.2)
 
 
 def _churn(info: ControlPlaneInfo) -> None:

@@ -36,6 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl, KubectlError
+from kproxy.testing.eventually import eventually
 
 # Both runs happen in the first test's fixtures (a fresh control plane, then each side's components and workloads).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -94,20 +95,10 @@ class Side:
         return Masker(self.names)
 
 
-def wait_for(what: str, read: Callable[[], Any], done: Callable[[Any], bool] = bool, timeout: float = TIMEOUT) -> Any:
-    """Poll ``read`` until ``done`` holds for what it read, and return that; fail with the last reading."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {value!r}")
-        time.sleep(0.25)
-
-
 def wait_settled(side: Side, namespace: str) -> None:
-    wait_for(f"{namespace} to settle", lambda: unsettled(side.info, namespace), lambda left: not left)
+    eventually(
+        lambda: unsettled(side.info, namespace), TIMEOUT, f"{namespace} to settle", 0.25, until=lambda left: not left
+    )
 
 
 def pod_template(app: str, image: str = V1, **spec: Any) -> dict[str, Any]:
@@ -308,7 +299,9 @@ def w_service(side: Side, out: Outcome) -> None:
         slices = list_items(side.info, f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices")
         return sum(bool((e.get("conditions") or {}).get("ready")) for s in slices for e in s.get("endpoints") or [])
 
-    out.observed["ready endpoints"] = wait_for("2 ready endpoints", ready_endpoints, lambda n: n == 2)
+    out.observed["ready endpoints"] = eventually(
+        ready_endpoints, TIMEOUT, "2 ready endpoints", 0.25, until=lambda n: n == 2
+    )
 
 
 def w_gc(side: Side, out: Outcome) -> None:
@@ -328,7 +321,9 @@ def w_gc(side: Side, out: Outcome) -> None:
     def dependents() -> list[str]:
         return [p["metadata"]["name"] for p in live_pods(side, ns, "app+in+(rs-background,rs-foreground)")]
 
-    wait_for("the background and foreground dependents to be gone", dependents, lambda left: not left)
+    eventually(
+        dependents, TIMEOUT, "the background and foreground dependents to be gone", 0.25, until=lambda left: not left
+    )
     wait_settled(side, ns)
     out.observed["orphans"] = sorted(
         (p["metadata"]["labels"]["app"], len(p["metadata"].get("ownerReferences") or [])) for p in live_pods(side, ns)
@@ -342,7 +337,13 @@ def w_namespace_deletion(side: Side, out: Outcome) -> None:
     side.create(ns, deployment("doomed", 2), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
     side.rollout(ns, "deployment/doomed")
     side.k("delete", "namespace", ns, "--wait=false")
-    wait_for(f"namespace {ns} to be gone", lambda: get_json(side.info, f"/api/v1/namespaces/{ns}"), lambda n: n is None)
+    eventually(
+        lambda: get_json(side.info, f"/api/v1/namespaces/{ns}"),
+        TIMEOUT,
+        f"namespace {ns} to be gone",
+        0.25,
+        until=lambda n: n is None,
+    )
     out.observed["gone"] = True
 
 
@@ -373,7 +374,9 @@ def w_aggregation(side: Side, out: Outcome) -> None:
             got[role] = sorted((r["verbs"] for r in rules if resource in r.get("resources", [])), key=str)
         return got
 
-    out.graph = wait_for("aggregated rules in view, edit and admin", aggregated, lambda got: got == want)
+    out.graph = eventually(
+        aggregated, TIMEOUT, "aggregated rules in view, edit and admin", 0.25, until=lambda got: got == want
+    )
 
 
 def w_quota(side: Side, out: Outcome) -> None:
@@ -387,20 +390,26 @@ def w_quota(side: Side, out: Outcome) -> None:
     # (pkg/controller/resourcequota/resource_quota_controller.go syncResourceQuota); it is then missing from
     # status.used until the next full resync, minutes later, with the controllers direct or through kproxy.
     root_ca = f"/api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt"
-    wait_for("the namespace's kube-root-ca.crt", lambda: get_json(side.info, root_ca), lambda cm: cm is not None)
+    eventually(
+        lambda: get_json(side.info, root_ca),
+        TIMEOUT,
+        "the namespace's kube-root-ca.crt",
+        0.25,
+        until=lambda cm: cm is not None,
+    )
     hard = {"pods": "4", "count/configmaps": "4", "services": "1"}
     side.create(
         ns, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "counts"}, "spec": {"hard": hard}}
     )
     path = f"/api/v1/namespaces/{ns}/resourcequotas/counts"
     status = lambda: get_json(side.info, path).get("status") or {}  # noqa: E731
-    wait_for("the quota's status", status, lambda st: st.get("hard") == hard)
+    eventually(status, TIMEOUT, "the quota's status", 0.25, until=lambda st: st.get("hard") == hard)
     cm = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}"}} for i in range(4)]
     side.create(ns, cm[0], cm[1], deployment("counted", 2))
     side.rollout(ns, "deployment/counted")
     # kube-root-ca.crt (published by the controller-manager) counts too.
     used = {"pods": "2", "count/configmaps": "3", "services": "0"}
-    wait_for(f"status.used {used}", status, lambda st: st.get("used") == used)
+    eventually(status, TIMEOUT, f"status.used {used}", 0.25, until=lambda st: st.get("used") == used)
     side.create(ns, cm[2])
     try:
         side.create(ns, cm[3])
@@ -541,7 +550,7 @@ def _remove_namespaces(info: ControlPlaneInfo) -> list[str]:
     for ns in left():
         info.request("DELETE", f"/api/v1/namespaces/{ns}")
     try:
-        wait_for("the workloads' namespaces to be gone", left, lambda names: not names)
+        eventually(left, TIMEOUT, "the workloads' namespaces to be gone", 0.25, until=lambda names: not names)
     except AssertionError:
         return left()
     return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,7 @@ from kproxy.cacher import (
     UpstreamEvent,
     WatchCache,
 )
+from kproxy.testing.eventually import eventually_async
 
 POD = Kind("v1", "Pod", "PodList", protobuf=True)
 END = object()
@@ -123,14 +124,6 @@ class FakeLW:
         if isinstance(answer, BaseException):
             raise answer
         return answer
-
-
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, "condition not reached in time"
-        await _real_sleep(0.001)
 
 
 class Harness:
@@ -390,7 +383,7 @@ async def test_progress_requests_are_coalesced_into_one_probe() -> None:
     async with running() as h:
         await h.listed(("ns/a", 3), rv=10)
         waiters = [asyncio.create_task(h.reflector.request_progress()) for _ in range(5)]
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         for _ in range(20):  # every waiter has had its turn: still one probe
             await _real_sleep(0)
         assert h.lw.progress_calls == 1 and not any(w.done() for w in waiters)
@@ -407,7 +400,7 @@ async def test_a_failed_probe_fails_every_waiter_and_the_next_request_probes_aga
     async with running() as h:
         await h.listed(("ns/a", 3), rv=10)
         waiters = [asyncio.create_task(h.reflector.request_progress()) for _ in range(3)]
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         h.lw.progress_answers.put_nowait(ConnectionResetError("probe failed"))
         results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 5)
         assert all(isinstance(r, ConnectionResetError) for r in results)
@@ -422,7 +415,7 @@ async def test_a_waiter_going_away_does_not_cancel_the_shared_probe() -> None:
         await h.listed(("ns/a", 3), rv=10)
         first = asyncio.create_task(h.reflector.request_progress())
         second = asyncio.create_task(h.reflector.request_progress())
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
@@ -457,7 +450,7 @@ async def test_no_probe_while_the_watch_is_down() -> None:
         assert h.reflector.live
         s.send(ConnectionResetError("reset"))
         await s.closed.wait()
-        await eventually(lambda: not h.reflector.live)
+        await eventually_async(lambda: not h.reflector.live, 5, "not h.reflector.live", 0.001)
         with pytest.raises(ConnectionError, match="not running"):
             await asyncio.wait_for(h.reflector.request_progress(), 5)
         assert h.lw.progress_calls == 0 and h.cache.rv == 10
@@ -485,7 +478,7 @@ async def test_a_probe_answer_is_not_used_when_the_watch_restarted_meanwhile() -
     async with running() as h:
         s = await h.listed(("ns/a", 3), rv=10)
         waiter = asyncio.create_task(h.reflector.request_progress())
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         s.send(END)
         s2 = h.lw.stream()
         await s2.drained()
@@ -502,7 +495,7 @@ async def test_stop_cancels_a_probe_in_flight() -> None:
     h.reflector.start()
     await h.listed(("ns/a", 3), rv=10)
     waiter = asyncio.create_task(h.reflector.request_progress())
-    await eventually(lambda: h.lw.progress_calls == 1)
+    await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
     await h.reflector.stop()
     assert not h.reflector.running
     assert h.lw.progress_cancelled == 1
@@ -526,7 +519,7 @@ async def test_start_twice_runs_one_loop_and_stop_twice_is_harmless() -> None:
     task = h.reflector._task
     h.reflector.start()
     assert h.reflector._task is task
-    await eventually(lambda: len(h.lw.watch_calls) == 1)
+    await eventually_async(lambda: len(h.lw.watch_calls) == 1, 5, "len(h.lw.watch_calls) == 1", 0.001)
     await h.reflector.stop()
     await h.reflector.stop()
     assert len(h.lw.watch_calls) == 1 and task is not None and task.cancelled()
@@ -536,7 +529,7 @@ async def test_a_consistent_read_never_joins_a_probe_sent_before_it() -> None:
     async with running() as h:
         await h.listed(("ns/a", 3), rv=10)
         first = asyncio.create_task(h.reflector.consistent_rv())
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         # Arriving while that probe is in flight: it may have read the upstream before them.
         later = [asyncio.create_task(h.reflector.consistent_rv()) for _ in range(5)]
         for _ in range(20):
@@ -545,7 +538,7 @@ async def test_a_consistent_read_never_joins_a_probe_sent_before_it() -> None:
         h.lw.progress_answers.put_nowait(25)
         assert await asyncio.wait_for(first, 5) == 25
         # ...they share the next one, sent once the first ended.
-        await eventually(lambda: h.lw.progress_calls == 2)
+        await eventually_async(lambda: h.lw.progress_calls == 2, 5, "h.lw.progress_calls == 2", 0.001)
         assert not any(w.done() for w in later)
         h.lw.progress_answers.put_nowait(31)
         assert await asyncio.wait_for(asyncio.gather(*later), 5) == [31] * 5
@@ -556,11 +549,11 @@ async def test_a_consistent_read_arriving_during_a_request_progress_waits_for_th
     async with running() as h:
         await h.listed(("ns/a", 3), rv=10)
         asked = asyncio.create_task(h.reflector.request_progress())
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         reader = asyncio.create_task(h.reflector.consistent_rv())
         h.lw.progress_answers.put_nowait(20)
         await asyncio.wait_for(asked, 5)
-        await eventually(lambda: h.lw.progress_calls == 2)
+        await eventually_async(lambda: h.lw.progress_calls == 2, 5, "h.lw.progress_calls == 2", 0.001)
         h.lw.progress_answers.put_nowait(22)
         assert await asyncio.wait_for(reader, 5) == 22
 
@@ -569,7 +562,7 @@ async def test_a_consistent_probe_answer_vouches_for_continue_tokens_at_it() -> 
     async with running() as h:
         await h.listed(("ns/a", 3), rv=10)
         reader = asyncio.create_task(h.reflector.consistent_rv())
-        await eventually(lambda: h.lw.progress_calls == 1)
+        await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
         h.lw.progress_answers.put_nowait(25)
         assert await asyncio.wait_for(reader, 5) == 25
         assert h.reflector.compaction.known(25) is False  # served upstream: no probe of its own
@@ -581,7 +574,7 @@ async def test_stop_fails_the_readers_waiting_for_the_next_probe() -> None:
     h.reflector.start()
     await h.listed(("ns/a", 3), rv=10)
     first = asyncio.create_task(h.reflector.consistent_rv())
-    await eventually(lambda: h.lw.progress_calls == 1)
+    await eventually_async(lambda: h.lw.progress_calls == 1, 5, "h.lw.progress_calls == 1", 0.001)
     later = asyncio.create_task(h.reflector.consistent_rv())
     await _real_sleep(0)
     await h.reflector.stop()
