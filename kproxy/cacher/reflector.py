@@ -29,6 +29,8 @@ from .objects import CachedObject
 from .watch_cache import WatchCache
 
 log = logging.getLogger("kproxy.cache")
+_PROBE_WAIT = 0.01  # the least a probe's answer waits for the main watch (Reflector.probe_wait)
+_PROBE_WAIT_MAX = 0.25
 
 BOOKMARK = "BOOKMARK"
 
@@ -188,6 +190,11 @@ class Reflector:
             fut = self._start_probe(asyncio.get_running_loop().create_future())
         await asyncio.shield(fut)
 
+    def probe_wait(self) -> float:
+        """How long a probe's answer waits for the events the main watch may still carry: 10 ms,
+        and twice the lateness of the events that came after such a wait lately, at most 250 ms."""
+        return min(_PROBE_WAIT_MAX, _PROBE_WAIT + 2 * self.cache.lateness())
+
     async def consistent_rv(self) -> int:
         """A resource version at least the upstream's latest when this was called, confirmed by
         a progress probe sent after the call (the cache has reached it when this returns): what a
@@ -250,9 +257,11 @@ class Reflector:
                 raise  # a cancelled probe (stop()) stays cancelled
             return
         self.saw_upstream_rv(rv)
-        # The main watch carries every event up to rv in order before this answer could be
-        # made; give the loop a moment to read what is already on the wire.
-        await asyncio.sleep(0.01)
+        # The apiserver had every event up to rv when it answered, but its main watch is another
+        # stream, with no order between the two: wait a moment for the events it is still carrying.
+        # Nothing marks their end, so the wait is a bound learnt from the events that came later
+        # than it before (WatchCache.lateness), which a loaded apiserver or link makes longer.
+        await asyncio.sleep(self.probe_wait())
         if self._live != live:
             self._fail(fut, ConnectionError("the cache's watch restarted during the progress probe"))
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -64,6 +65,13 @@ class WatchCache:
         self.applied_rv = 0
         self.ready = False
         self.relists = 0
+        # Out-of-band confirmations (resource version, when), newest last: an event at or below
+        # one of them that arrives afterwards was late, and a read served in between missed it.
+        self._claims: deque[tuple[int, float]] = deque(maxlen=64)
+        #: Events that arrived after a progress confirmation had covered their resource version.
+        self.late_events = 0
+        self._lateness = (0.0, 0.0)  # (seconds, when): the largest lateness, decaying
+        self.on_late: Callable[[], None] | None = None
         self._snapshot: Snapshot | None = None
         self._sorted_keys: list[str] | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -119,6 +127,7 @@ class WatchCache:
         self._changed(sort=True)
         self.rv = max(rv, self.rv) if self.ready and not back_in_time else rv
         self.applied_rv = rv
+        self._claims.clear()  # the list holds whatever the claims' events were
         self.ready = True
         self._wake()
         if back_in_time:
@@ -138,6 +147,8 @@ class WatchCache:
         has already brought the cache to (a resumed watch repeating itself) are ignored."""
         if obj.rv <= self.applied_rv:
             return None
+        if obj.rv <= self.rv and self._claims:
+            self._late(obj.rv)
         self.applied_rv = obj.rv
         prev = self.store.get(obj.key)
         if type_ == DELETED:
@@ -166,8 +177,29 @@ class WatchCache:
         if in_order and rv > self.applied_rv:
             self.applied_rv = rv
         if rv > self.rv:
+            if not in_order:
+                self._claims.append((rv, self._clock()))
             self._snapshot = None
             self._advance(rv)
+
+    def _late(self, rv: int) -> None:
+        now = self._clock()
+        for claimed, at in self._claims:
+            if claimed >= rv:
+                self.late_events += 1
+                if self.on_late is not None:
+                    self.on_late()
+                if now - at > self.lateness():
+                    self._lateness = (now - at, now)
+                return
+
+    def lateness(self) -> float:
+        """How late events arrived after a confirmation covering them, at most, lately: the
+        largest lateness seen, halved for every minute since."""
+        seconds, when = self._lateness
+        if not seconds:
+            return 0.0
+        return float(seconds * 0.5 ** ((self._clock() - when) / 60.0))
 
     def unready(self) -> None:
         """The upstream no longer serves the resource: readers go to it, open watches end."""

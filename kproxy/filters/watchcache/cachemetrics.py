@@ -24,6 +24,7 @@ class CacheMetrics:
     latency: Histogram
     write_wait: Histogram
     persist_loads: Counter
+    late_events: Counter
 
 
 _KEY: ServiceKey[CacheMetrics] = ServiceKey(f"{__name__}.CacheMetrics")
@@ -99,6 +100,13 @@ def cache_metrics(ctx: FilterContext) -> CacheMetrics:
                 "Starts of a persisted resource's cache, by what was on disk: loaded, none, or discarded "
                 "(torn, corrupt, another key or upstream: removed, the resource listed).",
                 ["resource", "outcome"],
+                registry=r,
+            ),
+            Counter(
+                "kproxy_watchcache_late_events_total",
+                "Events that reached the cache after a freshness probe had confirmed their resource version "
+                "(a consistent read served in between missed them; the probe's wait grows to cover them).",
+                ["resource"],
                 registry=r,
             ),
         )

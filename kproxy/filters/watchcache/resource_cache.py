@@ -73,6 +73,7 @@ class ResourceCache:
             on_upstream_rv=self._upstream_rv,
         )
         self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
+        self.cache.on_late = metrics.late_events.labels(label).inc
         self.frames = FrameEncoder(spec.kind, codec, self.version)
         self.broadcaster = Broadcaster(
             self.cache,

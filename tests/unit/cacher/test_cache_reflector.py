@@ -440,6 +440,9 @@ async def test_an_event_arriving_after_the_probe_that_covered_it_is_not_lost() -
         assert h.state() == {"ns/a": 3, "ns/late": 22}
         assert [e.rv for e in h.events] == [15, 18, 22]
         assert h.cache.rv == 22
+        # 15 and 18 came after the probe's wait: counted, and later probes wait longer (bounded).
+        assert h.cache.late_events == 2
+        assert 0.01 < h.reflector.probe_wait() <= 0.25
 
 
 async def test_no_probe_while_the_watch_is_down() -> None:

@@ -450,3 +450,30 @@ def test_object_json_of_a_custom_resource_is_its_own_bytes() -> None:
 def test_a_cached_object_needs_one_of_its_forms() -> None:
     with pytest.raises(ValueError):
         CachedObject("ns/p", "ns", "p", 5, {}, {})
+
+
+def test_an_event_later_than_the_confirmation_covering_it_is_counted_and_its_lateness_kept() -> None:
+    """A progress probe (another stream) said "at 20"; the main watch's event at 15 arrives 30 ms
+    later: it was late. Applied all the same; its lateness decides the next probes' wait, and it
+    fades (halved every minute). An event above every confirmation, or a list, is not late."""
+    clock = Clock()
+    cache = WatchCache(POD, clock=clock)
+    late: list[int] = []
+    cache.on_late = lambda: late.append(1)
+    cache.replace([obj("ns/a", 5)], 10)
+    cache.progress(20, in_order=False)
+    clock.now += 0.03
+    cache.apply(MODIFIED, obj("ns/a", 15))
+    assert cache.get("ns/a").rv == 15 and cache.late_events == 1 and late == [1]  # type: ignore[union-attr]
+    assert cache.lateness() == pytest.approx(0.03)
+    cache.apply(MODIFIED, obj("ns/a", 25))  # above the confirmation: in time
+    assert cache.late_events == 1
+    clock.now += 60
+    assert cache.lateness() == pytest.approx(0.015)
+    cache.progress(30, in_order=True)  # a bookmark on the main stream: ordered, nothing can be late
+    cache.apply(MODIFIED, obj("ns/a", 28))  # a repeat: ignored
+    assert cache.late_events == 1
+    cache.progress(40, in_order=False)
+    cache.replace([obj("ns/a", 35)], 36)  # a list: the confirmations before it are done with
+    cache.apply(MODIFIED, obj("ns/a", 38))
+    assert cache.late_events == 1
