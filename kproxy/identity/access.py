@@ -345,6 +345,9 @@ def api_review(ctx: FilterContext) -> Review:
 _WATCHCACHE_METRICS: ServiceKey[OnDecision] = ServiceKey(f"{__name__}.watchcache.metrics")
 
 
+_WATCHCACHE_METRICS: ServiceKey[OnDecision] = ServiceKey(f"{__name__}.watchcache.metrics")
+
+
 def _watchcache_metrics(ctx: FilterContext) -> OnDecision:
     """The watch cache's authorization counters (registered once per registry), as an ``on_decision``.
 
@@ -354,13 +357,13 @@ def _watchcache_metrics(ctx: FilterContext) -> OnDecision:
 
     def make() -> OnDecision:
         decisions = Counter(
-            "kproxy_watchcache_authorization_decisions",
+            "kproxy_watchcache_authorization_decisions_total",
             "Authorization checks of reads served from the watch cache, by decision (allowed, denied, error).",
             ["decision"],
             registry=ctx.registry,
         )
         cache = Counter(
-            "kproxy_watchcache_authorization_cache",
+            "kproxy_watchcache_authorization_cache_total",
             "Authorization checks of cached reads answered without a SubjectAccessReview of their own (hit) "
             "or with one (miss).",
             ["result"],

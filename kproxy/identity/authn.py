@@ -45,6 +45,7 @@ from prometheus_client import Counter
 
 from kproxy.core.chain import Exchange, Identity
 from kproxy.core.context import FilterContext, ServiceKey
+from kproxy.core.metricnames import counter
 from kproxy.core.status import StatusError, internal_error, unauthorized
 from kproxy.gocompat.strings import equal_fold, raw_url_decode, to_lower, trim_space
 from kproxy.gocompat.utf8 import replaced
@@ -384,13 +385,13 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
 
     def make() -> tuple[Counter, Counter]:
         reviews = Counter(
-            "kproxy_token_reviews",
+            "kproxy_token_reviews_total",
             "TokenReviews kproxy sent to learn callers' identities, by result (authenticated, rejected, error).",
             ["result"],
             registry=ctx.registry,
         )
-        hits = Counter(
-            "kproxy_token_review_cache_hits",
+        hits = counter(
+            "kproxy_token_reviews_cache_hits_total",
             "Caller identities answered from the TokenReview cache.",
             registry=ctx.registry,
         )

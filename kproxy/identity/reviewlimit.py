@@ -129,7 +129,7 @@ def review_limiter(ctx: FilterContext, max_in_flight: int = 32, max_in_flight_pe
 
     def make() -> ReviewLimiter:
         refused = Counter(
-            "kproxy_token_reviews_refused",
+            "kproxy_token_reviews_refused_total",
             "Callers answered 429 instead of a TokenReview of their token, by the bound reached "
             "(client: its own queue was full; total: every queue together was; wait: it waited too long).",
             ["bound"],

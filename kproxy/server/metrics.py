@@ -106,7 +106,7 @@ class Metrics:
             registry=r,
         ).labels(_version(), platform.python_version(), platform.python_implementation()).set(1)
         self.requests = Counter(
-            "kproxy_requests",
+            "kproxy_requests_total",
             "Requests served, by verb, group, resource, subresource, HTTP code and who answered.",
             ["verb", "group", "resource", "subresource", "code", "answered_by"],
             registry=r,
@@ -118,15 +118,15 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.bytes_in = Counter("kproxy_request_bytes", "Request body bytes received from clients.", registry=r)
-        self.bytes_out = Counter("kproxy_response_bytes", "Response body bytes sent to clients.", registry=r)
+        self.bytes_in = Counter("kproxy_request_bytes_total", "Request body bytes received from clients.", registry=r)
+        self.bytes_out = Counter("kproxy_response_bytes_total", "Response body bytes sent to clients.", registry=r)
         self.in_flight = Gauge("kproxy_requests_in_flight", "Requests being served (watches excluded).", registry=r)
         self.open_watches = Gauge("kproxy_open_watches", "Watch and other long-running streams open.", registry=r)
         self.upgrades = Gauge(
             "kproxy_open_upgraded_connections", "Spliced exec/attach/portforward connections.", registry=r
         )
         self.upstream_errors = Counter(
-            "kproxy_upstream_errors", "Upstream requests that failed before a response.", ["reason"], registry=r
+            "kproxy_upstream_errors_total", "Upstream requests that failed before a response.", ["reason"], registry=r
         )
         self.filter_time = Histogram(
             "kproxy_filter_duration_seconds",
@@ -136,10 +136,13 @@ class Metrics:
             registry=r,
         )
         self.rejected = Counter(
-            "kproxy_rejected_requests", "Requests kproxy answered itself with an error Status.", ["reason"], registry=r
+            "kproxy_rejected_requests_total",
+            "Requests kproxy answered itself with an error Status.",
+            ["reason"],
+            registry=r,
         )
         self.connections_closed = Counter(
-            "kproxy_connections_closed",
+            "kproxy_connections_closed_total",
             "Client connections kproxy closed itself, by reason: a deadline passed (tls_handshake_timeout, "
             "read_header_timeout, idle_timeout) or a bound was reached (max_tls_handshakes, "
             "max_unfinished_heads, max_unfinished_head_bytes, max_idle_connections, max_connections, "
@@ -186,7 +189,7 @@ class Metrics:
         self.served = ServedResources()
 
         self.config_reloads = Counter(
-            "kproxy_config_reloads", "Config reloads (file change or SIGHUP), by result.", ["result"], registry=r
+            "kproxy_config_reloads_total", "Config reloads (file change or SIGHUP), by result.", ["result"], registry=r
         )
         self.config_loaded = Gauge(
             "kproxy_config_last_load_timestamp_seconds", "When the running config was loaded.", registry=r

@@ -101,7 +101,7 @@ def test_forward_mode_rules_select_by_user_and_group(
     for _ in range(3):
         kubectl(["create", "configmap", "again", "-n", ns], kubeconfig=user)
     assert _metric(rp, 'kproxy_token_reviews_total{result="authenticated"}') == 2
-    assert _metric(rp, "kproxy_token_review_cache_hits_total") >= 3
+    assert _metric(rp, "kproxy_token_reviews_cache_hits_total") >= 3
 
 
 def test_forward_mode_anonymous_and_invalid_tokens(

@@ -22,6 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 import kproxy
+from kproxy.core.metricnames import RENAMED
 from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
@@ -116,6 +117,17 @@ def test_metrics_follow_prometheus_and_apiserver_conventions(full: RunningProxy,
         if fam.type == "counter":
             assert all(s.name.endswith("_total") for s in fam.samples), name
     assert "kproxy_watchcache_resource_version_lag" not in families
+    # One naming scheme (docs/monitoring.md): a filter's metrics are kproxy_<filter>_..., its bytes
+    # _input_bytes/_output_bytes. The names it replaced are exported for one release too, counting
+    # the same as the new ones.
+    current = {n for n in names if n.startswith("kproxy_") and n not in RENAMED}
+    assert not [n for n in current if re.search(r"_(in|out)_bytes", n) or n.startswith("kproxy_transcoded_")]
+    assert {"kproxy_transcode_input_bytes_total", "kproxy_transcode_output_bytes_total"} <= names
+    assert any(s.labels.get("shape") == "list" for s in families["kproxy_transcode_responses"].samples)
+    for old, new in RENAMED.items():
+        if new in names:
+            assert sorted(map(repr, samples(rp, old))) == sorted(map(repr, samples(rp, new))), old
+            assert families[family(old)].documentation.startswith("Deprecated: renamed"), old
     progress = [v for _, v in samples(rp, "kproxy_watchcache_last_progress_timestamp_seconds")]
     assert progress and all(abs(time.time() - v) < 600 for v in progress), progress
 

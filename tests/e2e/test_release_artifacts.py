@@ -179,7 +179,7 @@ def test_the_installed_wheel_proxies_the_apiserver_through_its_shipped_schema(
     through = kubectl.json(["-n", namespace, "get", "configmap", "shipped"], kubeconfig=installed_proxy.kubeconfig)
     assert through["data"] == {"k": "v"}
     # The JSON kubectl read was rebuilt from the apiserver's protobuf by the installed codec.
-    transcoded = re.findall(r"^kproxy_transcoded_responses_total\{[^}]*\} (\S+)$", installed_proxy.metrics(), re.M)
+    transcoded = re.findall(r"^kproxy_transcode_responses_total\{[^}]*\} (\S+)$", installed_proxy.metrics(), re.M)
     assert sum(float(v) for v in transcoded) > 0, installed_proxy.metrics()
 
 

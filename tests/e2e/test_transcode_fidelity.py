@@ -133,7 +133,7 @@ async def test_corpus_size_and_all_shapes_transcoded(
     assert len(corpus.kinds(objects)) >= 25
 
     def count(shape: str) -> float:
-        prefix = f'kproxy_transcoded_responses_total{{shape="{shape}"}} '
+        prefix = f'kproxy_transcode_responses_total{{shape="{shape}"}} '
         return next((float(ln.split()[-1]) for ln in pb_proxy.metrics().splitlines() if ln.startswith(prefix)), 0.0)
 
     before = {shape: count(shape) for shape in ("object", "list", "watch")}

@@ -282,13 +282,13 @@ def _metrics(ctx: FilterContext) -> tuple[Counter, Counter]:
 
     def make() -> tuple[Counter, Counter]:
         enforced = Counter(
-            "kproxy_dryrun_enforced",
+            "kproxy_dryrun_enforced_total",
             "Mutating requests the dryrun filter sent upstream as dry runs, by rule.",
             ["rule"],
             registry=ctx.registry,
         )
         rejected = Counter(
-            "kproxy_dryrun_rejected",
+            "kproxy_dryrun_rejected_total",
             "Requests the dryrun filter refused (reject rules; unsafe requests under enforce), by rule.",
             ["rule"],
             registry=ctx.registry,

@@ -80,6 +80,7 @@ from kproxy.codec.envelope import MAGIC, parse_type_meta, read_varint
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply, StreamBody, UpgradeBody
 from kproxy.core.context import ServiceKey
 from kproxy.core.errorreply import encoded_status
+from kproxy.core.metricnames import counter
 from kproxy.core.negotiation import (
     JSON,
     PROTOBUF,
@@ -163,8 +164,8 @@ class _Plan:
 class _Metrics:
     def __init__(self, ctx: FilterContext) -> None:
         reg = ctx.registry
-        self.transcoded = Counter(
-            "kproxy_transcoded_responses_total",
+        self.transcoded = counter(
+            "kproxy_transcode_responses_total",
             "Responses the transcode filter rebuilt from protobuf, by shape",
             ["shape"],
             registry=reg,
@@ -185,12 +186,15 @@ class _Metrics:
             ["shape"],
             registry=reg,
         )
-        self.bytes_in = Counter(
-            "kproxy_transcode_in_bytes_total", "Protobuf bytes read from the upstream", registry=reg
+        self.bytes_in = counter(
+            "kproxy_transcode_input_bytes_total", "Protobuf bytes read from the upstream", registry=reg
         )
-        self.bytes_out = Counter(
-            "kproxy_transcode_out_bytes_total", "Bytes written to clients after transcoding", registry=reg
+        self.bytes_out = counter(
+            "kproxy_transcode_output_bytes_total", "Bytes written to clients after transcoding", registry=reg
         )
+
+
+_METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
 
 
 _METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")

@@ -110,7 +110,7 @@ class ValidationSettings(BaseModel):
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
-            "kproxy_validation_requests",
+            "kproxy_validation_requests_total",
             "Writes seen by the validation filter, by effective level and outcome "
             "(passed: forwarded untouched; raised: level raised for the upstream; rejected: "
             "kproxy answered Strict itself; warned: kproxy added warnings; deferred: the "
