@@ -22,6 +22,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
+from kproxy.core.discovery import Discovery
+
 T = TypeVar("T")
 
 CredentialsMode = Literal["proxy", "forward", "impersonate"]
@@ -197,6 +199,13 @@ class FilterContext:
     #: ``upstream.anonymous_auth``: whether the apiserver takes a caller without credentials as
     #: ``system:anonymous`` (else its 401, which kproxy then answers itself where it decides).
     anonymous_auth: bool = True
+    #: The apiserver's discovery and its CustomResourceDefinitions, read and watched once for
+    #: the process whatever reads them (:class:`kproxy.core.discovery.Discovery`).
+    discovery: Discovery = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.discovery = Discovery(self.api)
+
     def service(self, key: ServiceKey[T], make: Callable[[], T]) -> T:
         """The service under ``key``, made by ``make()`` the first time it is asked for."""
         if key.name not in self.services:

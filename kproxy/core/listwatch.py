@@ -1,5 +1,6 @@
-"""The watch cache's line to the apiserver: list, watch and freshness probes over kproxy's own
-credentials (``ctx.api``), in protobuf for built-in kinds and JSON for the rest.
+"""The line of a list+watch to the apiserver (the watch cache's, and the discovery service's CRD
+watch): list, watch and freshness probes over kproxy's own credentials (``ctx.api``), in protobuf
+for built-in kinds and JSON for the rest.
 
 Across a slow link (the round trip kproxy measures, ``kproxy.core.upstreamlink``, at least
 ``GZIP_RTT``) the cache's lists ask for gzip, as ``upstream_gzip: auto`` does for callers'
@@ -17,24 +18,31 @@ import random
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import msgspec
 import orjson
 
-from kproxy.cacher import BOOKMARK, Expired, ListPage, NotServed, StreamingListUnsupported, TooLarge, UpstreamEvent
+from kproxy.cacher import (
+    BOOKMARK,
+    Expired,
+    Kind,
+    ListPage,
+    NotServed,
+    StreamingListUnsupported,
+    TooLarge,
+    UpstreamEvent,
+)
 from kproxy.cacher.ingest import ObjectFactory, list_meta_rv, split_list
 from kproxy.codec import decode_envelope, encode_envelope
 from kproxy.codec.envelope import parse_watch_event
 from kproxy.compress import stream
 from kproxy.compress.backends import gzip_decoder
 from kproxy.core.chunkreader import ChunkReader
-from kproxy.core.context import ApiClient
 from kproxy.core.negotiation import PROTOBUF
+from kproxy.core.ownapi import OwnApi
 from kproxy.core.upstreamlink import MIN_SAMPLES
-
-from .resources import ResourceSpec
 
 log = logging.getLogger("kproxy.watchcache.upstream")
 
@@ -46,11 +54,20 @@ _MAX_FRAME = 64 << 20
 #: than the bytes it saves).
 GZIP_RTT = 0.010
 # One measurement of the link at a time per upstream (kproxy's own client of it).
-_MEASURING: weakref.WeakKeyDictionary[ApiClient, asyncio.Lock] = weakref.WeakKeyDictionary()
+_MEASURING: weakref.WeakKeyDictionary[OwnApi, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 class UpstreamError(Exception):
     pass
+
+
+class ListTarget(Protocol):
+    """The resource a lister-watcher follows (the watch cache's ``ResourceSpec`` is one)."""
+
+    @property
+    def list_path(self) -> str: ...
+    @property
+    def kind(self) -> Kind: ...
 
 
 class _JsonEvent(msgspec.Struct):
@@ -85,8 +102,8 @@ def _status_error(status: int, body: bytes) -> Exception:
 
 @dataclass(slots=True)
 class HttpListerWatcher:
-    api: ApiClient
-    spec: ResourceSpec
+    api: OwnApi
+    spec: ListTarget
     factory: ObjectFactory
     watch_timeout: tuple[int, int] = (300, 600)
     #: Ask for gzip from this measured round trip up (None: never).

@@ -168,7 +168,7 @@ class ProxyServer:
                 self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl, lambda: self.cfg.impersonate
             )
         await self.chain.start(self.context)
-        self.metrics.served.start(self.context.api)
+        self.metrics.served.start(self.context.discovery)
         ssl_ctx = server_ssl(self.cfg, http2=self.cfg.http2.enabled)
         # Connections are bounded below the file-descriptor limit (kproxy.server.connections).
         self.connections.fd_limit = raise_fd_limit()
@@ -314,6 +314,12 @@ class ProxyServer:
         in_use = {id(f) for chain in (self.chain, *self._draining) for f in chain.filters}
         await _stop_filters([f for f in old.filters if id(f) not in in_use])
 
+    async def _close_discovery(self) -> None:
+        """End the discovery service's reads and its CRD watch (``kproxy.core.discovery``)."""
+        context: FilterContext | None = getattr(self, "context", None)  # set by start()
+        if context is not None:
+            await context.discovery.close()
+
     async def close_unstarted(self) -> None:
         """Release what a :meth:`start` that failed had opened (no drain: nothing was served)."""
         for runner in (self._runner, self._admin_runner):
@@ -321,6 +327,7 @@ class ProxyServer:
                 await runner.cleanup()
         await self.chain.stop()
         await self.metrics.served.stop()
+        await self._close_discovery()
         await self.upstream.close()
 
     async def shutdown(self, deadline: float | None = None) -> None:
@@ -372,6 +379,7 @@ class ProxyServer:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.chain.stop()
         await self.metrics.served.stop()
+        await self._close_discovery()
         await self.upstream.close()
 
     # ----------------------------------------------------------------- main listener

@@ -14,7 +14,7 @@ from kproxy.cacher.fields import builtin_fields, crd_fields
 from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
-from kproxy.filters.watchcache.listwatch import HttpListerWatcher
+from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.filters.watchcache.resources import ResourceSpec
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream

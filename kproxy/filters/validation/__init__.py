@@ -38,8 +38,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from multidict import MultiDict
@@ -129,13 +127,12 @@ class _Metrics:
 
 class _Schemas:
     """The schema cache shared by the validation filter's instances with the same cache settings
-    (a reload that changes other settings keeps it), and its CRD watch, which runs while any
-    instance using it is started."""
+    (a reload that changes other settings keeps it); it follows the process's one CRD watch
+    (``ctx.discovery``) while any instance using it is started."""
 
     def __init__(self, cache: SchemaCache) -> None:
         self.cache = cache
         self.users = 0
-        self.watch: asyncio.Task[Any] | None = None
 
 
 class Validation(FilterBase):
@@ -172,8 +169,8 @@ class Validation(FilterBase):
             lambda: _Schemas(SchemaCache(fetch, settle_seconds=s.settle_seconds, refresh_seconds=s.refresh_seconds)),
         )
         schemas.users += 1
-        if s.watch_crds and schemas.watch is None:
-            schemas.watch = asyncio.ensure_future(schemas.cache.watch_crds(self._list_crds, self._watch_crds))
+        if s.watch_crds:
+            schemas.cache.follow_crds(ctx.discovery)
         self.cache = schemas.cache
 
         ttl = self.settings.access_ttl
@@ -188,9 +185,8 @@ class Validation(FilterBase):
         schemas, self._schemas = self._schemas, None
         if schemas is not None:
             schemas.users -= 1
-            if schemas.users == 0:
-                watch, schemas.watch = schemas.watch, None
-                await cancel(watch)
+            if schemas.users == 0 and self.ctx is not None:
+                schemas.cache.unfollow_crds(self.ctx.discovery)
 
     async def _detect_upstream(self) -> None:
         assert self.ctx is not None
@@ -201,29 +197,6 @@ class Validation(FilterBase):
         elif not version.at_least(25):
             self.upstream_validates = False
             log.info("validation: the upstream (%s) predates fieldValidation; kproxy provides it", version.git_version)
-
-    async def _list_crds(self) -> tuple[str, dict[str, tuple[str, str]]]:
-        assert self.ctx is not None
-        status, answer = await self.ctx.api.json("GET", _CRDS)
-        if status != 200 or not isinstance(answer, dict):
-            raise OSError(f"listing CRDs answered {status}")
-        items = {}
-        for item in answer.get("items") or ():
-            meta = item.get("metadata") or {}
-            items[str(meta.get("name"))] = (
-                str((item.get("spec") or {}).get("group")),
-                str(meta.get("resourceVersion")),
-            )
-        return str((answer.get("metadata") or {}).get("resourceVersion", "")), items
-
-    @asynccontextmanager
-    async def _watch_crds(self, rv: str) -> AsyncIterator[AsyncIterator[bytes]]:
-        assert self.ctx is not None
-        target = f"{_CRDS}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}"
-        async with self.ctx.api.request("GET", target, headers={"Accept": "application/json"}, timeout=None) as resp:
-            if resp.status != 200:
-                raise OSError(f"watching CRDs answered {resp.status}")
-            yield resp.content.__aiter__()
 
     # ------------------------------------------------------------------ per request
 

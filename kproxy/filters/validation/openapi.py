@@ -7,10 +7,12 @@ when the upstream gives an ETag) and fetching only documents whose hash changed.
 
 Custom resources change when their CRD does. The apiserver rebuilds a CRD's document
 asynchronously after the CRD changes, so for a short while the index may still point at the old
-schema: after any CRD event (kproxy watches CRDs with its own credentials) the CRD's group is
-*unsettled* for ``settle_seconds`` and lookups for it answer ``None`` (the caller then lets the
-apiserver validate, which is always exact). While CRDs are not being watched (no permission,
-or reconnecting) custom resources are not validated locally at all.
+schema: after any CRD event (from the process's one CRD watch, ``kproxy.core.discovery``, made
+with kproxy's own credentials) the CRD's group is *unsettled* for ``settle_seconds`` and lookups
+for it answer ``None`` (the caller then lets the apiserver validate, which is always exact). A
+watch that breaks is resumed, and a relist's differences arrive as events too, so a change made
+while disconnected is not missed. While no watch feeds the CRDs (no permission, or
+reconnecting) custom resources are not validated locally at all.
 
 No aiohttp here beyond what ``ApiClient`` returns; the fetch function is injectable for tests.
 """
@@ -21,13 +23,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from kproxy.cacher import CacheEvent
+from kproxy.core.crdfeed import CrdFeed
+from kproxy.core.discovery import Discovery, groups_of
 from kproxy.filters.validation.schemanodes import Endpoint, GroupVersionSchemas, Node, load_group_version
 
 log = logging.getLogger("kproxy.validation")
@@ -35,8 +39,6 @@ log = logging.getLogger("kproxy.validation")
 #: fetch(path, etag) -> (status, body bytes, etag or None)
 Fetch = Callable[[str, str | None], Awaitable[tuple[int, bytes, str | None]]]
 
-ListCrds = Callable[[], Awaitable[tuple[str, dict[str, tuple[str, str]]]]]
-WatchCrds = Callable[[str], AbstractAsyncContextManager[AsyncIterator[bytes]]]
 
 
 @dataclass(slots=True)
@@ -63,8 +65,7 @@ class SchemaCache:
         self._docs: dict[str, GroupVersionSchemas] = {}
         self._loading: dict[str, asyncio.Task[GroupVersionSchemas | None]] = {}
         self._unsettled: dict[str, float] = {}  # CRD group -> monotonic deadline
-        #: Custom resources are validated locally only while CRD changes are watched.
-        self.watching_crds = False
+        self._crds: CrdFeed | None = None  # the CRD feed followed, if any
         self.document_loads = 0
         self.last_load_seconds = 0.0
 
@@ -153,47 +154,29 @@ class SchemaCache:
             return None
         return Resolved(endpoint, gv.node(endpoint.ref), gv.custom, gv.object_meta() if gv.custom else None)
 
-    # ------------------------------------------------------------------ CRD watch
+    # ------------------------------------------------------------------ CRD changes
 
-    async def watch_crds(self, list_crds: ListCrds, watch_crds: WatchCrds) -> None:
-        """Mark a CRD's group unsettled whenever the CRD changes; runs until cancelled.
+    @property
+    def watching_crds(self) -> bool:
+        """Custom resources are validated locally only while a watch feeds the CRDs."""
+        feed = self._crds
+        return feed is not None and feed.live
 
-        ``list_crds()`` -> (resourceVersion, {name: (group, resourceVersion)}); ``watch_crds(rv)``
-        is an async context manager yielding the raw watch lines. After a broken watch the list
-        is compared with what was known, so a change made while disconnected is not missed.
-        """
-        known: dict[str, tuple[str, str]] | None = None
-        while True:
-            try:
-                rv, items = await list_crds()
-                if known is not None:
-                    for name in set(known) | set(items):
-                        if known.get(name) != items.get(name):
-                            self.unsettle((items.get(name) or known[name])[0])
-                known = items
-                async with watch_crds(rv) as lines:
-                    self.watching_crds = True
-                    async for line in lines:
-                        if not line.strip():
-                            continue
-                        event = orjson.loads(line)
-                        obj = event.get("object") or {}
-                        meta = obj.get("metadata") or {}
-                        group = (obj.get("spec") or {}).get("group")
-                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and group:
-                            self.unsettle(str(group))
-                            if event["type"] == "DELETED":
-                                known.pop(str(meta.get("name")), None)
-                            else:
-                                known[str(meta.get("name"))] = (str(group), str(meta.get("resourceVersion")))
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:  # the watch ended or failed: wait, then list and watch again
-                log.debug("validation: CRD watch ended: %s", err)
-            if self.watching_crds:
-                # Changes made while reconnecting are caught by comparing the next list.
-                self.watching_crds = False
-            await asyncio.sleep(1.0)
+    def follow_crds(self, discovery: Discovery) -> None:
+        """Follow CRD changes from ``discovery``'s CRD feed (started if it was not)."""
+        if self._crds is None:
+            discovery.subscribe_crds(self.crds_changed)
+            self._crds = discovery.crds()
+
+    def unfollow_crds(self, discovery: Discovery) -> None:
+        discovery.unsubscribe_crds(self.crds_changed)
+        self._crds = None
+
+    def crds_changed(self, events: list[CacheEvent]) -> None:
+        """CRDs were added, changed or deleted: their groups' schemas are not vouched for a while."""
+        for group in groups_of(events):
+            if group:
+                self.unsettle(group)
 
 
 async def cancel(task: asyncio.Task[Any] | None) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
 from multidict import CIMultiDict
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -63,7 +62,7 @@ from kproxy.filters.watchcache.resources import (
     Key,
     ResourceNames,
     ResourceSpec,
-    discover,
+    list_watch_resources,
     missing_note,
     parse_name,
     resolve,
@@ -274,10 +273,13 @@ class WatchCacheFilter(FilterBase):
         if self.settings.persist is not None:
             self._persist = _open_persist(ctx, self.settings.persist)
             self._preload()
+        ctx.discovery.subscribe_crds(self._crds_changed)
         self._sync = asyncio.create_task(self._sync_loop(), name="kproxy-watchcache-discovery")
 
     async def stop(self) -> None:
         self._stopped = True
+        if self.ctx is not None:
+            self.ctx.discovery.unsubscribe_crds(self._crds_changed)
         for task in (self._sync, self._kicked, *self._tasks):
             if task is not None:
                 task.cancel()
@@ -376,7 +378,7 @@ class WatchCacheFilter(FilterBase):
         # Asked before discovery: an apiserver ready then had discovery assembled when read.
         ready = await self._upstream_ready() is not False
         await self._version.read(self.ctx.api)  # a few answers differ by minor (docs/compatibility.md)
-        served = await discover(self._fetch, codec.knows)
+        served = list_watch_resources(await self.ctx.discovery.read())
         specs, missing = resolve(self.settings.resources, served, codec.knows)
         wanted = {s.key: s for s in specs if not self._definition_deleted(s)}
         self._note_absent(wanted, ready)
@@ -405,6 +407,10 @@ class WatchCacheFilter(FilterBase):
     def _new_cache(self, spec: ResourceSpec, crd_paths: tuple[str, ...] | None) -> ResourceCache:
         assert self.ctx is not None and self._codec is not None and self._metrics is not None
         s = self.settings
+        # CustomResourceDefinitions are the process's one CRD list+watch (``ctx.discovery``),
+        # which the validation filter follows too: served from it, not watched a second time.
+        feed = self.ctx.discovery.crds() if spec.key == _CRD_KEY else None
+        store = self._persist.store(spec, crd_paths) if self._persist is not None and feed is None else None
         rc = ResourceCache(
             spec,
             self.ctx.api,
@@ -418,10 +424,9 @@ class WatchCacheFilter(FilterBase):
             watch_buffer=s.watch_buffer,
             bookmark_interval=s.bookmark_interval,
             version=self._version,
-            store=self._persist.store(spec, crd_paths) if self._persist is not None else None,
+            store=store,
+            feed=feed,
         )
-        if spec.key == _CRD_KEY:
-            rc.cache.add_listener(self._crds_changed)
         self.caches[spec.key] = rc
         self._unconfirmed.labels(spec.label).set_function(lambda: Outage.unconfirmed(rc))
         rc.start()
@@ -564,12 +569,11 @@ class WatchCacheFilter(FilterBase):
         if spec.kind.protobuf or not spec.group or "." not in spec.group:
             return None
         name = f"{spec.resource}.{spec.group}"
-        crd_cache = self.caches.get(_CRD_KEY)
-        held = crd_cache.cache.get(name) if crd_cache is not None and crd_cache.cache.ready else None
-        if held is not None:  # with "*" the definitions are cached too: no request per refresh
-            assert crd_cache is not None
-            crd = orjson.loads(held.object_json(crd_cache.spec.kind))
-            return _selectable_paths(crd, spec.version)
+        assert self.ctx is not None
+        feed = self.ctx.discovery.crd_feed
+        held = feed.get(name) if feed is not None else None
+        if held is not None:  # the definitions are watched (``*``, or validation): no request per refresh
+            return _selectable_paths(held, spec.version)
         try:
             crd = await self._fetch(f"{_CRDS}/{name}")
         except Exception as err:

@@ -16,11 +16,12 @@ from kproxy.cacher.objects import JsonEncoder
 from kproxy.cacher.persist import ResourceStore
 from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
+from kproxy.core.crdfeed import CrdFeed
+from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
 from .frames import FrameEncoder
-from .listwatch import HttpListerWatcher
 from .resources import ResourceSpec
 
 log = logging.getLogger("kproxy.watchcache")
@@ -51,28 +52,40 @@ class ResourceCache:
         bookmark_interval: float = 60.0,
         version: UpstreamVersion | None = None,
         store: ResourceStore | None = None,
+        feed: CrdFeed | None = None,
     ) -> None:
         self.spec = spec
-        self.store = store
+        # With ``feed`` (the process's one CRD list+watch, ``kproxy.core.discovery``) the cache
+        # and its reflector are the feed's: shared, started and stopped by it, not persisted.
+        self._feed = feed
+        self.store = store if feed is None else None
         self._persist_loads = metrics.persist_loads
         self.crd_paths = crd_paths
         self.fields = selectable_fields(spec, crd_paths)
         self.version = version or UpstreamVersion()
-        self.factory = ObjectFactory(spec.kind, self.fields, codec)
-        self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
         label = spec.label
         self._objects = metrics.objects.labels(label)
         self._progress = metrics.progress.labels(label)
         relists = metrics.relists
-        self.reflector = Reflector(
-            label,
-            HttpListerWatcher(api, spec, self.factory),
-            self.cache,
-            page_size=page_size,
-            on_relist=lambda reason: relists.labels(label, reason).inc(),
-            on_upstream_rv=self._upstream_rv,
-        )
-        self.cache.add_listener(lambda _events: self._objects.set(len(self.cache)))
+        self._relisted = lambda reason: relists.labels(label, reason).inc()
+        if feed is not None:
+            self.factory = feed.factory
+            self.cache = feed.cache
+            self.reflector = feed.reflector
+            feed.relist_hooks.append(self._relisted)
+            feed.rv_hooks.append(self._upstream_rv)
+        else:
+            self.factory = ObjectFactory(spec.kind, self.fields, codec)
+            self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
+            self.reflector = Reflector(
+                label,
+                HttpListerWatcher(api, spec, self.factory),
+                self.cache,
+                page_size=page_size,
+                on_relist=self._relisted,
+                on_upstream_rv=self._upstream_rv,
+            )
+        self.cache.add_listener(self._count)
         self.cache.on_late = metrics.late_events.labels(label).inc
         self.frames = FrameEncoder(spec.kind, codec, self.version)
         self.broadcaster = Broadcaster(
@@ -85,6 +98,9 @@ class ResourceCache:
         self._expire: asyncio.Task[None] | None = None
         self._encode_ahead = encode_ahead and spec.kind.protobuf
         self._warm: asyncio.Task[None] | None = None
+
+    def _count(self, _events: object) -> None:
+        self._objects.set(len(self.cache))
 
     def _upstream_rv(self, rv: int) -> None:
         self._objects.set(len(self.cache))
@@ -104,7 +120,10 @@ class ResourceCache:
         self.broadcaster.start()
         if self.store is not None:
             self._load()
-        self.reflector.start()
+        if self._feed is None:
+            self.reflector.start()
+        else:
+            self._objects.set(len(self.cache))
         self._expire = asyncio.create_task(self._expire_loop())
         if self._encode_ahead:
             self._warm = asyncio.create_task(self._warm_loop())
@@ -132,7 +151,13 @@ class ResourceCache:
 
     async def stop(self) -> None:
         await self.broadcaster.stop()  # open watches end cleanly; their clients watch again
-        await self.reflector.stop()
+        self.cache.remove_listener(self._count)
+        feed = self._feed
+        if feed is None:
+            await self.reflector.stop()
+        else:
+            feed.relist_hooks.remove(self._relisted)
+            feed.rv_hooks.remove(self._upstream_rv)
         if self.store is not None:
             await self.store.close()
         for task in (self._expire, self._warm):

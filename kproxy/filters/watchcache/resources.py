@@ -1,4 +1,5 @@
-"""Which resources the cache holds: names from the config resolved through the apiserver's discovery.
+"""Which resources the cache holds: names from the config resolved through the apiserver's discovery
+(as the process's one reader, ``kproxy.core.discovery``, read it).
 
 A config entry is ``RESOURCE`` (``pods``: the core group first, then the groups in discovery's
 priority order, each at its preferred version), ``RESOURCE.GROUP`` (``deployments.apps``),
@@ -9,15 +10,14 @@ resource that supports both list and watch, at its group's preferred version.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
 from kproxy.cacher import Kind
-
-Fetch = Callable[[str], Awaitable[Any]]  # GET a discovery document -> decoded JSON (None on 404)
+from kproxy.core.discovery import ServedResource
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,29 +92,26 @@ class _Served:
     entry: dict[str, Any]
 
 
-async def discover(fetch: Fetch, knows_protobuf: Callable[[str, str], bool]) -> list[_Served]:
-    """Every list+watch resource (no subresources) of every served group version, in priority order."""
-    out: list[_Served] = []
-
-    async def add(group: str, version: str, preferred: bool) -> None:
-        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        doc = await fetch(path)
-        for entry in (doc or {}).get("resources") or []:
-            name = entry.get("name", "")
-            verbs = entry.get("verbs") or []
-            if "/" in name or "list" not in verbs or "watch" not in verbs:
-                continue
-            out.append(_Served(group, version, preferred, entry))
-
-    core = await fetch("/api")
-    for version in (core or {}).get("versions") or ["v1"]:
-        await add("", version, True)
-    groups = await fetch("/apis")
-    for g in (groups or {}).get("groups") or []:
-        preferred = (g.get("preferredVersion") or {}).get("version")
-        for v in g.get("versions") or []:
-            await add(g["name"], v["version"], v["version"] == preferred)
-    return out
+def list_watch_resources(resources: Iterable[ServedResource]) -> list[_Served]:
+    """The list+watch resources of discovery (``kproxy.core.discovery``, the process's one
+    reader), every served group version, in discovery's priority order."""
+    return [
+        _Served(
+            r.group,
+            r.version,
+            r.preferred,
+            {
+                "name": r.resource,
+                "kind": r.kind,
+                "namespaced": r.namespaced,
+                "verbs": list(r.verbs),
+                "singularName": r.singular,
+                "shortNames": list(r.short_names),
+            },
+        )
+        for r in resources
+        if r.list_watch
+    ]
 
 
 def resolve(

@@ -11,7 +11,7 @@ from test_access import ALICE, BOB, Clock, FakeReview, pods, sar_answer
 
 from kproxy.cacher.reflector import Expired
 from kproxy.core.status import internal_error
-from kproxy.filters.watchcache.listwatch import UpstreamError
+from kproxy.core.listwatch import UpstreamError
 from kproxy.filters.watchcache.outage_serving import unreachable
 from kproxy.identity.access import AccessReviewer, AccessReviewError
 

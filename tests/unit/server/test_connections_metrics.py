@@ -7,10 +7,11 @@ import asyncio
 from typing import Any
 
 from kproxy.config import ConnectionsConfig, parse_config
+from kproxy.core.discovery import Discovery, from_aggregated, read_discovery
 from kproxy.core.requestinfo import request_info_from_target
 from kproxy.server.connections import Connections
 from kproxy.server.metrics import Metrics
-from kproxy.server.servedresources import OTHER, REFRESH_INTERVAL, ServedResources, discover, labels_from_aggregated
+from kproxy.server.servedresources import OTHER, REFRESH_INTERVAL, ServedResources
 
 
 class _Conn:
@@ -117,44 +118,77 @@ _LEGACY: dict[str, Any] = {
 
 
 def test_discovery_aggregated_and_legacy_give_the_same_labels() -> None:
-    assert labels_from_aggregated(_AGGREGATED["/apis"]) == {"deployments.apps"}
+    assert {r.label for r in from_aggregated(_AGGREGATED["/apis"])} == {"deployments.apps"}
     # Subresources as ``resource/subresource[.group]``: a request's resource never holds a "/".
     for docs in (_AGGREGATED, _LEGACY):
 
         async def fetch(path: str, accept: str, docs: dict[str, Any] = docs) -> tuple[int, Any]:
             return 200, docs[path]
 
-        assert asyncio.run(discover(fetch)) == {"pods", "pods/log", "deployments.apps"} | (
+        found = asyncio.run(read_discovery(fetch))
+        assert {label for r in found for label in r.labels()} == {"pods", "pods/log", "deployments.apps"} | (
             {"deployments/scale.apps"} if docs is _LEGACY else set()
         )
 
 
-def test_a_resource_not_known_yet_reads_discovery_again_at_most_once_per_interval() -> None:
-    docs: dict[str, Any] = {
-        "/api": {"kind": "APIGroupDiscoveryList", "items": []},
-        "/apis": {"kind": "APIGroupDiscoveryList", "items": []},
-    }
-    reads: list[str] = []
+class _DiscoveryApi:
+    """kproxy's own line as the discovery reader uses it: JSON GETs of the documents below."""
 
-    async def fetch(path: str, accept: str) -> tuple[int, Any]:
-        reads.append(path)
-        return 200, docs[path]
+    def __init__(self, docs: dict[str, Any]) -> None:
+        self.docs = docs
+        self.reads: list[str] = []
+        self.rtt = None
+
+    async def json(self, method: str, target: str, body: Any = None, **_: Any) -> tuple[int, Any]:
+        self.reads.append(target)
+        await asyncio.sleep(0)  # an answer takes a moment: others arrive meanwhile
+        return 200, self.docs[target]
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not used")
+
+
+def test_a_resource_not_known_yet_reads_discovery_again_at_most_once_per_interval() -> None:
+    api = _DiscoveryApi(
+        {
+            "/api": {"kind": "APIGroupDiscoveryList", "items": []},
+            "/apis": {"kind": "APIGroupDiscoveryList", "items": []},
+        }
+    )
+    reads = api.reads
 
     async def run() -> None:
+        discovery = Discovery(api)
         served = ServedResources()
-        served.start_with(fetch)
+        served.start(discovery)
         await asyncio.sleep(0.01)
         assert reads == ["/api", "/apis"]
-        docs["/apis"] = _AGGREGATED["/apis"]  # a new resource appears
+        api.docs["/apis"] = _AGGREGATED["/apis"]  # a new resource appears
         assert served.label("deployments.apps") == OTHER
         await asyncio.sleep(0.01)
         assert len(reads) == 2  # read less than REFRESH_INTERVAL ago: not again
-        served._last -= REFRESH_INTERVAL
+        discovery._last -= REFRESH_INTERVAL
         for i in range(100):  # random names: one read between them all
             assert served.label(f"r{i}") == OTHER
         await asyncio.sleep(0.01)
         assert len(reads) == 4
         assert served.label("deployments.apps") == "deployments.apps"
         await served.stop()
+        await discovery.close()
+
+    asyncio.run(run())
+
+
+def test_readers_that_wait_together_share_one_discovery_read_started_after_them() -> None:
+    api = _DiscoveryApi(_AGGREGATED)
+
+    async def run() -> None:
+        discovery = Discovery(api)
+        first = await discovery.read()
+        assert len(api.reads) == 2 and {r.label for r in first} == {"pods", "deployments.apps"}
+        await asyncio.gather(*(discovery.read() for _ in range(10)))
+        # One read in flight, then one more shared by the nine that arrived while it ran.
+        assert len(api.reads) == 2 + 2 * 2
+        await discovery.close()
 
     asyncio.run(run())

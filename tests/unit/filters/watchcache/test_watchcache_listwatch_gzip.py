@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kproxy.filters.watchcache import listwatch
-from kproxy.filters.watchcache.listwatch import UpstreamError, _Gunzipped
+from kproxy.core import listwatch
+from kproxy.core.listwatch import UpstreamError, _Gunzipped
 
 
 async def _chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
