@@ -39,7 +39,7 @@ from kproxy.identity.access import AccessReviewer, api_review, authorize
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, authenticator
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 TARGET = "/api/v1/namespaces/default/pods"
 QUERY = "labelSelector=app%3Dweb"

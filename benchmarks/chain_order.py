@@ -44,7 +44,7 @@ import aiohttp
 
 from benchmarks.lib.procs import cpu_seconds
 from benchmarks.lib.stats import percentile
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 SECTIONS_ORDER = ("compression", "transcode", "dryrun", "validation", "watchcache")

@@ -46,7 +46,7 @@ from benchmarks.lib.common import log
 from benchmarks.lib.data import NAMESPACE, seed_pods
 from benchmarks.lib.procs import self_cpu_seconds
 from kproxy.codec import ProtobufCodec, decode_envelope
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 
 async def fetch_list(info: envtest.ControlPlaneInfo) -> tuple[bytes, bytes]:

@@ -53,7 +53,7 @@ from benchmarks.lib.cluster import control_plane, start_kproxy
 from benchmarks.lib.common import BenchError, log, work_dir
 from benchmarks.lib.data import NAMESPACE, seed_pods
 from benchmarks.lib.procs import Process, cpu_seconds_or
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 NAN = float("nan")
 

@@ -3,7 +3,7 @@ after it and many readers at once cost, and the cache's own fill.
 
     python -m benchmarks.consistent_reads [--rtt-ms 50] [--mbit 20] [--configmaps 1500] [--rounds 5]
 
-A private control plane (``kproxy.testing.envtest``) with ``--configmaps`` ConfigMaps (1 kB each)
+A private control plane (``kproxy.localcluster.envtest``) with ``--configmaps`` ConfigMaps (1 kB each)
 in one namespace; kproxy caches configmaps and reaches the apiserver through toxiproxy shaped
 as ``--rtt-ms`` / ``--mbit`` (``kproxy.testing.toxiproxy``). Reported: the time kproxy's cache took
 to fill and the bytes that crossed the link meanwhile; the median time of each page of a
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 

@@ -5,7 +5,7 @@
 
 What a gateway in front of an apiserver is for: its clients are controllers. Each side of this run
 starts a control plane (etcd + kube-apiserver), then the living cluster of
-:mod:`kproxy.testing.cluster` on it: kube-controller-manager, kube-scheduler and KWOK with ``--nodes``
+:mod:`kproxy.localcluster.cluster` on it: kube-controller-manager, kube-scheduler and KWOK with ``--nodes``
 simulated nodes, either ``direct`` (the components talk to the apiserver) or ``proxied`` (they talk to a
 ``kproxy run`` with ``config.recommended.yaml``'s chain: compression, watchcache, dryrun, validation,
 transcode; access log off). The driver (this process, as the admin, a client like kubectl) reaches the
@@ -60,9 +60,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.lib.common import BenchError, log, ncpu
 from benchmarks.lib.procs import cpu_seconds_or, machine_busy_seconds, rss_bytes
 from benchmarks.lib.stats import percentile
-from kproxy.testing import envtest
-from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
-from kproxy.testing.controlplane import client_ssl_context
+from kproxy.localcluster import envtest
+from kproxy.localcluster.cluster import proxy_kubeconfig, recommended_config, running_components
+from kproxy.localcluster.controlplane import client_ssl_context
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DIRECT, PROXIED = "direct", "proxied"

@@ -35,7 +35,7 @@ from typing import Any
 from benchmarks.lib.cluster import control_plane
 from benchmarks.lib.common import log
 from benchmarks.lib.stats import percentile
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -67,7 +67,7 @@ from benchmarks.lib.report import ratio as _ratio
 from benchmarks.lib.watch_client import ClientResult, ClientSpec, Connected
 from benchmarks.lib.watch_client import client_main as h1_client_main
 from benchmarks.lib.watch_writer import WriterResult, WriterSpec, writer_main
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.sockets import tcp_connections
 

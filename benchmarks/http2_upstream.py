@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from benchmarks.lib.procs import cpu_seconds
-from kproxy.testing import envtest
-from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.localcluster import envtest
+from kproxy.localcluster.controlplane import ControlPlaneInfo
 from kproxy.testing.proxyproc import start_proxy
 from kproxy.testing.sockets import connections_to
 

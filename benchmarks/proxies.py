@@ -37,7 +37,7 @@ from benchmarks.lib.data import CONFIGMAPS, DATA_BYTES, GET_NAME, seed_configmap
 from benchmarks.lib.load import MACHINE, Expect, LoadResult, LoadSpec, TLSFiles, run_in_process
 from benchmarks.lib.report import num, per_round, ratio
 from benchmarks.lib.stats import percentile
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 PEER_CHOICES = {"direct": DIRECT, "kproxy": KPROXY, "kubectl-proxy": KUBECTL}
 

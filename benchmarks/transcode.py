@@ -55,7 +55,7 @@ from benchmarks.lib.data import NAMESPACE, seed_pods
 from benchmarks.lib.procs import cpu_seconds, self_cpu_seconds
 from benchmarks.lib.stats import percentile
 from kproxy.codec import ProtobufCodec
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 JSON = "application/json"

@@ -44,7 +44,7 @@ from kproxy.filters.validation.messages import create_update_error
 from kproxy.filters.validation.schemanodes import load_group_version
 from kproxy.filters.validation.structs import compile_fast
 from kproxy.filters.validation.validator import validate_body
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 GROUP = "bench.kproxy.test"
 NAMESPACE = "default"

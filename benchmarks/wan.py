@@ -5,7 +5,7 @@
                              [--only LABELS] [--restart] [--restart-only]
 
 A laptop's view of a remote cluster. toxiproxy (``tools/toxiproxy``, ``make toxiproxy-bin``) sits
-in front of a private control plane (``kproxy.testing.envtest``) holding ``--pods`` pods (created
+in front of a private control plane (``kproxy.localcluster.envtest``) holding ``--pods`` pods (created
 directly, 100 per namespace; no scheduler) and shapes the link: each profile adds half its round
 trip to each direction and caps each direction at its rate (``kproxy.testing.toxiproxy``). Peers,
 measured in the same run, alternating:
@@ -73,9 +73,9 @@ import aiohttp
 import yaml
 
 from benchmarks.lib.procs import cpu_seconds
-from kproxy.testing import certs, envtest
+from kproxy.localcluster import certs, envtest
 from kproxy.testing.informer import Informer, ensure_informer
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import TEST_HOSTS, RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 

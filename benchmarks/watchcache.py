@@ -84,7 +84,7 @@ from benchmarks.lib.report import ms as _ms
 from benchmarks.lib.stats import percentile
 from kproxy.cacher.ingest import split_list
 from kproxy.codec import decode_envelope
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.proxyproc import start_proxy
 
 NAMESPACE = "bench-watchcache"
@@ -933,7 +933,7 @@ def write_cost(size: int, clients: int, responses: int, slice_kib: int = 1024) -
     import multiprocessing
     import tempfile
 
-    from kproxy.testing import certs
+    from kproxy.localcluster import certs
 
     out = [
         f"| server writes a {size / 2**20:.0f} MiB body | over | clients | server CPU ms / response | "

@@ -49,9 +49,9 @@ import aiohttp
 import yaml
 
 from benchmarks.lib.common import BenchError, log, ncpu
-from kproxy.testing import envtest
-from kproxy.testing.binaries import k8s_version
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster import envtest
+from kproxy.localcluster.binaries import k8s_version
+from kproxy.localcluster.processes import free_ports
 
 NAMESPACE = "bench-persist"
 LIST_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps"

@@ -56,7 +56,7 @@ from benchmarks.lib.report import met as _met
 from benchmarks.lib.report import ms as _ms
 from benchmarks.lib.report import pct as _pct
 from benchmarks.lib.stats import percentile
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 #: the goals this benchmark checks
 GOAL_API_RATIO = 10.0

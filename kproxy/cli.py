@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["envtest"]:
         # lazy: test support (kproxy.testing) is loaded for the envtest command only
-        from kproxy.testing.envtest import main as envtest_main
+        from kproxy.localcluster.envtest import main as envtest_main
 
         return envtest_main(argv[1:])
     parser = build_parser()

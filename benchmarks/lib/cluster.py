@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.lib.common import BenchError, log
 from benchmarks.lib.load import TLSFiles
 from benchmarks.lib.procs import Process, http_status
-from kproxy.testing import envtest
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster import envtest
+from kproxy.localcluster.processes import free_ports
 
 DIRECT, KPROXY, KUBECTL = "direct", "kproxy", "kubectl proxy"
 

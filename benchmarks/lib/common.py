@@ -15,7 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Environment variables that could route a child's traffic elsewhere; loopback benchmarks never want them.

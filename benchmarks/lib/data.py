@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.lib.common import BenchError, log
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 # --------------------------------------------------------------------------- ConfigMaps
 

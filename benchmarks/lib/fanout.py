@@ -27,7 +27,7 @@ from benchmarks.lib.report import ms as _ms
 from benchmarks.lib.stats import bucket_percentile
 from benchmarks.lib.watch_client import BUCKET, TS_ANNOTATION, ClientResult, ClientSpec, Connected, client_main
 from benchmarks.lib.watch_writer import FIELD_MANAGER, WriterResult, WriterSpec, writer_main
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 NAMESPACE = "bench-fanout"
 PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"

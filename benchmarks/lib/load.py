@@ -42,7 +42,7 @@ from yarl import URL
 
 from benchmarks.lib.common import REPO_ROOT, BenchError, child_env
 from benchmarks.lib.procs import cpu_seconds_or_none, machine_busy_seconds, self_cpu_seconds
-from kproxy.testing.controlplane import client_ssl_context
+from kproxy.localcluster.controlplane import client_ssl_context
 
 _REQUEST_TIMEOUT = 60.0
 _ERROR_BACKOFF = 0.01  # after an exception, so a dead peer cannot turn a worker into a busy loop

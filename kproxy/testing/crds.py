@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.localcluster.controlplane import ControlPlaneInfo
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 

@@ -14,8 +14,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from kproxy.testing.binaries import CACHE_ROOT
-from kproxy.testing.errors import EnvtestError
+from kproxy.localcluster.binaries import CACHE_ROOT
+from kproxy.localcluster.errors import EnvtestError
 
 __all__ = ["ensure_go_binary"]
 

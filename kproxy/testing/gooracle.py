@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing.binaries import REPO_ROOT
+from kproxy.localcluster.binaries import REPO_ROOT
 from kproxy.testing.gobuild import ensure_go_binary
 
 __all__ = ["GoOracle", "b64", "unicode_tables_source"]

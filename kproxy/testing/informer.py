@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing.binaries import REPO_ROOT
+from kproxy.localcluster.binaries import REPO_ROOT
 from kproxy.testing.gobuild import ensure_go_binary
 
 __all__ = ["INFORMER_SOURCE", "Informer", "ensure_informer"]

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from kproxy.testing import certs
+from kproxy.localcluster import certs
 from kproxy.testing.eventually import eventually
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.processes import free_ports
 
 
 @dataclass

@@ -6,7 +6,7 @@ Enable with ``pytest_plugins = ["kproxy.testing.pytest_plugin"]`` in the root co
   ``$KPROXY_ENVTEST_DIR`` names a directory where ``kproxy envtest up`` is
   running, it is reused and left running (fast inner loop); otherwise a fresh
   one is started in a pytest tmp dir and stopped at the end of the session.
-* ``kubectl`` (session): :class:`kproxy.testing.envtest.Kubectl`, the kubectl
+* ``kubectl`` (session): :class:`kproxy.localcluster.envtest.Kubectl`, the kubectl
   of the same release, defaulting to the admin kubeconfig.
 * ``namespace`` (function): a fresh namespace per test.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 __all__ = ["control_plane", "kubectl", "namespace"]
 

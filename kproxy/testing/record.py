@@ -1,6 +1,6 @@
 """Record apiserver answers for :mod:`kproxy.testing.replay`: ``python -m kproxy.testing.record``.
 
-Starts the local control plane (``kproxy.testing.lifecycle.up``, the Go-built binaries of the
+Starts the local control plane (``kproxy.localcluster.lifecycle.up``, the Go-built binaries of the
 pin in ``tools/envtest/go.mod``), creates a small fixed set of objects in the namespace ``rec``
 and sends the requests of :func:`plan` as the admin, writing each (method, target, selected
 request headers) -> (status, headers, body) exchange as one JSON line of
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing import lifecycle
-from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.localcluster import lifecycle
+from kproxy.localcluster.controlplane import ControlPlaneInfo
 
 __all__ = ["DEFAULT_PATH", "NAMESPACE", "Request", "main", "plan", "record"]
 

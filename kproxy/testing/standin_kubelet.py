@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing.binaries import ensure_standin_kubelet
-from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.localcluster.binaries import ensure_standin_kubelet
+from kproxy.localcluster.controlplane import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
 __all__ = ["StandInNode"]

@@ -26,9 +26,9 @@ from typing import Any
 
 import yaml
 
-from kproxy.testing.binaries import CACHE_ROOT, REPO_ROOT
-from kproxy.testing.errors import EnvtestError
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.binaries import CACHE_ROOT, REPO_ROOT
+from kproxy.localcluster.errors import EnvtestError
+from kproxy.localcluster.processes import free_ports
 
 __all__ = ["Link", "Toxiproxy", "ensure_toxiproxy", "toxiproxy_version"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
 _RBAC = "rbac.authorization.k8s.io"

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
@@ -769,7 +769,7 @@ def start_side(target: str, cp: ControlPlaneInfo, tmp: Path, starter: Callable[.
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kproxy.testing.envtest import DIR_ENV, load
+    from kproxy.localcluster.envtest import DIR_ENV, load
     from kproxy.testing.proxyproc import start_proxy
 
     parser = argparse.ArgumentParser(prog="python -m tests.adversarial.fuzz", description=__doc__.split("\n\n")[0])

@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 from .wire import Answer, Endpoint, exchange, request_bytes
 

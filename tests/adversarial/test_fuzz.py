@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 from .conftest import start_capped
 from .fuzz import CHAINS, KNOWN, KNOWN_IN, MUTATED_CHAINS, run, start_side

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped

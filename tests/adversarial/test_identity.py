@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .bodies import cm_json

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .accounts import account_with_role, create

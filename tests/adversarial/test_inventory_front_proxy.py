@@ -25,11 +25,11 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from kproxy.testing import certs
-from kproxy.testing.controlplane import client_ssl_context
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.testing.lifecycle import down, up
+from kproxy.localcluster import certs
+from kproxy.localcluster.controlplane import client_ssl_context
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.localcluster.lifecycle import down, up
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped

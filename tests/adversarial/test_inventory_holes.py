@@ -54,8 +54,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .bodies import cm_json

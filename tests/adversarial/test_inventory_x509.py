@@ -25,8 +25,8 @@ from cryptography import x509
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped

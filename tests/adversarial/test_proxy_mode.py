@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from kproxy.config import ProxyConfig
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from backports import zstd
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from backports import zstd
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 from .conftest import cap_memory

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing import envtest
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import envtest
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .inventory_support import Seen, self_subject_review

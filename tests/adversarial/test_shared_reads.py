@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from . import bodies as b

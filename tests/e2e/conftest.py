@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from corpus.compare import Sides
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 import urllib3
 from kubernetes import client
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 JSON = "application/json"
 YAML = "application/yaml"

@@ -27,7 +27,7 @@ from kproxy.identity.authn import authenticator
 from kproxy.identity.impersonate import CallerAuthenticator
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

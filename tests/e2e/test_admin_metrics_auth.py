@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

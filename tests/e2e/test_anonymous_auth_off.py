@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from rawhttp import get_json
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from test_dryrun import cm_body, send
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -24,7 +24,7 @@ from test_compression import PROTOBUF_WATCH, metric
 from test_watchcache_watch_lifecycle import _cache_watches, _ready
 from watchstream import RawWatch
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

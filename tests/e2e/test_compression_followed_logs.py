@@ -24,9 +24,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e

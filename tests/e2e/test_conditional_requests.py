@@ -31,7 +31,7 @@ import urllib3
 from full_chain import FILTERS
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
-from kproxy.testing.kubectl import Kubectl
+from kproxy.localcluster.kubectl import Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

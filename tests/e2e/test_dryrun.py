@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from webhook import REFUSAL, running_webhook
 
 from kproxy.codec.envelope import ld
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 

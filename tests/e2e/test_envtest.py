@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 
 pytestmark = pytest.mark.e2e
 

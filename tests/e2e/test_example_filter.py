@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kproxy.testing.envtest import Kubectl
+from kproxy.localcluster.envtest import Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -34,8 +34,8 @@ from full_chain import DRY_RULE, FILTERS, api_client
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode
 

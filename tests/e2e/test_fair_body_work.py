@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

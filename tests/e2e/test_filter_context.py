@@ -13,8 +13,8 @@ from kproxy.config import parse_config
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.proxy import ProxyServer
-from kproxy.testing.certs import ADMIN_COMMON_NAME
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.certs import ADMIN_COMMON_NAME
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

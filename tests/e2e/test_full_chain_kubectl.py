@@ -28,7 +28,7 @@ import yaml
 from test_watchcache_outage import metric
 from test_watchcache_watch_kubectl import KubectlWatch, objects, table
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

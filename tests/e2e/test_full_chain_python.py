@@ -43,7 +43,7 @@ from kubernetes.client.rest import ApiException
 from watchcache_diff import reads_total
 
 from kproxy.codec import ProtobufCodec
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from test_watchcache_outage import metric
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

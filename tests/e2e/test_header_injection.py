@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 

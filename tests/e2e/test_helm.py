@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from kproxy.config import Config, ConfigError, format_validation_error, parse_config
 from kproxy.filters import lookup
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import start_proxy
 
@@ -1258,7 +1258,7 @@ def test_chart_rbac_refuses_system_masters_even_if_kproxy_would_not(
     may impersonate (rbac.impersonateGroups, without it): the apiserver itself refuses the
     impersonation, and a caller certificate with O=system:masters creates nothing; one in a
     listed group is served as itself."""
-    from kproxy.testing import certs
+    from kproxy.localcluster import certs
 
     values = {
         "tls": {"secretName": "unused", "clientCASecretName": "unused-ca"},

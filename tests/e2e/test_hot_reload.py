@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing.envtest import Kubectl
+from kproxy.localcluster.envtest import Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

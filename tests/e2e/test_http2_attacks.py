@@ -40,8 +40,8 @@ from h2attack import (
     stream_id_exhaustion,
 )
 
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import process_cpu_seconds
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import start_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from h2client import H2Client, Response
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually, eventually_async
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy

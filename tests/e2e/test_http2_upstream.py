@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kproxy.testing import certs, envtest
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import certs, envtest
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.sockets import connections_to as upstream_connections

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from rawhttp import get_json
 
-from kproxy.testing import certs
-from kproxy.testing.controlplane import USER_NAME
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster import certs
+from kproxy.localcluster.controlplane import USER_NAME
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
-from kproxy.testing.kubeconfigs import write_kubeconfig
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

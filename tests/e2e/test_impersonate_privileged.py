@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing import certs
-from kproxy.testing.envtest import Kubectl
+from kproxy.localcluster import certs
+from kproxy.localcluster.envtest import Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

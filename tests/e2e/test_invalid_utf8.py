@@ -27,7 +27,7 @@ from watchcache_diff import reads_total
 
 from kproxy.codec.envelope import encode_envelope
 from kproxy.codec.envelope import ld as _ld
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 CHAINS = {

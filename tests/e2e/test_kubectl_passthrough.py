@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy
 

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import kproxy
 from kproxy.core.metricnames import RENAMED
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -40,7 +40,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, start_proxy

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from kproxy import __version__
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

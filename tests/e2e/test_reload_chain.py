@@ -17,7 +17,7 @@ from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import FilterContext
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.proxy import ProxyServer
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

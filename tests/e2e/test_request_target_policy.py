@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from kproxy.gocompat.url import MAX_QUERY_PARAMS
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e

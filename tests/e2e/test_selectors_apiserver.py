@@ -26,7 +26,7 @@ from kproxy.cacher.labels import parse_label_selector
 from kproxy.cacher.selector_errors import SelectorError
 from kproxy.codec.envelope import decode_envelope
 from kproxy.codec.schema import Schema, load_schema
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e

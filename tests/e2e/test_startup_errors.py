@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.processes import free_ports
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

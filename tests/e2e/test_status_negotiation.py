@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kproxy.codec import shared_codec
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

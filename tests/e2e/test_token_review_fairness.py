@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -22,8 +22,8 @@ import yaml
 from aiohttp import web
 from corpus.compare import PROTOBUF, Sides
 
-from kproxy.testing.envtest import ControlPlaneInfo
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e

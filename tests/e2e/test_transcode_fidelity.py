@@ -18,7 +18,7 @@ import corpus
 import pytest
 from corpus.compare import PROTOBUF, Sides, initial_events
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ import pytest
 from corpus.compare import JSON, PROTOBUF, YAML, Answer, Sides
 
 from kproxy.codec import ProtobufCodec
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ import pytest_asyncio
 from validation_corpus.cases import BASE_OBJECTS, CASES, Case
 from validation_corpus.crds import CRDS, GROUP
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from corpus import CorpusObject, cleanup, load
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

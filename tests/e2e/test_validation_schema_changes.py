@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from kproxy.testing import crds
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 

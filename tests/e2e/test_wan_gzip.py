@@ -29,7 +29,7 @@ import pytest
 from backports import zstd
 from h2client import H2Client
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 

@@ -35,7 +35,7 @@ import yaml
 from h2client import H2Client
 
 from kproxy.compress.stream import COALESCE
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually, eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 

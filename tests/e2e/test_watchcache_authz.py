@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kproxy.testing.controlplane import USER_NAME
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.controlplane import USER_NAME
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from watchcache_diff import load_yaml, reads_total
 from watchcache_population import Population, cache_proxy, population, wc_sides
 
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

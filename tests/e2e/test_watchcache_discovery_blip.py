@@ -34,9 +34,9 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from kproxy.testing import envtest
+from kproxy.localcluster import envtest
 from kproxy.testing.crds import crd, install
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, start_proxy

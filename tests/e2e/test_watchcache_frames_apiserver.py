@@ -41,7 +41,7 @@ from kproxy.core.status import StatusCause, resource_expired, timeout
 from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
 from kproxy.testing import crds
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from kproxy.filters.watchcache.resources import ResourceSpec
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
 from kproxy.testing import crds
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from watchcache_diff import diff as compare
 from watchcache_diff import gather_limited, query_path, reads_total
 from watchcache_population import Population, cache_proxy, population, wc_sides
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -24,7 +24,7 @@ import pytest
 from watchcache_diff import reads_total
 
 from kproxy.testing import crds
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

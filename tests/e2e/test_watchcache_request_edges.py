@@ -27,7 +27,7 @@ from watchcache_diff import YAML, Mismatches, compare_answers, diff, gather_limi
 from watchcache_population import settle, start_cache_proxy
 from yarl import URL
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from test_watchcache_outage import Writer, metric, served_watches
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -60,8 +60,8 @@ from watchcache_watchdiff import (
 )
 
 from kproxy.testing import crds
-from kproxy.testing.controlplane import USER_NAME
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.controlplane import USER_NAME
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from test_watchcache_outage import CACHE_PODS, Writer, metric
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

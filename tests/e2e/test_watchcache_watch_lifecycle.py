@@ -25,7 +25,7 @@ import pytest
 from test_watchcache_outage import metric
 from watchstream import Inflater, open_raw, read_head, split_chunks
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

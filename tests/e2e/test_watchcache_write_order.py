@@ -27,7 +27,7 @@ from typing import Any
 
 from watchstream import split_chunks
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 WRITES = 40
 

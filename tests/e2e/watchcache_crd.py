@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 from watchcache_population import PASSTHROUGH_ENV
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 GROUP = "wcdiff.example.com"

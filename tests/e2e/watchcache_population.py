@@ -29,7 +29,7 @@ import aiohttp
 import pytest
 from corpus.compare import Answer, Sides
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 PASSTHROUGH_ENV = "KPROXY_WATCHCACHE_DIFF_PASSTHROUGH"

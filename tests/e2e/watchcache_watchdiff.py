@@ -36,7 +36,7 @@ import aiohttp
 from corpus.compare import JSON, PROTOBUF, Sides
 from watchcache_diff import Mismatches, codec, pb_fields, query_path
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 __all__ = [

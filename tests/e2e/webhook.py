@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from kproxy.testing import certs
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster import certs
+from kproxy.localcluster.processes import free_ports
 
 REFUSAL = "this webhook refuses dry runs"
 

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 JSON = "application/json"
 YAML = "application/yaml"

@@ -3,7 +3,7 @@
 Its own control plane (a few seconds to start) rather than the session's: the controllers act on
 everything (garbage collection, namespace deletion, scheduling), which other tests' leftovers must not
 meet, and the chaos tests stop its apiserver. ``living`` starts no components: each test module runs
-them ``direct`` or ``proxied`` with :func:`kproxy.testing.cluster.running_components`.
+them ``direct`` or ``proxied`` with :func:`kproxy.localcluster.cluster.running_components`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kproxy.testing import envtest
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import envtest
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 
 @pytest.fixture(scope="session")

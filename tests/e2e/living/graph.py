@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 __all__ = ["Masker", "cluster_nodes", "get_json", "graph_diff", "list_items", "namespace_graph", "summarize"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

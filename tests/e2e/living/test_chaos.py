@@ -40,8 +40,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing import cluster
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import cluster
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import Timeout, eventually
 
 pytestmark = pytest.mark.e2e

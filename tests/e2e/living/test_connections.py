@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kproxy.testing.cluster import (
+from kproxy.localcluster.cluster import (
     component_pids,
     recommended_config,
     running_components,
     wait_nodes_ready,
 )
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.sockets import tcp_connections
 
 pytestmark = pytest.mark.e2e

@@ -25,8 +25,8 @@ from typing import Any
 import kcmlog
 import pytest
 
-from kproxy.testing.cluster import recommended_config, running_components
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster.cluster import recommended_config, running_components
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
 pytestmark = pytest.mark.e2e

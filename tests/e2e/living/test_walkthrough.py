@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kproxy.testing import envtest, walkthrough
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster import envtest, walkthrough
+from kproxy.localcluster.processes import free_ports
 
 REPO = Path(__file__).resolve().parents[3]
 

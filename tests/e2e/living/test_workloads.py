@@ -34,8 +34,8 @@ import yaml
 from graph import Masker, cluster_nodes, get_json, graph_diff, list_items, namespace_graph, unsettled
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing.cluster import proxy_kubeconfig, recommended_config, running_components
-from kproxy.testing.envtest import ControlPlaneInfo, Kubectl, KubectlError
+from kproxy.localcluster.cluster import proxy_kubeconfig, recommended_config, running_components
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl, KubectlError
 from kproxy.testing.eventually import eventually
 
 # Both runs happen in the first test's fixtures (a fresh control plane, then each side's components and workloads).

@@ -10,13 +10,13 @@ its own (storage, validation, RBAC, watch) is real.
 This module is the public face (import from here) and the ``kproxy envtest``
 CLI; the pieces live in:
 
-* :mod:`kproxy.testing.binaries` - the pinned release; finding, caching and building the binaries.
-* :mod:`kproxy.testing.lifecycle` - ``up``/``down``/``status`` of a control-plane directory (and its layout).
-* :mod:`kproxy.testing.controlplane` - :class:`ControlPlaneInfo`: talk to and disturb a running one; ``load``.
-* :mod:`kproxy.testing.state` - the directory's ``state.json`` and lock.
-* :mod:`kproxy.testing.processes` - detached processes: spawn, liveness, terminate; ports, log tails.
-* :mod:`kproxy.testing.kubeconfigs` / :mod:`kproxy.testing.kubectl` - client side.
-* :mod:`kproxy.testing.errors` - :class:`EnvtestError` and :class:`ControlPlaneError`.
+* :mod:`kproxy.localcluster.binaries` - the pinned release; finding, caching and building the binaries.
+* :mod:`kproxy.localcluster.lifecycle` - ``up``/``down``/``status`` of a control-plane directory (and its layout).
+* :mod:`kproxy.localcluster.controlplane` - :class:`ControlPlaneInfo`: talk to and disturb a running one; ``load``.
+* :mod:`kproxy.localcluster.state` - the directory's ``state.json`` and lock.
+* :mod:`kproxy.localcluster.processes` - detached processes: spawn, liveness, terminate; ports, log tails.
+* :mod:`kproxy.localcluster.kubeconfigs` / :mod:`kproxy.localcluster.kubectl` - client side.
+* :mod:`kproxy.localcluster.errors` - :class:`EnvtestError` and :class:`ControlPlaneError`.
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ from pathlib import Path
 
 import yaml
 
-from kproxy.testing.binaries import BIN_DIR_ENV, BinPaths, default_cache_dir, ensure_binaries, k8s_version
-from kproxy.testing.binaries import BINARIES as BINARIES
-from kproxy.testing.cluster import MODES, start_components
-from kproxy.testing.controlplane import USER_NAME, ControlPlaneInfo, load
-from kproxy.testing.errors import ControlPlaneError, EnvtestError
-from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.testing.kubectl import Kubectl, KubectlError
-from kproxy.testing.lifecycle import ControlPlaneStatus, down, status, up
-from kproxy.testing.localrun import run_foreground
-from kproxy.testing.processes import _CHILDREN as _CHILDREN
-from kproxy.testing.processes import _spawn as _spawn
-from kproxy.testing.state import _ProcState as _ProcState
-from kproxy.testing.state import _State as _State
-from kproxy.testing.state import _write_state as _write_state
+from kproxy.localcluster.binaries import BIN_DIR_ENV, BinPaths, default_cache_dir, ensure_binaries, k8s_version
+from kproxy.localcluster.binaries import BINARIES as BINARIES
+from kproxy.localcluster.cluster import MODES, start_components
+from kproxy.localcluster.controlplane import USER_NAME, ControlPlaneInfo, load
+from kproxy.localcluster.errors import ControlPlaneError, EnvtestError
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.localcluster.kubectl import Kubectl, KubectlError
+from kproxy.localcluster.lifecycle import ControlPlaneStatus, down, status, up
+from kproxy.localcluster.localrun import run_foreground
+from kproxy.localcluster.processes import _CHILDREN as _CHILDREN
+from kproxy.localcluster.processes import _spawn as _spawn
+from kproxy.localcluster.state import _ProcState as _ProcState
+from kproxy.localcluster.state import _State as _State
+from kproxy.localcluster.state import _write_state as _write_state
 
 # The ``X as X`` imports above are re-exported too, outside __all__: the envtest tests use
 # BINARIES and the private bookkeeping (_CHILDREN, _spawn, _ProcState, _State, _write_state) from here.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kproxy.testing.errors import EnvtestError
+from kproxy.localcluster.errors import EnvtestError
 
 __all__ = [
     "BINARIES",
@@ -50,7 +50,7 @@ BINARIES = ("etcd", "kube-apiserver", "kubectl")
 #: The stand-in kubelet's file name in the same directory (not required by the control plane).
 STANDIN_KUBELET = "standin-kubelet"
 #: Built next to the control plane but not needed by it: the controllers and KWOK of the living cluster
-#: (:mod:`kproxy.testing.cluster`) and the stand-in kubelet.  A cache lacking some gets just those.
+#: (:mod:`kproxy.localcluster.cluster`) and the stand-in kubelet.  A cache lacking some gets just those.
 EXTRA_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok", STANDIN_KUBELET)
 #: KWOK's stage definitions (nodes Ready with leases; the pod lifecycle), written by build.sh next to ``kwok``.
 KWOK_STAGES = "kwok-stages.yaml"

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from kproxy.testing import certs
+from kproxy.localcluster import certs
 
 __all__ = ["write_kubeconfig"]
 

@@ -11,8 +11,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from kproxy.testing.cluster import proxy_kubeconfig
-from kproxy.testing.controlplane import ControlPlaneInfo
+from kproxy.localcluster.cluster import proxy_kubeconfig
+from kproxy.localcluster.controlplane import ControlPlaneInfo
 
 __all__ = ["DEMO_NAMESPACES", "STEPS", "Step", "prepare", "render"]
 

@@ -1,7 +1,7 @@
 """``kproxy envtest run``: the living local cluster in the foreground, as ``make run`` starts it.
 
 It starts a fresh control plane with the components through a kproxy running the given config,
-prints the walk-through (:mod:`kproxy.testing.walkthrough`), and stays until Ctrl-C (or SIGTERM, SIGHUP, or
+prints the walk-through (:mod:`kproxy.localcluster.walkthrough`), and stays until Ctrl-C (or SIGTERM, SIGHUP, or
 kproxy or the apiserver dying), then stops everything it started and says so.
 """
 
@@ -16,11 +16,11 @@ from types import FrameType
 
 import yaml
 
-from kproxy.testing import walkthrough
-from kproxy.testing.cluster import start_components
-from kproxy.testing.errors import EnvtestError
-from kproxy.testing.lifecycle import down, status, up
-from kproxy.testing.state import _read_state
+from kproxy.localcluster import walkthrough
+from kproxy.localcluster.cluster import start_components
+from kproxy.localcluster.errors import EnvtestError
+from kproxy.localcluster.lifecycle import down, status, up
+from kproxy.localcluster.state import _read_state
 
 __all__ = ["run_foreground"]
 

@@ -30,12 +30,12 @@ from typing import Any
 
 import yaml
 
-from kproxy.testing.binaries import KWOK_STAGES, REPO_ROOT, BinPaths, ensure_extra
-from kproxy.testing.controlplane import ControlPlaneInfo
-from kproxy.testing.errors import ControlPlaneError
-from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.testing.processes import _POLL_INTERVAL, _spawn, _tail, _terminate, free_ports
-from kproxy.testing.state import _dir_lock, _ProcState, _require_state, _State, _write_state
+from kproxy.localcluster.binaries import KWOK_STAGES, REPO_ROOT, BinPaths, ensure_extra
+from kproxy.localcluster.controlplane import ControlPlaneInfo
+from kproxy.localcluster.errors import ControlPlaneError
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.localcluster.processes import _POLL_INTERVAL, _spawn, _tail, _terminate, free_ports
+from kproxy.localcluster.state import _dir_lock, _ProcState, _require_state, _State, _write_state
 
 __all__ = [
     "COMPONENTS",

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kproxy.testing import certs
-from kproxy.testing.errors import ControlPlaneError
-from kproxy.testing.processes import _alive
+from kproxy.localcluster import certs
+from kproxy.localcluster.errors import ControlPlaneError
+from kproxy.localcluster.processes import _alive
 
 _STATE_FILE = "state.json"
 _LOCK_FILE = ".envtest.lock"
@@ -35,7 +35,7 @@ class _ProcState:
     argv: list[str]
 
     def alive(self) -> bool:
-        """Whether this recorded process is still running (see :func:`kproxy.testing.processes._alive`)."""
+        """Whether this recorded process is still running (see :func:`kproxy.localcluster.processes._alive`)."""
         return _alive(self.pid, self.start_time)
 
     def to_json(self) -> dict[str, Any]:
@@ -60,7 +60,7 @@ class _State:
     #: Bearer tokens of the living cluster's components (kube-controller-manager, kube-scheduler, kwok).
     tokens: dict[str, str] = field(default_factory=dict)
     #: The living cluster's processes by name (kproxy, kube-controller-manager, kube-scheduler, kwok),
-    #: started by :mod:`kproxy.testing.cluster` and stopped before the apiserver.
+    #: started by :mod:`kproxy.localcluster.cluster` and stopped before the apiserver.
     extras: dict[str, _ProcState] = field(default_factory=dict)
     #: How the components reach the apiserver ("proxied" through ``extras["kproxy"]``, "direct"), if running.
     components: str | None = None

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kproxy.testing.errors import ControlPlaneError
+from kproxy.localcluster.errors import ControlPlaneError
 
 _LOG_TAIL_LINES = 60
 _POLL_INTERVAL = 0.1

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.server.tlschain import send_configured_chain_only
-from kproxy.testing.errors import ControlPlaneError
-from kproxy.testing.kubectl import Kubectl
-from kproxy.testing.processes import (
+from kproxy.localcluster.errors import ControlPlaneError
+from kproxy.localcluster.kubectl import Kubectl
+from kproxy.localcluster.processes import (
     _POLL_INTERVAL,
     _alive,
     _file_size,
@@ -27,7 +27,7 @@ from kproxy.testing.processes import (
     _tail,
     _terminate,
 )
-from kproxy.testing.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
+from kproxy.localcluster.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
 
 __all__ = ["USER_NAME", "ControlPlaneInfo", "client_ssl_context", "load"]
 

@@ -3,13 +3,13 @@
 Layout of a control-plane directory (``up(DIR)``)::
 
     DIR/state.json          pids, ports, argv, tokens (0600): the source of truth for down/status
-    DIR/ca.crt ...          PKI from kproxy.testing.certs
+    DIR/ca.crt ...          PKI from kproxy.localcluster.certs
     DIR/tokens.csv          static bearer tokens (--token-auth-file)
     DIR/admin.kubeconfig    client-cert user in system:masters
     DIR/user.kubeconfig     bearer-token user "kproxy-user" without any RBAC binding
     DIR/etcd/               etcd data (wiped on every up: each up is a fresh cluster)
     DIR/etcd.log, DIR/apiserver.log
-    DIR/kproxy.yaml, DIR/<component>.kubeconfig, DIR/<component>.log   the living cluster (kproxy.testing.cluster)
+    DIR/kproxy.yaml, DIR/<component>.kubeconfig, DIR/<component>.log   the living cluster (kproxy.localcluster.cluster)
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kproxy.testing import certs
-from kproxy.testing.binaries import BinPaths, ensure_binaries
-from kproxy.testing.cluster import COMPONENTS, component_tokens, token_lines
-from kproxy.testing.controlplane import USER_NAME, ControlPlaneInfo, _failure, _info, _wait_apiserver
-from kproxy.testing.errors import ControlPlaneError
-from kproxy.testing.kubeconfigs import write_kubeconfig
-from kproxy.testing.processes import (
+from kproxy.localcluster import certs
+from kproxy.localcluster.binaries import BinPaths, ensure_binaries
+from kproxy.localcluster.cluster import COMPONENTS, component_tokens, token_lines
+from kproxy.localcluster.controlplane import USER_NAME, ControlPlaneInfo, _failure, _info, _wait_apiserver
+from kproxy.localcluster.errors import ControlPlaneError
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.localcluster.processes import (
     _POLL_INTERVAL,
     _file_size,
     _port_clash_since,
@@ -37,7 +37,7 @@ from kproxy.testing.processes import (
     _terminate,
     free_ports,
 )
-from kproxy.testing.state import _STATE_FILE, _dir_lock, _ProcState, _read_state, _remove_state, _State, _write_state
+from kproxy.localcluster.state import _STATE_FILE, _dir_lock, _ProcState, _read_state, _remove_state, _State, _write_state
 
 __all__ = ["ControlPlaneStatus", "down", "status", "up"]
 
