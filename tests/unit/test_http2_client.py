@@ -19,7 +19,7 @@ import pytest
 from kproxy.server.http2.client import STREAM_WINDOW, H2Pool, H2Unavailable, request_fields
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.pool import NotSent, UpstreamClosed
-from kproxy.testing import certs
+from kproxy.localcluster import certs
 from kproxy.testing.eventually import eventually_async
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kproxy.testing.processes import free_ports
+from kproxy.localcluster.processes import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,7 @@ failed=0
 for minor in "${minors[@]}"; do
   mod="$here/$minor/go.mod"
   [ -f "$mod" ] || { echo "compat: no module $mod" >&2; exit 2; }
-  # The pin, as the Makefile and kproxy.testing.binaries read it from go.mod.
+  # The pin, as the Makefile and kproxy.localcluster.binaries read it from go.mod.
   version=$(sed -n 's|^\s*k8s.io/kubernetes \(v[0-9][0-9.]*\).*|\1|p' "$mod" | head -1)
   bin="$cache/envtest/$version"
   if [ "$(cat "$bin/VERSION" 2>/dev/null)" != "$version" ]; then

@@ -8,7 +8,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from kproxy.identity.certname import certificate_subject
-from kproxy.testing import certs
+from kproxy.localcluster import certs
 
 CN = (2, 5, 4, 3)
 

@@ -13,7 +13,7 @@ import yaml
 from kproxy.config import ConfigError
 from kproxy.core.status import StatusError
 from kproxy.server.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
-from kproxy.testing import certs
+from kproxy.localcluster import certs
 
 
 def write_kc(path: Path, user: dict[str, object], cluster: dict[str, object] | None = None, ctx: str = "c") -> Path:
