@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing import envtest
-from kproxy.testing.envtest import ControlPlaneInfo
+from kproxy.localcluster import envtest
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import start_proxy
 from kproxy.testing.toxiproxy import Toxiproxy, rewrite_kubeconfig
