@@ -103,3 +103,38 @@ def test_state_of_another_cluster_at_the_same_url_is_not_served(
     finally:
         first.request("DELETE", base)
         first.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def test_a_directory_in_use_is_refused_and_its_owner_goes_on(control_plane: ControlPlaneInfo, tmp_path: Path) -> None:
+    """Two kproxies on one directory would each rewrite and remove the other's files: the second
+    is refused at start, and the first keeps serving and persisting."""
+    state = tmp_path / "state"
+    owner = start_proxy(tmp_path / "owner", control_plane.admin_kubeconfig, extra=_config(state))
+    try:
+        with pytest.raises(AssertionError, match="persist: dir .* is in use by another kproxy process"):
+            start_proxy(tmp_path / "second", control_plane.admin_kubeconfig, extra=_config(state))
+        owner.wait_cached("/api/v1/configmaps", "configmaps")
+        assert (state / "core+v1+configmaps.snapshot").exists()
+    finally:
+        assert owner.stop() == 0
+
+
+def test_planted_symbolic_links_are_never_followed(control_plane: ControlPlaneInfo, tmp_path: Path) -> None:
+    """A symbolic link planted where kproxy reads or writes its state (another file of its user's,
+    a snapshot of another directory) is neither read nor written through: the state is listed
+    again from the apiserver and the link's target is unchanged."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"not kproxy's")
+    victim.chmod(0o600)
+    (state / "core+v1+configmaps.snapshot").symlink_to(victim)
+    (state / "core+v1+configmaps.snapshot.tmp").symlink_to(victim)
+    rp = start_proxy(tmp_path / "run", control_plane.admin_kubeconfig, extra=_config(state))
+    try:
+        rp.wait_cached("/api/v1/configmaps", "configmaps")
+        snapshot = state / "core+v1+configmaps.snapshot"
+        eventually(lambda: snapshot.exists() and not snapshot.is_symlink(), 30, "a snapshot of kproxy's own")
+    finally:
+        assert rp.stop() == 0
+    assert victim.read_bytes() == b"not kproxy's"
