@@ -6,8 +6,9 @@ the cache the caller is checked as the apiserver would check them (``kproxy.iden
 ``credentials: proxy`` where kproxy itself is the only identity.
 
 Package: this module is the filter; beside it its HTTP side of the cache engine (``kproxy.cacher``):
-``resources`` (which resources, from discovery), ``listwatch`` (the upstream list+watch),
-``resource_cache`` (one cached resource), ``plan`` and ``watch_plan`` (which reads and watches
+``resources`` (which resources, from the discovery service ``kproxy.core.discovery``, whose one
+CRD list+watch also serves ``customresourcedefinitions``), ``resource_cache`` (one cached
+resource, listed and watched through ``kproxy.core.listwatch``), ``plan`` and ``watch_plan`` (which reads and watches
 the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it answers with),
 ``watches`` (a served watch), ``cachemetrics``.
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
