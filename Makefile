@@ -20,7 +20,7 @@ export KPROXY_TOXIPROXY_BIN_DIR := $(TOXIPROXY_BIN)
 RUN_DIR := .cache/run
 PYTEST_ARGS ?=
 
-.PHONY: run stop test unit e2e lint envtest-bin helm-bin h2spec-bin toxiproxy-bin docs docs-check bench proto clean venv
+.PHONY: aiohttp-newest run stop test check unit e2e living helm fuzz lint envtest-bin helm-bin h2spec-bin toxiproxy-bin docs docs-check bench proto clean venv
 
 venv: $(VENV)/.installed
 
@@ -102,15 +102,47 @@ run: venv
 stop: venv
 	@$(BIN)/kproxy envtest down --dir $(RUN_DIR)
 
-# The whole suite: lint, type check, unit and end-to-end tests against the real kube-apiserver.
-test: venv envtest-bin helm-bin h2spec-bin lint
+# The test tiers (docs/developing/testing.md#tiers), pytest markers that tests/conftest.py sets from
+# each test's directory and fixtures. A test in none of the other tiers is in the fast one.
+OTHER_TIERS := e2e or living or helm or fuzz
+
+# The whole suite: lint, type check and every tier, in one pytest run (one control plane for all).
+test: venv envtest-bin helm-bin h2spec-bin lint aiohttp-newest
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+
+# The HTTP/1.1 edge's tests on the newest aiohttp release too, when it is not the pinned one (the
+# edge reaches into aiohttp's internals: docs/developing/architecture.md#the-aiohttp-seam).
+aiohttp-newest: venv
+	bash tools/aiohttp-newest/run.sh $(BIN) $(KPROXY_CACHE)
+
+# Before every commit: lint and the fast tier (unit and in-process tests, the examples: no control
+# plane, no Go binary), with its wall time. tests/e2e holds no fast test (all of it is e2e).
+check: venv
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint && \
+	$(BIN)/pytest -q -ra -m "not ($(OTHER_TIERS))" --ignore=tests/e2e $(PYTEST_ARGS); \
+	rc=$$?; took=$$(( $$(date +%s) - start )); \
+	echo "make check: $$((took / 60)) min $$((took % 60)) s wall (lint and the fast tier)"; \
+	exit $$rc
 
 unit: venv
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
-e2e: venv envtest-bin helm-bin h2spec-bin
-	$(BIN)/pytest -q -ra tests/e2e $(PYTEST_ARGS)
+# The end-to-end tier: the session control plane, real kproxy processes, kubectl, h2spec.
+e2e: venv envtest-bin h2spec-bin
+	$(BIN)/pytest -q -ra -m "e2e and not (living or helm or fuzz)" $(PYTEST_ARGS)
+
+# The living cluster's tests: their own control plane with the controllers and KWOK (heavy).
+living: venv envtest-bin
+	$(BIN)/pytest -q -ra -m living tests/e2e/living $(PYTEST_ARGS)
+
+# The chart tests: helm lint, template and the rendered manifests at the apiserver.
+helm: venv envtest-bin helm-bin
+	$(BIN)/pytest -q -ra -m helm tests/e2e $(PYTEST_ARGS)
+
+# The differential fuzzer against the apiserver (KPROXY_FUZZ_COUNT, KPROXY_FUZZ_SEED to run it longer).
+fuzz: venv envtest-bin
+	$(BIN)/pytest -q -ra -m fuzz tests/adversarial $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check kproxy tests examples benchmarks

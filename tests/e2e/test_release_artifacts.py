@@ -196,6 +196,7 @@ def helm_binary() -> Path:
 
 
 def test_the_chart_packages_lints_and_renders_as_released(tmp_path: Path) -> None:
+@pytest.mark.helm
     helm = helm_binary()
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__  # the image tag the chart deploys by default

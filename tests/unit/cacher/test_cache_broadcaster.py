@@ -7,7 +7,6 @@ tests/e2e/test_watchcache_watch*.py and test_watchcache_outage.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, Kind, WatchCache
 from kproxy.cacher.broadcaster import Broadcaster, NoCounters, Selection
 from kproxy.cacher.time_budget import TimeBudget
+from kproxy.testing.clock import FakeClock, loop_follows
 
 POD = Kind("v1", "Pod", "PodList", protobuf=False)
 
@@ -179,62 +179,68 @@ async def test_a_slow_watcher_is_closed_after_the_budget_and_the_others_go_on(ca
         def slow_closed(self) -> None:
             closed.append(1)
 
-    bc = Broadcaster(cache, Frames(), buffer=3, counters=Counters())
-    slow, fast = Sink(writable=False), Sink()
-    bc.watch_since(slow, Selection(), "json", bookmarks=False, timeout=60, rv=10)
-    bc.watch_since(fast, Selection(), "json", bookmarks=False, timeout=60, rv=10)
-    for rv in range(11, 16):
-        cache.apply(MODIFIED, obj("ns/a", rv))
+    async with loop_follows(FakeClock()) as clock:
+        bc = Broadcaster(cache, Frames(), buffer=3, counters=Counters(), clock=clock)
+        slow, fast = Sink(writable=False), Sink()
+        bc.watch_since(slow, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+        bc.watch_since(fast, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+        for rv in range(11, 16):
+            cache.apply(MODIFIED, obj("ns/a", rv))
+            await settle()
+        assert len(fast.events) == 5
+        assert not slow.closed and slow.writes == []
+        await clock.run_for(0.09)  # within the budget (100 ms)
+        assert not slow.closed
+        await clock.run_for(0.02)  # past it
+        assert slow.closed and closed == [1]
+        cache.apply(MODIFIED, obj("ns/a", 16))
         await settle()
-    assert len(fast.events) == 5
-    assert not slow.closed and slow.writes == []
-    await asyncio.sleep(0.15)  # past the whole budget (100 ms)
-    assert slow.closed and closed == [1]
-    cache.apply(MODIFIED, obj("ns/a", 16))
-    await settle()
-    assert len(fast.events) == 6 and not fast.closed
+        assert len(fast.events) == 6 and not fast.closed
 
 
 async def test_a_watcher_that_catches_up_in_time_stays(cache: WatchCache) -> None:
-    bc = Broadcaster(cache, Frames(), buffer=2)
-    lagging = Sink(writable=False)
-    bc.watch_since(lagging, Selection(), "json", bookmarks=False, timeout=60, rv=10)
-    for rv in range(11, 15):
-        cache.apply(MODIFIED, obj("ns/a", rv))
-    await settle()
-    lagging.resume()
-    await settle()
-    assert [e.split()[-1] for e in lagging.events] == ["11", "12", "13", "14"]
-    await asyncio.sleep(0.15)
-    assert not lagging.closed
+    async with loop_follows(FakeClock()) as clock:
+        bc = Broadcaster(cache, Frames(), buffer=2, clock=clock)
+        lagging = Sink(writable=False)
+        bc.watch_since(lagging, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+        for rv in range(11, 15):
+            cache.apply(MODIFIED, obj("ns/a", rv))
+        await settle()
+        lagging.resume()
+        await settle()
+        assert [e.split()[-1] for e in lagging.events] == ["11", "12", "13", "14"]
+        await clock.run_for(0.15)  # past the budget it was given
+        assert not lagging.closed
 
 
 async def test_timeout_ends_the_watch_after_what_was_queued(cache: WatchCache) -> None:
-    bc = Broadcaster(cache, Frames())
-    sink = Sink()
-    bc.watch_since(sink, Selection(), "json", bookmarks=False, timeout=0.05, rv=10)
-    cache.apply(MODIFIED, obj("ns/a", 11))
-    await asyncio.sleep(0.1)
-    assert sink.closed and sink.events == ["MODIFIED ns/a 11"]
-    assert len(bc) == 0
+    async with loop_follows(FakeClock()) as clock:
+        bc = Broadcaster(cache, Frames(), clock=clock)
+        sink = Sink()
+        bc.watch_since(sink, Selection(), "json", bookmarks=False, timeout=30, rv=10)
+        cache.apply(MODIFIED, obj("ns/a", 11))
+        await clock.run_for(29.9)
+        assert not sink.closed
+        await clock.run_for(0.2)
+        assert sink.closed and sink.events == ["MODIFIED ns/a 11"]
+        assert len(bc) == 0
 
 
 async def test_bookmarks_periodically_and_before_the_deadline(cache: WatchCache) -> None:
-    now = [100.0]
-    clock: Callable[[], float] = lambda: now[0]  # noqa: E731
+    clock = FakeClock(100.0)
     bc = Broadcaster(cache, Frames(), bookmark_interval=60, clock=clock)
     sink, quiet = Sink(), Sink()
     bc.watch_since(sink, Selection(), "json", bookmarks=True, timeout=90, rv=5)
     bc.watch_since(quiet, Selection(), "json", bookmarks=False, timeout=90, rv=5)
-    now[0] = 130.0
+    clock.now = 130.0
     bc.tick()
     await settle()
     assert sink.events == []  # not due yet
-    now[0] = 160.5
+    clock.now = 160.5
     bc.tick()
     await settle()
     assert sink.events == ["BOOKMARK 10"]
-    now[0] = 188.5  # 2 s before the 90 s deadline
+    clock.now = 188.5  # 2 s before the 90 s deadline
     bc.tick()
     await settle()
     assert sink.events == ["BOOKMARK 10", "BOOKMARK 10"] and quiet.events == []
@@ -250,13 +256,13 @@ async def test_a_reset_ends_every_watch(cache: WatchCache) -> None:
 
 
 def test_time_budget_refills_up_to_its_maximum() -> None:
-    now = [0.0]
-    budget = TimeBudget(lambda: now[0])
+    clock = FakeClock(0.0)
+    budget = TimeBudget(clock)
     assert budget.take_available() == pytest.approx(0.1)
     assert budget.take_available() == 0
-    now[0] = 1.0
+    clock.now = 1.0
     assert budget.take_available() == pytest.approx(0.05)
-    now[0] = 10.0
+    clock.now = 10.0
     assert budget.take_available() == pytest.approx(0.1)
     budget.return_unused(0.5)
     assert budget.take_available() == pytest.approx(0.1)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from kproxy.cacher.compaction import CompactionTracker
+from kproxy.testing.clock import FakeClock
 
 
 class Upstream:
@@ -28,20 +29,12 @@ class Upstream:
         return rv >= self.compacted
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def tracker(up: Upstream, clock: Clock, ttl: float = 5.0) -> CompactionTracker:
+def tracker(up: Upstream, clock: FakeClock, ttl: float = 5.0) -> CompactionTracker:
     return CompactionTracker(up.probe, ttl=ttl, clock=clock)
 
 
 async def test_a_410_holds_forever_for_that_revision_and_every_older_one() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     t = tracker(up, clock)
     up.compacted = 50
     assert await t.expired(40)
@@ -51,7 +44,7 @@ async def test_a_410_holds_forever_for_that_revision_and_every_older_one() -> No
 
 
 async def test_a_served_revision_vouches_for_newer_ones_until_the_ttl_runs_out() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     t = tracker(up, clock)
     assert not await t.expired(100)
     assert not await t.expired(100) and not await t.expired(150)
@@ -69,7 +62,7 @@ async def test_a_served_revision_vouches_for_newer_ones_until_the_ttl_runs_out()
 
 
 async def test_concurrent_askers_share_one_probe_and_a_leaver_does_not_cancel_it() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     up.gate = asyncio.Event()
     t = tracker(up, clock)
     first = asyncio.create_task(t.expired(7))
@@ -83,7 +76,7 @@ async def test_concurrent_askers_share_one_probe_and_a_leaver_does_not_cancel_it
 
 
 async def test_a_failed_probe_proves_nothing() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     t = tracker(up, clock)
     up.fail = ConnectionError("down")
     with pytest.raises(ConnectionError):
@@ -95,7 +88,7 @@ async def test_a_failed_probe_proves_nothing() -> None:
 
 
 async def test_reset_forgets_everything() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     t = tracker(up, clock)
     up.compacted = 50
     assert await t.expired(40)
@@ -105,7 +98,7 @@ async def test_reset_forgets_everything() -> None:
 
 
 async def test_close_cancels_the_probes_in_flight() -> None:
-    up, clock = Upstream(), Clock()
+    up, clock = Upstream(), FakeClock()
     up.gate = asyncio.Event()
     t = tracker(up, clock)
     asker = asyncio.create_task(t.expired(7))

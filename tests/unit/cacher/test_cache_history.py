@@ -8,14 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, EventHistory
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from kproxy.testing.clock import FakeClock
 
 
 def obj(name: str, rv: int) -> CachedObject:
@@ -31,7 +24,7 @@ def rvs(h: EventHistory, after: int) -> list[int]:
 
 
 def test_a_fresh_history_covers_everything_from_its_start() -> None:
-    h = EventHistory(clock=Clock())
+    h = EventHistory(clock=FakeClock())
     h.reset(100)
     assert len(h) == 0
     assert h.covers(100)
@@ -42,7 +35,7 @@ def test_a_fresh_history_covers_everything_from_its_start() -> None:
 
 
 def test_since_returns_only_newer_events_oldest_first() -> None:
-    h = EventHistory(clock=Clock())
+    h = EventHistory(clock=FakeClock())
     h.reset(10)
     for rv in (11, 13, 17, 20, 21):
         h.add(event(rv, 1000.0))
@@ -59,7 +52,7 @@ def test_since_returns_only_newer_events_oldest_first() -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 65])
 def test_since_binary_search_agrees_with_a_linear_scan(n: int) -> None:
-    h = EventHistory(clock=Clock())
+    h = EventHistory(clock=FakeClock())
     all_rvs = [3 * i + 5 for i in range(n)]
     for rv in all_rvs:
         h.add(event(rv, 1000.0))
@@ -68,7 +61,7 @@ def test_since_binary_search_agrees_with_a_linear_scan(n: int) -> None:
 
 
 def test_the_count_bound_evicts_the_oldest_and_moves_the_covered_horizon() -> None:
-    h = EventHistory(max_events=3, clock=Clock())
+    h = EventHistory(max_events=3, clock=FakeClock())
     h.reset(1)
     for rv in (2, 3, 4):
         h.add(event(rv, 1000.0))
@@ -88,7 +81,7 @@ def test_the_count_bound_evicts_the_oldest_and_moves_the_covered_horizon() -> No
 
 
 def test_the_time_window_evicts_events_older_than_the_window_on_add() -> None:
-    clock = Clock(1000.0)
+    clock = FakeClock(1000.0)
     h = EventHistory(window=75.0, clock=clock)
     h.reset(1)
     h.add(event(2, 1000.0))
@@ -101,7 +94,7 @@ def test_the_time_window_evicts_events_older_than_the_window_on_add() -> None:
 
 
 def test_expire_shrinks_an_idle_history_by_the_clock() -> None:
-    clock = Clock(1000.0)
+    clock = FakeClock(1000.0)
     h = EventHistory(window=10.0, clock=clock)
     h.reset(1)
     h.add(event(2, 1000.0))
@@ -122,7 +115,7 @@ def test_expire_shrinks_an_idle_history_by_the_clock() -> None:
 
 
 def test_reset_forgets_events_and_starts_covering_from_the_relist() -> None:
-    h = EventHistory(max_events=2, clock=Clock())
+    h = EventHistory(max_events=2, clock=FakeClock())
     h.reset(1)
     for rv in (2, 3, 4):
         h.add(event(rv, 1000.0))

@@ -23,6 +23,7 @@ from kproxy.cacher.broadcaster import Broadcaster, Selection, Watcher
 from kproxy.cacher.shared_stream import RESTART_AFTER
 from kproxy.compress.backends import gzip_codec, zstd_codec
 from kproxy.compress.shared import SharedFrame, WatchCoding
+from kproxy.testing.clock import FakeClock
 
 POD = Kind("v1", "Pod", "PodList", protobuf=False)
 CODINGS = ["gzip", "zstd"]
@@ -139,17 +140,9 @@ def cache() -> WatchCache:
     return c
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize("coding", CODINGS)
 async def test_watchers_in_step_share_one_compression_of_each_event(cache: WatchCache, coding: str) -> None:
-    clock = Clock()
+    clock = FakeClock()
     bc = Broadcaster(cache, Frames(), clock=clock)
     wc = Counting(coding)
     sinks = [Sink(coding) for _ in range(20)]
@@ -177,7 +170,7 @@ async def test_watchers_in_step_share_one_compression_of_each_event(cache: Watch
 async def test_a_watcher_with_a_bookmark_of_its_own_leaves_and_joins_the_next_frame(
     cache: WatchCache, coding: str
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     bc = Broadcaster(cache, Frames(), bookmark_interval=5, clock=clock)
     wc = Counting(coding)
     quiet, quiet2, marked = Sink(coding), Sink(coding), Sink(coding)
@@ -229,7 +222,7 @@ async def test_compressed_streams_decode_to_what_uncompressed_twins_get(cache: W
     """Random watchers (initial events, resumes, bookmarks, three selections), connections that
     fill and drain, and closes, against an uncompressed twin of each registered at the same moment."""
     rnd = random.Random(f"shared-{coding}")
-    clock = Clock()
+    clock = FakeClock()
     bc = Broadcaster(cache, Frames(), bookmark_interval=3, clock=clock, buffer=1000)
     wc = Counting(coding)
     pairs: list[tuple[list[Watcher], Sink, Sink]] = []

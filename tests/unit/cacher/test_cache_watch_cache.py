@@ -11,16 +11,9 @@ import random
 import pytest
 
 from kproxy.cacher import ADDED, DELETED, MODIFIED, CachedObject, CacheEvent, Kind, Snapshot, WatchCache
+from kproxy.testing.clock import FakeClock
 
 POD = Kind("v1", "Pod", "PodList", protobuf=True)
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def obj(key: str, rv: int, **labels: str) -> CachedObject:
@@ -42,7 +35,7 @@ def listed(cache: WatchCache) -> list[CacheEvent]:
 
 # -- replace ------------------------------------------------------------------------------------
 def test_the_first_list_fills_the_cache_without_events() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     seen = listed(cache)
     assert not cache.ready and cache.rv == 0
     events = cache.replace([obj("b/x", 5), obj("a/y", 7)], 10)
@@ -57,7 +50,7 @@ def test_the_first_list_fills_the_cache_without_events() -> None:
 
 
 def test_a_relist_diffs_old_and_new_state_into_events() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/keep", 3), obj("ns/change", 4), obj("ns/gone", 5)], 10)
     cache.apply(MODIFIED, obj("ns/keep", 11))
     seen = listed(cache)
@@ -89,7 +82,7 @@ def test_a_relist_diffs_old_and_new_state_into_events() -> None:
 
 
 def test_a_relist_that_goes_back_in_time_starts_the_history_again() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 30)], 50)
     resets: list[int] = []
     cache.add_reset_listener(lambda: resets.append(cache.rv))
@@ -99,7 +92,7 @@ def test_a_relist_that_goes_back_in_time_starts_the_history_again() -> None:
 
 
 def test_a_relist_with_nothing_changed_gives_no_events() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     seen = listed(cache)
     assert cache.replace([obj("ns/a", 3)], 20) == []
@@ -109,7 +102,7 @@ def test_a_relist_with_nothing_changed_gives_no_events() -> None:
 
 # -- apply ---------------------------------------------------------------------------------------
 def test_apply_keeps_the_store_history_and_resource_version_in_step() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     seen = listed(cache)
     e1 = cache.apply(ADDED, obj("ns/b", 11))
@@ -125,7 +118,7 @@ def test_apply_keeps_the_store_history_and_resource_version_in_step() -> None:
 
 
 def test_events_at_or_below_the_cache_resource_version_are_repeats_and_ignored() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     assert cache.apply(MODIFIED, obj("ns/a", 10)) is None
     assert cache.apply(ADDED, obj("ns/z", 7)) is None
@@ -137,7 +130,7 @@ def test_events_at_or_below_the_cache_resource_version_are_repeats_and_ignored()
 
 
 def test_added_of_an_existing_key_is_a_modification_and_modified_of_a_new_key_an_addition() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     again = cache.apply(ADDED, obj("ns/a", 11))
     fresh = cache.apply(MODIFIED, obj("ns/b", 12))
@@ -148,7 +141,7 @@ def test_added_of_an_existing_key_is_a_modification_and_modified_of_a_new_key_an
 
 
 def test_deleting_an_unknown_key_only_moves_the_resource_version() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     seen = listed(cache)
     assert cache.apply(DELETED, obj("ns/never", 15)) is None
@@ -161,7 +154,7 @@ def test_deleting_an_unknown_key_only_moves_the_resource_version() -> None:
 
 # -- progress ---------------------------------------------------------------------------------------
 def test_progress_moves_the_resource_version_only_forwards() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     before = cache.snapshot()
     cache.bodies[("json",)] = b"items"
@@ -182,7 +175,7 @@ def test_progress_moves_the_resource_version_only_forwards() -> None:
 def test_out_of_order_progress_does_not_swallow_events_still_in_flight() -> None:
     """A progress probe answers on another stream than the main watch: an event it covers can
     still arrive afterwards and must be applied, not taken for a repeat."""
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     cache.progress(20, in_order=False)
     assert cache.rv == 20 and cache.applied_rv == 10
@@ -200,7 +193,7 @@ def test_out_of_order_progress_does_not_swallow_events_still_in_flight() -> None
 
 # -- bodies ---------------------------------------------------------------------------------------------
 def test_cached_list_bodies_are_dropped_on_every_change() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     for change in (
         lambda: cache.apply(ADDED, obj("ns/b", 11)),
@@ -220,14 +213,14 @@ def test_cached_list_bodies_are_dropped_on_every_change() -> None:
 
 # -- waiting ---------------------------------------------------------------------------------------------
 async def test_wait_until_returns_at_once_when_already_there() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([], 10)
     assert await cache.wait_until(10, 0)
     assert await cache.wait_until(3, 0)
 
 
 async def test_wait_until_wakes_on_apply() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([], 10)
     waiter = asyncio.create_task(cache.wait_until(12, 30))
     await asyncio.sleep(0)
@@ -240,7 +233,7 @@ async def test_wait_until_wakes_on_apply() -> None:
 
 
 async def test_wait_until_wakes_on_progress_and_on_a_delete_of_an_unknown_key() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([], 10)
     by_progress = asyncio.create_task(cache.wait_until(20, 30))
     by_delete = asyncio.create_task(cache.wait_until(25, 30))
@@ -253,7 +246,7 @@ async def test_wait_until_wakes_on_progress_and_on_a_delete_of_an_unknown_key() 
 
 
 async def test_wait_until_waits_for_the_first_list_even_at_resource_version_zero() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     early = asyncio.create_task(cache.wait_until(0, 30))
     later = asyncio.create_task(cache.wait_until(50, 30))
     await asyncio.sleep(0.01)
@@ -267,18 +260,18 @@ async def test_wait_until_waits_for_the_first_list_even_at_resource_version_zero
 
 
 async def test_wait_until_times_out_and_forgets_the_waiter() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([], 10)
     assert not await cache.wait_until(11, 0.02)
     assert cache._waiters == []
     assert not await cache.wait_until(11, 0)
-    not_ready = WatchCache(POD, clock=Clock())
+    not_ready = WatchCache(POD, clock=FakeClock())
     assert not await not_ready.wait_until(0, 0.02)
     assert not_ready._waiters == []
 
 
 async def test_a_cancelled_wait_forgets_the_waiter() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([], 10)
     waiter = asyncio.create_task(cache.wait_until(100, 30))
     await asyncio.sleep(0)
@@ -292,7 +285,7 @@ async def test_a_cancelled_wait_forgets_the_waiter() -> None:
 
 # -- snapshots --------------------------------------------------------------------------------------------
 def test_snapshots_at_older_resource_versions_undo_the_newer_events() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3), obj("ns/b", 4)], 10)
     cache.apply(ADDED, obj("ns/c", 11))
     cache.apply(MODIFIED, obj("ns/a", 12))
@@ -313,7 +306,7 @@ def test_snapshots_at_older_resource_versions_undo_the_newer_events() -> None:
 
 
 def test_no_snapshot_in_the_future_or_before_the_history() -> None:
-    cache = WatchCache(POD, max_events=2, clock=Clock())
+    cache = WatchCache(POD, max_events=2, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     assert cache.snapshot(11) is None
     assert cache.snapshot(9) is None
@@ -326,7 +319,7 @@ def test_no_snapshot_in_the_future_or_before_the_history() -> None:
 
 
 def test_the_time_window_limits_how_far_back_snapshots_go() -> None:
-    clock = Clock(1000.0)
+    clock = FakeClock(1000.0)
     cache = WatchCache(POD, window=75.0, clock=clock)
     cache.replace([obj("ns/a", 3)], 10)
     cache.apply(MODIFIED, obj("ns/a", 11))
@@ -340,7 +333,7 @@ def test_the_time_window_limits_how_far_back_snapshots_go() -> None:
 
 
 def test_the_current_snapshot_is_shared_until_something_changes() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("ns/a", 3)], 10)
     first = cache.snapshot()
     assert cache.snapshot() is first and cache.snapshot(10) is first
@@ -352,7 +345,7 @@ def test_the_current_snapshot_is_shared_until_something_changes() -> None:
 
 def test_random_histories_rebuild_every_intermediate_state() -> None:
     rng = random.Random(4)
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     names = [f"n{i}/o{j}" for i in range(3) for j in range(4)]
     current = {k: 1 for k in names[:5]}
     cache.replace([obj(k, rv) for k, rv in current.items()], 5)
@@ -375,7 +368,7 @@ def test_random_histories_rebuild_every_intermediate_state() -> None:
 # -- Snapshot.namespace_range -------------------------------------------------------------------------------
 def test_namespace_range_is_exact_for_namespaces_that_prefix_others() -> None:
     keys = ["a-b/p", "a.b/p", "a/p1", "a/p2", "a0/p", "ab/p", "b/p", "default/x"]
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj(k, 1) for k in keys], 10)
     snap = cache.snapshot()
     assert snap is not None
@@ -398,7 +391,7 @@ def test_namespace_range_is_exact_for_namespaces_that_prefix_others() -> None:
 
 
 def test_snapshot_get_finds_exact_keys_only() -> None:
-    cache = WatchCache(POD, clock=Clock())
+    cache = WatchCache(POD, clock=FakeClock())
     cache.replace([obj("a/x", 1), obj("a/xy", 2), obj("b/x", 3)], 10)
     snap = cache.snapshot()
     assert snap is not None
@@ -409,7 +402,7 @@ def test_snapshot_get_finds_exact_keys_only() -> None:
 
 
 def test_cluster_scoped_keys_sort_and_list() -> None:
-    cache = WatchCache(Kind("v1", "Namespace", "NamespaceList", protobuf=True), clock=Clock())
+    cache = WatchCache(Kind("v1", "Namespace", "NamespaceList", protobuf=True), clock=FakeClock())
     cache.replace([obj("kube-system", 2), obj("default", 1), obj("a", 3)], 10)
     snap = cache.snapshot()
     assert snap is not None
@@ -456,7 +449,7 @@ def test_an_event_later_than_the_confirmation_covering_it_is_counted_and_its_lat
     """A progress probe (another stream) said "at 20"; the main watch's event at 15 arrives 30 ms
     later: it was late. Applied all the same; its lateness decides the next probes' wait, and it
     fades (halved every minute). An event above every confirmation, or a list, is not late."""
-    clock = Clock()
+    clock = FakeClock()
     cache = WatchCache(POD, clock=clock)
     late: list[int] = []
     cache.on_late = lambda: late.append(1)

@@ -4,18 +4,11 @@ once there are enough of them."""
 from __future__ import annotations
 
 from kproxy.core.upstreamlink import MIN_SAMPLES, WINDOW, UpstreamLink
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from kproxy.testing.clock import FakeClock
 
 
 def test_unknown_until_enough_samples_then_the_smallest() -> None:
-    link = UpstreamLink(Clock())
+    link = UpstreamLink(FakeClock())
     assert link.rtt is None
     link.observe(0.080)  # the first request: dialling included
     link.observe(0.051)
@@ -25,7 +18,7 @@ def test_unknown_until_enough_samples_then_the_smallest() -> None:
 
 
 def test_follows_a_changed_link_within_two_windows() -> None:
-    clock = Clock()
+    clock = FakeClock()
     link = UpstreamLink(clock)
     for _ in range(MIN_SAMPLES):
         link.observe(0.001)  # near the apiserver

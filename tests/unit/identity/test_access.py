@@ -28,6 +28,7 @@ from kproxy.identity.access import (
     authorize,
     review_body,
 )
+from kproxy.testing.clock import FakeClock
 from kproxy.testing.exchange import make_exchange
 
 ALICE = Identity(user="alice", groups=("dev", "system:authenticated"), uid="u1", extra={"scopes": ("a", "b")})
@@ -61,14 +62,6 @@ class FakeReview:
         if self.error is not None:
             raise self.error
         return self.answer(body)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pods(query: str = "", ns: str = "ns", name: str = "", method: str = "GET") -> RequestInfo:
@@ -155,7 +148,7 @@ async def test_decisions_are_cached_per_attributes() -> None:
 
 
 async def test_allow_and_deny_have_separate_lifetimes() -> None:
-    clock = Clock()
+    clock = FakeClock()
     review = FakeReview(lambda body: sar_answer(body["spec"]["user"] == "alice"))
     r = AccessReviewer(review, allow_ttl=10, deny_ttl=5, clock=clock)
     await r.check(ALICE, pods())
@@ -175,7 +168,7 @@ async def test_allow_and_deny_have_separate_lifetimes() -> None:
 
 
 async def test_a_decision_expires_counting_from_when_the_review_was_sent() -> None:
-    clock = Clock()
+    clock = FakeClock()
 
     def slow(body: dict[str, Any]) -> tuple[int, Any]:
         clock.now += 3  # the apiserver took 3 s to answer

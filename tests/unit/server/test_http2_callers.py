@@ -7,6 +7,7 @@ from typing import Any, cast
 from kproxy.server.http2 import callers
 from kproxy.server.http2.callers import CallerPools
 from kproxy.server.http2.client import H2Pool
+from kproxy.testing.clock import FakeClock
 
 
 class FakePool:
@@ -19,15 +20,8 @@ class FakePool:
         self.closed = True
 
 
-class Clock:
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def pools(clock: Clock | None = None) -> CallerPools:
-    return CallerPools(lambda: cast(H2Pool, FakePool()), clock or Clock())
+def pools(clock: FakeClock | None = None) -> CallerPools:
+    return CallerPools(lambda: cast(H2Pool, FakePool()), clock or FakeClock(100.0))
 
 
 def test_a_caller_without_credentials_goes_on_http11() -> None:
@@ -44,7 +38,7 @@ def test_each_credential_has_its_own_pool() -> None:
 
 
 def test_a_refused_credential_goes_on_http11_for_a_while() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = pools(clock)
     pool, key = p.pool("Bearer garbage")
     p.refused(key)
@@ -55,7 +49,7 @@ def test_a_refused_credential_goes_on_http11_for_a_while() -> None:
 
 
 def test_new_credentials_get_pools_at_a_bounded_rate() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = pools(clock)
     got = [p.pool(f"Bearer t{i}")[0] for i in range(int(callers.NEW_BURST) + 10)]
     assert sum(x is not None for x in got) == int(callers.NEW_BURST)
@@ -65,7 +59,7 @@ def test_new_credentials_get_pools_at_a_bounded_rate() -> None:
 
 
 def test_the_oldest_closed_pool_makes_room() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     p = pools(clock)
     first = None
     for i in range(callers.MAX_CALLERS):

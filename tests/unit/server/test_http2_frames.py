@@ -15,16 +15,9 @@ from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, Priorit
 
 from kproxy.server.http2.flood import BURST, RATE, FrameMeter
 from kproxy.server.http2.goframes import GoConnectionState, HeaderBlockLimit, TruncatingDecoder
+from kproxy.testing.clock import FakeClock
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pings(n: int, ack: bool = False) -> bytes:
@@ -35,7 +28,7 @@ def pings(n: int, ack: bool = False) -> bytes:
 
 
 def test_a_burst_of_control_frames_is_allowed_then_a_rate() -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     meter = FrameMeter(clock)
     assert meter.feed(PREFACE + pings(BURST))
     assert not meter.feed(pings(1))  # the burst is spent
@@ -48,7 +41,7 @@ def test_a_burst_of_control_frames_is_allowed_then_a_rate() -> None:
 
 
 def test_acks_and_frames_split_across_reads_are_counted_right() -> None:
-    meter = FrameMeter(Clock())
+    meter = FrameMeter(FakeClock(0.0))
     data = PREFACE + pings(BURST - 1) + pings(5000, ack=True) + SettingsFrame(0).serialize()
     for i in range(0, len(data), 7):  # frame heads cut anywhere
         assert meter.feed(data[i : i + 7])
@@ -56,7 +49,7 @@ def test_acks_and_frames_split_across_reads_are_counted_right() -> None:
 
 
 def test_empty_data_and_continuation_count_headers_do_not() -> None:
-    meter = FrameMeter(Clock())
+    meter = FrameMeter(FakeClock(0.0))
     empty_cont = ContinuationFrame(1).serialize()
     headers = HeadersFrame(1, data=b"").serialize()
     assert meter.feed(PREFACE + headers * (BURST + 10))
@@ -325,7 +318,7 @@ def test_the_meters_quick_pass_counts_as_the_general_one() -> None:
                 length.to_bytes(3, "big") + bytes((rng.choice(kinds), rng.choice([0, 1, 4, 5]))) + b"\x00\x00\x00\x01"
             )
             stream += head + rng.randbytes(length)
-        clock_a, clock_b = Clock(), Clock()
+        clock_a, clock_b = FakeClock(0.0), FakeClock(0.0)
         chunked, bytewise = FrameMeter(clock_a), FrameMeter(clock_b)
         pos = 0
         while pos < len(stream):

@@ -9,6 +9,7 @@ import pytest
 
 from kproxy.core.status import StatusError, request_entity_too_large
 from kproxy.server.pool import Pool, UpstreamClosed
+from kproxy.testing.eventually import eventually_async
 from kproxy.testing.exchange import make_exchange
 
 Handler = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -173,8 +174,8 @@ async def test_what_arrived_while_the_reader_was_away_comes_as_one_chunk() -> No
         it = resp.chunks()
         assert await it.__anext__() == b"first"
         gate.set()
-        while not conn.complete:  # every chunk is in before the reader comes back
-            await asyncio.sleep(0.01)
+        # Every chunk is in before the reader comes back.
+        await eventually_async(lambda: conn.complete, 5, "the whole response read", 0.01)
         assert len(conn.chunks) > 1
         assert await it.__anext__() == b"two\nthree\nfour\nlast"
         assert conn.buffered == 0

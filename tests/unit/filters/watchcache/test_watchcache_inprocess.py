@@ -4,13 +4,12 @@ and then answers LIST and GET itself, as the apiserver answered them."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 
+from kproxy.testing.eventually import eventually_async
 from kproxy.testing.inprocess import InProcessProxy, inprocess_proxy
 from kproxy.testing.replay import ReplayUpstream, recording
 
@@ -24,13 +23,14 @@ PROBE = "/api/v1/configmaps?limit=1&fieldSelector=metadata.name%3D.kproxy-matche
 async def proxy() -> AsyncIterator[tuple[InProcessProxy, ReplayUpstream]]:
     config = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
     async with inprocess_proxy(config, ReplayUpstream(hold_watches=True)) as (p, up):
-        deadline = time.monotonic() + 5
-        while True:  # until a LIST no longer goes upstream: the cache is filled
+
+        async def served_locally() -> bool:
             before = len(up.requests(path=f"{NS}/configmaps"))
             await p.request("GET", f"{NS}/configmaps", JSON)
-            if len(up.requests(path=f"{NS}/configmaps")) == before or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
+            return len(up.requests(path=f"{NS}/configmaps")) == before
+
+        # Until a LIST no longer goes upstream: the cache is filled.
+        await eventually_async(served_locally, 5, "a LIST answered from the cache")
         yield p, up
 
 
