@@ -19,6 +19,10 @@ runs on their hot path. A module is named by the generator (stable across proces
 configuration); when one name comes with different source (another schema, another memo size),
 the second gets the digest of its source appended (``name@1a2b3c4d``) so both stay readable.
 
+With ``KPROXY_GENERATED_DIR`` set in the environment, each module is also written to that
+directory as it is generated (``NAME@<digest>.py``) and compiled under that file's path, so that a
+coverage tool or a debugger running kproxy (or its tests) sees real files.
+
 This module imports nothing else of kproxy (every engine may use it); ``__main__`` is the dump
 command, which imports the engines to drive them.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,6 +44,7 @@ __all__ = ["Generated", "dump", "generate", "generated"]
 # Bounds: a long-running process whose custom resources' schemas change keeps generating checks.
 _MAX_MODULES = 4096
 _MAX_CODE = 64
+DIRECTORY_ENV = "KPROXY_GENERATED_DIR"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,21 @@ _registry: dict[str, Generated] = {}
 _code: dict[tuple[str, bytes], CodeType] = {}
 
 
+def _filename(name: str, digest: bytes, text: str) -> str:
+    directory = os.environ.get(DIRECTORY_ENV)
+    if not directory:
+        return f"<generated {name}>"
+    # The digest in the file's name: processes sharing the directory (test workers) may give one
+    # name different source, and a file is never rewritten with other content.
+    path = Path(directory).resolve() / file_name(name if "@" in name else f"{name}@{digest[:4].hex()}")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)
+    return str(path)
+
+
 def _register(name: str, text: str) -> Generated:
     digest = hashlib.blake2b(text.encode(), digest_size=20).digest()
     found = _registry.get(name)
@@ -75,7 +96,7 @@ def _register(name: str, text: str) -> Generated:
             del _registry[oldest.name]
             linecache.cache.pop(oldest.filename, None)
         lines = text.splitlines(keepends=True)
-        found = _registry[name] = Generated(name, f"<generated {name}>", digest, lines)
+        found = _registry[name] = Generated(name, _filename(name, digest, text), digest, lines)
     # Registered again at each use (something may have called linecache.clearcache()); a None
     # mtime makes linecache.checkcache() keep the entry (there is no file to compare it with).
     linecache.cache[found.filename] = (len(text), None, found.lines, found.filename)
