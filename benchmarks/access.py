@@ -37,9 +37,9 @@ from kproxy.core.context import ApiClient, FilterContext
 from kproxy.core.requestinfo import parse_request_info
 from kproxy.identity.access import AccessReviewer, api_review, authorize
 from kproxy.identity.authn import SERVICE_KEY, Authenticator, authenticator
+from kproxy.localcluster import envtest
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
-from kproxy.localcluster import envtest
 
 TARGET = "/api/v1/namespaces/default/pods"
 QUERY = "labelSelector=app%3Dweb"

@@ -74,8 +74,8 @@ import yaml
 
 from benchmarks.lib.procs import cpu_seconds
 from kproxy.localcluster import certs, envtest
-from kproxy.testing.informer import Informer, ensure_informer
 from kproxy.localcluster.processes import free_ports
+from kproxy.testing.informer import Informer, ensure_informer
 from kproxy.testing.proxyproc import TEST_HOSTS, RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 

@@ -305,9 +305,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["envtest"]:
-        # lazy: test support (kproxy.testing) is loaded for the envtest command only
-        from kproxy.localcluster.envtest import main as envtest_main
-
+        # lazy: the local cluster is loaded for the envtest command only; the container image does
+        # not carry it (.dockerignore): `kproxy run` never needs it.
+        try:
+            from kproxy.localcluster.envtest import main as envtest_main
+        except ModuleNotFoundError as err:
+            if err.name not in ("kproxy.localcluster", "kproxy.localcluster.envtest"):
+                raise
+            print(
+                "kproxy: envtest: the local cluster (kproxy.localcluster) is not installed here: the container"
+                " image carries `kproxy run` only; install the kproxy wheel, or use a checkout (make run)",
+                file=sys.stderr,
+            )
+            return 2
         return envtest_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)

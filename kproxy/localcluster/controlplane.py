@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kproxy.server.tlschain import send_configured_chain_only
 from kproxy.localcluster.errors import ControlPlaneError
 from kproxy.localcluster.kubectl import Kubectl
 from kproxy.localcluster.processes import (
@@ -28,6 +27,7 @@ from kproxy.localcluster.processes import (
     _terminate,
 )
 from kproxy.localcluster.state import _dir_lock, _ProcState, _read_state, _require_state, _State, _write_state
+from kproxy.server.tlschain import send_configured_chain_only
 
 __all__ = ["USER_NAME", "ControlPlaneInfo", "client_ssl_context", "load"]
 

@@ -37,7 +37,15 @@ from kproxy.localcluster.processes import (
     _terminate,
     free_ports,
 )
-from kproxy.localcluster.state import _STATE_FILE, _dir_lock, _ProcState, _read_state, _remove_state, _State, _write_state
+from kproxy.localcluster.state import (
+    _STATE_FILE,
+    _dir_lock,
+    _ProcState,
+    _read_state,
+    _remove_state,
+    _State,
+    _write_state,
+)
 
 __all__ = ["ControlPlaneStatus", "down", "status", "up"]
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from kproxy.localcluster import certs
-from kproxy.testing.eventually import eventually
 from kproxy.localcluster.processes import free_ports
+from kproxy.testing.eventually import eventually
 
 
 @dataclass

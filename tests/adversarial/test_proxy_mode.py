@@ -11,8 +11,8 @@ import pytest
 
 from kproxy.config import ProxyConfig
 from kproxy.localcluster.envtest import ControlPlaneInfo
-from kproxy.testing.eventually import eventually
 from kproxy.localcluster.processes import free_ports
+from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped

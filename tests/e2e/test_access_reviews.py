@@ -25,9 +25,9 @@ from kproxy.core.status import StatusError
 from kproxy.identity.access import AccessReviewer, access_reviewer, api_review, authorize
 from kproxy.identity.authn import authenticator
 from kproxy.identity.impersonate import CallerAuthenticator
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
-from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.eventually import eventually
 from kproxy.localcluster.processes import free_ports
+from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -25,8 +25,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
-from kproxy.testing.eventually import eventually
 from kproxy.localcluster.kubectl import Kubectl
+from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -11,10 +11,10 @@ from multidict import CIMultiDict
 
 from kproxy.config import parse_config
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
-from kproxy.server.kubeconfig import from_kubeconfig
-from kproxy.server.proxy import ProxyServer
 from kproxy.localcluster.certs import ADMIN_COMMON_NAME
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.proxy import ProxyServer
 
 pytestmark = pytest.mark.e2e
 

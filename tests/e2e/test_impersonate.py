@@ -17,8 +17,8 @@ from rawhttp import get_json
 from kproxy.localcluster import certs
 from kproxy.localcluster.controlplane import USER_NAME
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
-from kproxy.testing.eventually import eventually
 from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
 pytestmark = pytest.mark.e2e

@@ -15,9 +15,9 @@ import kproxy.filters
 from kproxy.config import Config, parse_config
 from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import FilterContext
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.proxy import ProxyServer
-from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

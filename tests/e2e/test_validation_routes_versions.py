@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
+from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

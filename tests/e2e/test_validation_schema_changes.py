@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -35,8 +35,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from kproxy.localcluster import envtest
-from kproxy.testing.crds import crd, install
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing.crds import crd, install
 from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, start_proxy

@@ -40,8 +40,8 @@ from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusCause, resource_expired, timeout
 from kproxy.core.upstreamversion import UpstreamVersion
 from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 
 pytestmark = pytest.mark.e2e
 

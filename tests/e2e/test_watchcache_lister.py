@@ -16,10 +16,10 @@ from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
 from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.filters.watchcache.resources import ResourceSpec
+from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
 from kproxy.testing import crds
-from kproxy.localcluster.envtest import ControlPlaneInfo
 
 pytestmark = pytest.mark.e2e
 

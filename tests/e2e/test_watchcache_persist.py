@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from watchcache_diff import reads_total
 
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import pytest
 from watchcache_diff import reads_total
 
-from kproxy.testing import crds
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 

@@ -59,9 +59,9 @@ from watchcache_watchdiff import (
     watch_reads,
 )
 
-from kproxy.testing import crds
 from kproxy.localcluster.controlplane import USER_NAME
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing import crds
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 pytestmark = pytest.mark.e2e
