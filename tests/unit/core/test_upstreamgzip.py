@@ -8,6 +8,7 @@ import os
 import random
 from collections.abc import AsyncIterator
 
+import pytest
 from multidict import CIMultiDict
 
 from kproxy.core.chain import BytesBody, Reply, StreamBody
@@ -53,3 +54,11 @@ def test_a_body_read_whole_becomes_a_bounded_stream() -> None:
     assert isinstance(reply.body, StreamBody)
     assert asyncio.run(reply.body.read()) == PLAIN
     assert not decode_reply(reply)  # plain now: nothing more to do
+
+
+def test_a_malformed_body_fails_instead_of_passing_garbage() -> None:
+    """Bytes that are not gzip under ``Content-Encoding: gzip`` raise (the proxy's 500 Status
+    before the head, a broken-off body after it), never reach the client as if decoded."""
+    bad = GZIPPED[:100] + bytes(b ^ 0x5A for b in GZIPPED[100:400]) + GZIPPED[400:]
+    with pytest.raises(Exception, match="(?i)invalid|error|incorrect|corrupt"):
+        asyncio.run(_collect(decode_stream(_chunks(bad, [50] * 20))))
