@@ -15,8 +15,10 @@ Packages, from the bottom up (a package imports only from those listed before it
 * ``server``    -- the listener, the proxy server, the upstream pool, upgrades, hot reload, metrics;
 * ``cli``, ``config``, ``logs``, ``gctuning`` -- the command line and process-wide settings.
 
-Engines (``gocompat``, ``codec``, ``compress``, ``cacher``) import no aiohttp. ``testing`` is the
-local control plane for tests and demos; nothing in kproxy imports it except the CLI's ``envtest``.
+Engines (``gocompat``, ``codec``, ``compress``, ``cacher``) import no aiohttp. ``localcluster`` is
+the local cluster (``kproxy envtest``, ``make run``), ``testing`` the test doubles; nothing that
+``kproxy run`` loads imports either (the CLI loads ``localcluster`` for ``envtest`` only), and the
+container image carries neither.
 """
 
 # The one version source: pyproject.toml reads it ([tool.setuptools.dynamic]); CHANGELOG.md has an entry for it.
