@@ -33,6 +33,7 @@ import hashlib
 import linecache
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ class Generated:
 
 
 _registry: dict[str, Generated] = {}
+_lock = threading.Lock()  # generation may happen in the threads that body work is offloaded to
 # compile() remembered by (filename, source digest): every codec instance (one per process, one per
 # test in the unit tests) generates the same source for the same first use, and compiling the
 # functions of a kind and everything it refers to takes a large part of a second.
@@ -113,7 +115,8 @@ def generate(name: str, source: str | Iterable[str], namespace: dict[str, Any]) 
     text = source if isinstance(source, str) else "\n".join(source)
     if not text.endswith("\n"):
         text += "\n"
-    module = _register(name, text)
+    with _lock:
+        module = _register(name, text)
     key = (module.filename, module.digest)
     code = _code.get(key)
     if code is None:
@@ -126,7 +129,8 @@ def generate(name: str, source: str | Iterable[str], namespace: dict[str, Any]) 
 
 def generated() -> list[Generated]:
     """Every module generated in this process so far (oldest first)."""
-    return list(_registry.values())
+    with _lock:
+        return list(_registry.values())
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.@+-]+")
