@@ -46,7 +46,7 @@ this filter must cover so that it cannot be bypassed (apiserver v1.37 sources):
   on the wire is what runs, and RequestInfo is computed from it. A method in lower case
   (``delete``) matches no apiserver route; kproxy still treats it as the mutation it names.
 
-Package: ``filter.py`` is the filter (``DryRun``), ``settings.py`` its settings, ``query.py``
+Package: ``filter.py`` is the filter (``DryRun``), ``rules.py`` its settings (the rules), ``query.py``
 how the apiserver reads ``dryRun`` from the query, ``deleteoptions.py`` how it reads (and kproxy
 rewrites) a DELETE body's DeleteOptions (JSON, YAML, protobuf). The package re-exports them.
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
@@ -66,7 +66,7 @@ from kproxy.filters.dryrun.deleteoptions import (
 )
 from kproxy.filters.dryrun.filter import DryRun, warning_value
 from kproxy.filters.dryrun.query import DRY_RUN_ALL, enforce_query, invalid_dry_run, is_dry_run, query_dry_run
-from kproxy.filters.dryrun.settings import DryRunRule, DryRunSettings
+from kproxy.filters.dryrun.rules import DryRunRule, DryRunSettings
 
 __all__ = [
     "DRY_RUN_ALL",

@@ -30,7 +30,7 @@ from kproxy.filters.dryrun.deleteoptions import (
     media_type,
 )
 from kproxy.filters.dryrun.query import enforce_query, invalid_dry_run, is_dry_run, query_dry_run
-from kproxy.filters.dryrun.settings import DryRunSettings
+from kproxy.filters.dryrun.rules import DryRunSettings
 from kproxy.gocompat.url import TooManyQueryParams
 from kproxy.identity.access import AccessReviewer, UndecidedError, api_review, authorize
 from kproxy.identity.authn import authenticator

@@ -1,4 +1,4 @@
-"""The ``dryrun`` filter's settings: its rules, in order."""
+"""The ``dryrun`` filter's settings: its rules, in order (``DryRunRule``, ``DryRunSettings``)."""
 
 from __future__ import annotations
 
