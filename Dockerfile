@@ -16,6 +16,8 @@ COPY requirements.lock ./
 RUN python -m venv /opt/kproxy \
  && /opt/kproxy/bin/pip install --require-hashes --no-deps -r requirements.lock
 COPY pyproject.toml README.md LICENSE ./
+# The package without kproxy/testing (test doubles) and kproxy/localcluster (`kproxy envtest`): .dockerignore
+# leaves them out, `kproxy run` imports neither (tests/unit/test_image_contents.py runs it without them).
 COPY kproxy ./kproxy
 RUN /opt/kproxy/bin/pip install --no-deps --no-build-isolation . \
  && /opt/kproxy/bin/pip check \
