@@ -2,8 +2,9 @@
 fixtures it uses, so that no test file has to say it:
 
 * ``e2e``: the test needs the local control plane (the ``control_plane`` or ``living`` fixture,
-  however indirectly) or lives under ``tests/e2e/`` (real ``kproxy run`` processes, kubectl, Go
-  tools);
+  however indirectly), lives under ``tests/e2e/`` (real ``kproxy run`` processes, kubectl, Go
+  tools), or lives under ``tests/adversarial/`` and uses a fixture of its own (a private control
+  plane, kproxy processes): there, only what needs nothing started is fast;
 * ``living``: under ``tests/e2e/living/`` (its own control plane with the controllers and KWOK);
 * ``helm``: runs helm (the ``helm`` fixture, the chart test modules ``test_helm*.py``, or marked
   ``@pytest.mark.helm`` by hand);
@@ -41,9 +42,18 @@ def tiers(item: pytest.Item) -> set[str]:
         out.add("helm")
     if parts == ("adversarial", "test_fuzz.py"):
         out.add("fuzz")
-    if out or parts[:1] == ("e2e",) or fixtures & _CONTROL_PLANE_FIXTURES:
+    own_processes = parts[:1] == ("e2e",) or (parts[:1] == ("adversarial",) and _uses_own_fixture(item))
+    if out or own_processes or fixtures & _CONTROL_PLANE_FIXTURES:
         out.add("e2e")
     return out
+
+
+def _uses_own_fixture(item: pytest.Item) -> bool:
+    """Whether a fixture ``item`` needs is defined in a test module or conftest of the repository
+    (pytest's and plugins' fixtures have no ``baseid``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {})
+    return any(getattr(d, "baseid", "") for ds in defs.values() for d in ds)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these marks

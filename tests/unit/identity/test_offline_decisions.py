@@ -7,17 +7,18 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from test_access import ALICE, BOB, Clock, FakeReview, pods, sar_answer
+from test_access import ALICE, BOB, FakeReview, pods, sar_answer
 
 from kproxy.cacher.reflector import Expired
 from kproxy.core.status import internal_error
 from kproxy.core.listwatch import UpstreamError
 from kproxy.filters.watchcache.outage_serving import unreachable
 from kproxy.identity.access import AccessReviewer, AccessReviewError
+from kproxy.testing.clock import FakeClock
 
 
 async def test_an_allow_is_kept_for_its_bound_and_a_denial_ends_it() -> None:
-    clock = Clock()
+    clock = FakeClock()
     allow = {"alice": True}
     review = FakeReview(lambda body: sar_answer(allow.get(body["spec"]["user"], False)))
     r = AccessReviewer(review, allow_ttl=10, deny_ttl=5, clock=clock)
