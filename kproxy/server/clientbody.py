@@ -4,8 +4,10 @@ deadline and Go's errors for a malformed body (:class:`ClientBody`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -55,6 +57,7 @@ class ClientBody:
         "_deadline",
         "_expired",
         "_lease",
+        "_reader",
         "_request",
         "_whole",
         "caller",
@@ -69,6 +72,7 @@ class ClientBody:
         self._lease: Lease | None = None
         self._expired = False
         self._whole = False
+        self._reader: asyncio.Task[Any] | None = None  # the task reading the body, while it does
         self.caller: Callable[[], str] = lambda: ""
         self.identify: Callable[[], Awaitable[object]] | None = None
 
@@ -102,6 +106,7 @@ class ClientBody:
         received = 0
         content = request.content
         deadline = self._deadline
+        self._reader = asyncio.current_task()
         try:
             while True:
                 if deadline is None:
@@ -121,6 +126,21 @@ class ClientBody:
                 yield chunk
         except MalformedBody as err:
             raise generic(500, "", str(err)) from None
+        finally:
+            self._reader = None
+
+    async def settle(self) -> None:
+        """The request is answered: a task still reading the body stops. An HTTP/2 upstream
+        sends the body beside the wait for its answer, and an answer that came early (the
+        apiserver's 404 before reading a body) leaves that task waiting for the client's next
+        bytes; the server's own reader of what is left (aiohttp's lingering read before it
+        closes the connection) must be the only one."""
+        task = self._reader
+        if task is None or task is asyncio.current_task() or task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
     def close(self) -> None:
         """Give back the bytes the body held (the request has been answered). A body that was

@@ -469,6 +469,7 @@ class ProxyServer:
                 request.transport.close()
             return web.Response()  # never written: aiohttp finds the transport closing
         finally:
+            await client.settle()
             client.close()
             chain.active -= 1
             if chain.retired and chain.active == 0:
