@@ -26,7 +26,8 @@ import yaml
 from kproxy import __version__
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.localcluster.processes import free_ports
-from kproxy.testing.proxyproc import RunningProxy, wait_for
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kproxy"
@@ -162,13 +163,12 @@ def installed_proxy(fresh_venv: Path, control_plane: ControlPlaneInfo, tmp_path:
         return rp.get("/readyz", admin=True, timeout=2)[0] == 200
 
     try:
-        wait_for(ready, 30, "the installed kproxy to become ready")
+        eventually(ready, 30, "the installed kproxy to become ready")
         yield rp
     finally:
         rp.stop()
 
 
-@pytest.mark.e2e
 def test_the_installed_wheel_proxies_the_apiserver_through_its_shipped_schema(
     installed_proxy: RunningProxy, control_plane: ControlPlaneInfo, kubectl: Kubectl, namespace: str
 ) -> None:
@@ -195,8 +195,8 @@ def helm_binary() -> Path:
     return binary
 
 
-def test_the_chart_packages_lints_and_renders_as_released(tmp_path: Path) -> None:
 @pytest.mark.helm
+def test_the_chart_packages_lints_and_renders_as_released(tmp_path: Path) -> None:
     helm = helm_binary()
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == __version__  # the image tag the chart deploys by default
