@@ -6,9 +6,14 @@ per-line limits of its own instead of Go's limit on the whole head; and a chunke
 turns malformed after the head was parsed leaves the request waiting for a body that never
 ends. ``GoServer`` and ``GoRequestHandler`` answer as Go's net/http server in front of the
 apiserver does, and keep its deadlines on reading a head and on idle connections, with kproxy's
-bounds on what unfinished heads hold (``kproxy.server.connections``). They reach into aiohttp's
-``RequestHandler`` (its ``_parser``, ``_handle_request``, ``_process_keepalive``), so an aiohttp
-upgrade is checked by tests/e2e/test_proxy_http_malformed.py and tests/e2e/test_edge_limits.py.
+bounds on what unfinished heads hold (``kproxy.server.connections``).
+
+aiohttp's documented API offers none of this (no parser hook, no per-connection deadlines, no
+answer of one's own to an unreadable request), so these classes reach into its internals. Every
+member they use outside the documented API is listed in :data:`AIOHTTP_SEAM`, checked when the
+first server is made (a missing one stops kproxy at start rather than opening a hole), and
+tests/unit/server/test_aiohttp_seam.py keeps the list complete; `make aiohttp-newest` runs the
+edge's tests against the newest aiohttp release (docs/developing/architecture.md#the-aiohttp-seam).
 """
 
 from __future__ import annotations
@@ -184,6 +189,64 @@ _NEW, _HANDSHAKE, _HEAD, _BUSY, _IDLE, _CLOSED = range(6)
 TLS_SHUTDOWN_TIMEOUT = 5.0
 
 
+#: The members of aiohttp's classes, outside its documented API, that this module and
+#: ``kproxy.server.upgrade`` use or override: the seam an aiohttp release is checked against.
+AIOHTTP_SEAM: dict[type, tuple[str, ...]] = {
+    RequestHandler: (
+        "_parser",  # wrapped by _HeadLimit: Go's head limit, the malformed-body handling
+        "_messages",  # requests parsed and not yet served (pipelining)
+        "_force_close",  # the connection closes after this answer
+        "_manager",  # the Server that made the handler (its bounds, its HTTP/2 serving)
+        "_loop",
+        "_handle_request",  # overridden: the next head's deadline starts when an answer is written
+        "_process_keepalive",  # overridden: Go's idle deadline replaces aiohttp's keep-alive timer
+        "_drain_helper",  # an upgraded connection's writes wait for the socket (flow control)
+        "set_parser",  # an upgraded connection's bytes go to the splice (as WebSocketResponse does)
+    ),
+    web.Server: ("_kwargs", "_loop"),  # the handler's arguments, to make GoRequestHandlers
+    web.BaseRunner: ("_make_server", "_server", "_kwargs"),  # the admin app served by GoServer
+}
+
+
+def seam_missing() -> list[str]:
+    """The members of :data:`AIOHTTP_SEAM` the installed aiohttp lacks (class attributes, slots,
+    or attributes its ``__init__`` sets)."""
+    import inspect
+
+    missing = []
+    for cls, names in AIOHTTP_SEAM.items():
+        try:
+            init = inspect.getsource(vars(cls).get("__init__", object.__init__))
+        except (OSError, TypeError):
+            init = ""
+        for name in names:
+            if not hasattr(cls, name) and f"self.{name}" not in init:
+                missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    return missing
+
+
+_SEAM_CHECKED = False
+
+
+def _check_seam() -> None:
+    global _SEAM_CHECKED
+    if _SEAM_CHECKED:
+        return
+    missing = seam_missing()
+    if missing:  # aiohttp's internals moved: fail loudly, not open
+        raise RuntimeError(
+            f"kproxy's HTTP/1.1 edge needs aiohttp internals this aiohttp {aiohttp_version()} lacks: "
+            + ", ".join(missing)
+        )
+    _SEAM_CHECKED = True
+
+
+def aiohttp_version() -> str:
+    import aiohttp
+
+    return str(aiohttp.__version__)
+
+
 class GoRequestHandler(RequestHandler):
     """aiohttp's request handler with Go's answers at the HTTP/1.1 level and Go's deadlines on
     handshakes, heads and idle connections (see above and ``kproxy.server.connections``)."""
@@ -191,9 +254,8 @@ class GoRequestHandler(RequestHandler):
     def __init__(self, manager: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(manager, *args, **kwargs)
         parser = getattr(self, "_parser", None)
-        # aiohttp's internals moved: fail loudly, not open.
-        if not hasattr(parser, "feed_data") or not hasattr(RequestHandler, "_handle_request"):
-            raise RuntimeError("kproxy.server.listener needs aiohttp's RequestHandler internals (aiohttp 3.14)")
+        if not hasattr(parser, "feed_data"):  # the parser's own interface changed (AIOHTTP_SEAM)
+            raise RuntimeError(f"kproxy's HTTP/1.1 edge cannot wrap aiohttp {aiohttp_version()}'s request parser")
         # aiohttp drops its parser when the connection is lost, which breaks the reference cycle
         # through the wrapper's ``_protocol``: no other reference to the wrapper is kept.
         self._parser = _HeadLimit(parser, self)  # type: ignore[assignment]
@@ -442,6 +504,7 @@ class GoServer(web.Server):
         # ``Content-Encoding: gzip`` body (the apiserver does not) and forward it under the
         # client's Content-Length, desynchronizing the pooled upstream connection.
         kwargs["auto_decompress"] = False
+        _check_seam()
         super().__init__(handler, **kwargs)
 
     def __call__(self) -> RequestHandler:
