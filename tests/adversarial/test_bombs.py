@@ -18,9 +18,6 @@ from . import bodies as b
 from .conftest import POLICY_FILTERS, Twins
 from .wire import Answer, Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
-
 #: How long another caller's request may wait while a bomb is being handled (the loop must not block).
 STALL_LIMIT = 1.0
 

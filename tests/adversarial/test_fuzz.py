@@ -14,8 +14,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from .conftest import start_capped
 from .fuzz import CHAINS, KNOWN, KNOWN_IN, MUTATED_CHAINS, run, start_side
 
-pytestmark = pytest.mark.e2e
-
 COUNT = int(os.environ.get("KPROXY_FUZZ_COUNT", "1000"))
 SEED = int(os.environ.get("KPROXY_FUZZ_SEED", "1"))
 

@@ -26,8 +26,6 @@ from . import accounts
 from .conftest import POLICY_FILTERS, Twins, start_capped
 from .h2edge import PROTOCOL_ERROR, Http11, Stream, Wire, tiny_fields_block
 
-pytestmark = pytest.mark.e2e
-
 SSR_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
 JSON = [("content-type", "application/json")]

@@ -14,8 +14,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange
 
-pytestmark = pytest.mark.e2e
-
 GARBAGE = "kproxy refuses the first request (text 400) when unreadable bytes follow it; Go answers it first"
 METHOD = "kproxy refuses a method that is not upper case (text 400); Go takes any token, the apiserver answers"
 SCHEME = "kproxy refuses a target with a scheme and no host (text 400); Go's ParseRequestURI takes it"

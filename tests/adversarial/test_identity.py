@@ -23,9 +23,6 @@ from .bodies import cm_json
 from .conftest import Twins, start_capped
 from .wire import Answer, Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
-
 OBS_FOLD = "kproxy's HTTP parser refuses an obs-fold continuation line (400 text) that Go's server joins and serves"
 
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'

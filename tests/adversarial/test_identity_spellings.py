@@ -32,8 +32,6 @@ from .accounts import account_with_role, create
 from .conftest import start_capped
 from .wire import Answer, Endpoint, exchange
 
-pytestmark = pytest.mark.e2e
-
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
 PREFIX = "base64url.bearer.authorization.k8s.io."
 WS = [("Upgrade", "websocket"), ("Connection", "Upgrade")]

@@ -36,8 +36,6 @@ from .conftest import start_capped
 from .inventory_support import CLIENT_AUTH, apiserver_client_ca, client_cert, self_subject_review
 from .wire import Endpoint
 
-pytestmark = pytest.mark.e2e
-
 KPROXY_USER = "inv-front-proxy-client"
 HEADERS = [("X-Remote-User", "inv-remote-admin"), ("X-Remote-Group", "system:masters")]
 

@@ -18,8 +18,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange
 
-pytestmark = pytest.mark.e2e
-
 LF = "kproxy's parser refuses bare LF line endings (text 400); Go's textproto reads them"
 CL_TE = "kproxy refuses Transfer-Encoding with Content-Length (400); Go reads the chunked body and drops the length"
 SAME_CL = "kproxy refuses two equal Content-Length headers (400); Go takes them as one"

@@ -63,8 +63,6 @@ from .conftest import start_capped
 from .inventory_support import CLIENT_AUTH, Seen, apiserver_client_ca, client_cert, self_subject_review, tls_with
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 TARGET = "inv-impersonated"
 
 

@@ -27,8 +27,6 @@ from .bodies import cm_json
 from .inventory_support import self_subject_review, tls_with
 from .wire import Answer, Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 TARGET = "inv-imp-target"
 GROUP = "inv-imp-group"
 MODES = ["forward", "proxy"]

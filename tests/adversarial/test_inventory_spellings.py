@@ -25,8 +25,6 @@ from .conftest import start_capped
 from .inventory_support import SSR, SSR_PATH, Seen, tls_with
 from .wire import Endpoint, exchange
 
-pytestmark = pytest.mark.e2e
-
 ADMIN = b"Impersonate-User: system:admin\r\nImpersonate-Group: system:masters\r\n"
 
 #: Spellings kproxy refuses (400) where Go's server takes them (and the apiserver ignores the header).

@@ -22,8 +22,6 @@ from .conftest import start_capped
 from .inventory_support import tls_with
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module", params=["impersonate", "forward"])
 def tokens_proxy(

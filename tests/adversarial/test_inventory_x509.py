@@ -33,8 +33,6 @@ from .conftest import start_capped
 from .inventory_support import CLIENT_AUTH, Seen, apiserver_client_ca, client_cert, self_subject_review, tls_with
 from .wire import Endpoint
 
-pytestmark = pytest.mark.e2e
-
 CN, ORG = NameOID.COMMON_NAME, NameOID.ORGANIZATION_NAME
 
 

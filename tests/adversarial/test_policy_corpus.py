@@ -25,8 +25,6 @@ from .cases import CASES, Case
 from .conftest import Twins
 from .wire import TIMEOUT, Answer, Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 
 @dataclass
 class Outcome:

@@ -18,8 +18,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 SECRETS = "/api/v1/namespaces/kube-system/secrets"
 EXEC = "/api/v1/namespaces/default/pods/p/exec?command=id&stdout=1"
 ATTACH = "/api/v1/namespaces/default/pods/p/attach?stdout=1"

@@ -37,8 +37,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .inventory_support import self_subject_review
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 ALL_VERBS = [
     "get",

@@ -33,8 +33,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .accounts import account_with_role, create
 from .conftest import start_capped
 
-pytestmark = pytest.mark.e2e
-
 #: Loopback source addresses of the stalling client and connections per address: six bodies of
 #: 2,796,202 bytes (under the apiserver's 3 MiB) fill a caller's 16 MiB share to 4 bytes, and four
 #: addresses fill the 64 MiB total to 16 bytes (a fifth address only makes sure).

@@ -21,8 +21,6 @@ from backports import zstd
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 #: Accept-Encoding lines as a client sends them (several entries: several lines).
 SPELLINGS: dict[str, list[str]] = {
     "none": [],

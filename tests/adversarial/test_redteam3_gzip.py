@@ -28,8 +28,6 @@ from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
 from .conftest import cap_memory
 
-pytestmark = pytest.mark.e2e
-
 OBJECTS = 16
 OBJECT_BYTES = 1_000_000  # etcd's limit is 1.5 MiB a request
 READERS = 6

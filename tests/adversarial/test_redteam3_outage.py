@@ -31,7 +31,7 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 #: A ClusterRole of this module's own (``view`` is aggregated by the controller manager, which a
 #: bare control plane does not run: it has no rules there).

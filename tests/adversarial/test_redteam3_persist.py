@@ -29,7 +29,7 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import start_proxy
 from kproxy.testing.toxiproxy import Toxiproxy, rewrite_kubeconfig
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")

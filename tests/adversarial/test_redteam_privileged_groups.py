@@ -33,8 +33,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .inventory_support import Seen, self_subject_review
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 KUBEADM_ADMINS = "kubeadm:cluster-admins"
 _CRB = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
 

@@ -31,8 +31,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 #: Loopback source addresses the sprayer uses (the victim comes from 127.0.0.1) and connections per address.
 SOURCES = [f"127.0.0.{n}" for n in range(20, 36)]
 PER_SOURCE = 4

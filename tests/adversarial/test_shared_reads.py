@@ -18,8 +18,6 @@ from .bodies import PROTOBUF, cm_protobuf
 from .conftest import Twins, start_capped
 from .wire import Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 MARKER = "adv-secret-" + secrets.token_hex(4)
 
 
@@ -120,8 +118,6 @@ def test_cache_serves_no_caller_what_the_apiserver_would_not(
     assert via.status < 500 or direct.status >= 500, (via.short(), direct.short())
     assert forward_cache.proc.poll() is None
     assert "Traceback" not in forward_cache.log_text()
-
-
 
 
 @pytest.fixture(scope="module")

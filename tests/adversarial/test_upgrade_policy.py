@@ -26,8 +26,6 @@ from . import bodies as b
 from .conftest import POLICY_FILTERS, Twins, start_capped
 from .wire import Answer, Endpoint, exchange, request_bytes
 
-pytestmark = pytest.mark.e2e
-
 WRITER = "adv-upgrade-writer"
 MODES = ("forward", "impersonate")
 POLICIES = ("strict", "enforce")

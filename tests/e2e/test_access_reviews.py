@@ -29,8 +29,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 async def upstream(control_plane: ControlPlaneInfo) -> AsyncIterator[Upstream]:

@@ -20,8 +20,6 @@ from kproxy.localcluster.processes import free_ports
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 def _get(url: str, ca_file: Path | None, token: str | None = None) -> tuple[int, dict[str, str], bytes]:
     ctx = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None

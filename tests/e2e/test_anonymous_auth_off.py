@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from rawhttp import get_json
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 OFF = {"upstream": {"anonymous_auth": False}}
 

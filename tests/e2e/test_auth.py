@@ -15,13 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from test_dryrun import cm_body, send
 
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def _kubeconfig(rp: RunningProxy, token: str, out: Path) -> Path:

@@ -18,13 +18,10 @@ import urllib.request
 from collections.abc import Callable
 
 import aiohttp
-import pytest
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 _PREFIX = "base64url.bearer.authorization.k8s.io."
 

@@ -25,8 +25,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 CONFIGMAPS = 120  # ~2.3 KB each: a ~280 KB list, streamed by the apiserver and by kproxy
 DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 

@@ -28,8 +28,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 CHAIN = {
     "filters": [
         {"name": "compression", "watch": True},

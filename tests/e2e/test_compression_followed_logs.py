@@ -29,8 +29,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 LINE = b"hello from the stand-in kubelet\n"
 
 

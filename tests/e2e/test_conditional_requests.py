@@ -35,8 +35,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 DISCOVERY = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 #: path -> the Accept header a client sends for it (kubectl's for discovery; none for OpenAPI,
 #: as the e2e suite's poller sends none: kube-openapi then serves JSON).

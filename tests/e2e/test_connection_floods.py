@@ -21,15 +21,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.localcluster.kubectl import Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 #: The first bytes of a TLS record carrying a 512-byte ClientHello, of which no more is sent.
 _HALF_CLIENT_HELLO = bytes([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xFC, 0x03, 0x03])

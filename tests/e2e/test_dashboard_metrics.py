@@ -9,11 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "kproxy-dashboard.json"
 SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")

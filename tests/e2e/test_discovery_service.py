@@ -16,15 +16,12 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 CRD_LABEL = "customresourcedefinitions.apiextensions.k8s.io"
 

@@ -24,8 +24,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 WARNING = '299 - "kproxy dryrun rule \\"preview\\" ran this request as a dry run: nothing was persisted"'
 KUBECTL_WARNING = 'Warning: kproxy dryrun rule "preview" ran this request as a dry run: nothing was persisted'
 

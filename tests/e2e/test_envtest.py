@@ -18,9 +18,6 @@ import pytest
 
 from kproxy.localcluster import envtest
 
-pytestmark = pytest.mark.e2e
-
-
 # --------------------------------------------------------------------------- bookkeeping (no binaries)
 
 

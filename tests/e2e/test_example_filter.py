@@ -12,8 +12,6 @@ import pytest
 from kproxy.localcluster.envtest import Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 def test_readonly_filter_from_entry_point(
     proxy_factory: Callable[..., RunningProxy], kubectl: Kubectl, namespace: str

@@ -39,8 +39,6 @@ from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode
 
-pytestmark = pytest.mark.e2e
-
 POD = "box"
 BANNER = "attached to banner\n"
 SIDES = ("direct", "kproxy")

@@ -32,8 +32,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 REPO = Path(__file__).resolve().parents[2]
 STRICT = [{"name": "validation", "rules": [{"name": "strict", "level": "Strict", "match": {"namespaces": ["fair-*"]}}]}]
 

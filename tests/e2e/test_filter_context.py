@@ -16,8 +16,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.proxy import ProxyServer
 
-pytestmark = pytest.mark.e2e
-
 
 class WhoAmI(FilterBase):
     """Answers /whoami itself by asking the apiserver (a SelfSubjectReview) with its own credentials."""

@@ -32,8 +32,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 DRY_RULE = "dry-namespaces"
 #: The order config.example.yaml's sections give (compression first, as it says), and the order
 #: docs/using/configuration.md#the-order-that-works calls the one that works; both are run.

@@ -14,15 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 from test_watchcache_outage import metric
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 CONFIGMAPS = 1500
 CACHE_CONFIGMAPS = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}

@@ -31,8 +31,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 SSR = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 SSR_BODY = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
 WEBSOCKET = [

@@ -43,7 +43,7 @@ from kproxy.testing.proxyproc import start_proxy
 
 # A cold helm build takes about 4 minutes on the 2-core machine; `make test` builds it first
 # (`make helm-bin`), the fixture only builds it when run without make.
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
+pytestmark = pytest.mark.timeout(1200)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "kproxy"

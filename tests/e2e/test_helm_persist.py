@@ -13,8 +13,6 @@ from test_helm import CASES, CHART, Helm, config_of, ensure_helm, kinds
 
 from kproxy.config import parse_config
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def chart(tmp_path_factory: pytest.TempPathFactory) -> Helm:

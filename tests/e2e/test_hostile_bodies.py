@@ -25,8 +25,6 @@ import pytest
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 YAML = "application/yaml"
 JSON = "application/json"
 

@@ -14,13 +14,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from kproxy.localcluster.envtest import Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def _reloads(rp: RunningProxy, result: str) -> float:

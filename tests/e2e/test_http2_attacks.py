@@ -44,7 +44,7 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.localcluster.processes import process_cpu_seconds
 from kproxy.testing.proxyproc import start_proxy
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 #: Bounds on the process during one attack (each sends at most a few megabytes for a few seconds).
 RSS_GROWTH_MIB = 64

@@ -25,8 +25,6 @@ from kproxy.testing.eventually import eventually, eventually_async
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 def _forward(proxy_factory: Callable[..., RunningProxy], cp: ControlPlaneInfo, **extra: Any) -> RunningProxy:
     return proxy_factory(credentials="forward", tls=True, token=cp.admin_token, extra=extra)

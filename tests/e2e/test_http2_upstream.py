@@ -20,8 +20,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.sockets import connections_to as upstream_connections
 
-pytestmark = pytest.mark.e2e
-
 
 def _admin_ssl(cp: ControlPlaneInfo) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(cp.ca_file))

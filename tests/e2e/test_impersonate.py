@@ -21,8 +21,6 @@ from kproxy.localcluster.kubeconfigs import write_kubeconfig
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def caller_ca(tmp_path: Path) -> certs.CertKey:

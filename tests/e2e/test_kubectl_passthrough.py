@@ -13,13 +13,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def cm_manifest(name: str, ns: str, data: dict[str, str] | None = None, **meta: Any) -> str:

@@ -14,13 +14,10 @@ import time
 from collections.abc import Callable
 
 import aiohttp
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 RANDOM_REQUESTS = 2000
 

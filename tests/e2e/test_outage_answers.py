@@ -45,8 +45,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 #: A cache in the chain, but not of pods: the informer's watch is the upstream's, passed through.
 CHAIN = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
 

@@ -31,8 +31,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import ALLOW_EXEC, RunningProxy, start_proxy
 from kproxy.testing.standin_kubelet import StandInNode
 
-pytestmark = pytest.mark.e2e
-
 _SERVING = re.compile(rb"Starting to serve on 127\.0\.0\.1:(\d+)")
 
 

@@ -13,8 +13,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def core(proxy: RunningProxy) -> Iterator[client.CoreV1Api]:

@@ -19,8 +19,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.proxy import ProxyServer
 
-pytestmark = pytest.mark.e2e
-
 EVENTS: list[str] = []
 RELEASE = asyncio.Event()
 

@@ -19,8 +19,6 @@ from kproxy.gocompat.url import MAX_QUERY_PARAMS
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 Answer = tuple[int, dict[str, list[str]], bytes]
 
 

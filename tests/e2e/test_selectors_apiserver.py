@@ -29,8 +29,6 @@ from kproxy.codec.schema import Schema, load_schema
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
-pytestmark = pytest.mark.e2e
-
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 CRD_GROUP = "selectors.kproxy.test"
 

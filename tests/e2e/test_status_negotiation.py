@@ -23,8 +23,6 @@ from kproxy.codec import shared_codec
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 #: (Accept, extra query, User-Agent)

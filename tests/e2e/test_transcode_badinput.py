@@ -26,8 +26,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.localcluster.processes import free_ports
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 MAGIC = b"k8s\x00"
 
 

@@ -21,8 +21,6 @@ from corpus.compare import PROTOBUF, Sides, initial_events
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 _TEMPLATE = [corpus.describe(d, "__NS__") for d in corpus.manifests("__NS__")]
 
 

@@ -21,8 +21,6 @@ from kproxy.codec import ProtobufCodec
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 
-pytestmark = pytest.mark.e2e
-
 CONFIGMAPS = 40  # ~1.3 KB each: a ~50 KB protobuf list, which the apiserver sends chunked
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import pytest
 import pytest_asyncio
 from validation_corpus.cases import BASE_OBJECTS, CASES, Case
 from validation_corpus.crds import CRDS, GROUP
@@ -24,8 +23,6 @@ from validation_corpus.crds import CRDS, GROUP
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 LEVELS: list[str | None] = [None, "Ignore", "Warn", "Strict"]
 

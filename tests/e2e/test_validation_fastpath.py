@@ -10,12 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pytest
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def nested(depth: int, obj: bool) -> str:

@@ -15,8 +15,6 @@ from corpus import CorpusObject, cleanup, load
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture
 def corpus_objects(control_plane: ControlPlaneInfo, namespace: str) -> Iterator[list[CorpusObject]]:

@@ -21,8 +21,6 @@ from kubernetes.dynamic import DynamicClient
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 USER = "kproxy-user"
 
 

@@ -18,8 +18,6 @@ import pytest
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 #: (Accept, the Content-Type the apiserver answers with, whether kproxy answers itself)
 ACCEPTS = [

@@ -19,8 +19,6 @@ from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 GROUP = "routes.kproxy.test"
 Answer = tuple[int, list[str], Any]
 

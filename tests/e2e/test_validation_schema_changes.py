@@ -13,14 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pytest
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing import crds
 from kproxy.testing.eventually import eventually_async
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 GROUP = f"sc{secrets.token_hex(3)}.kproxy.test"  # a fresh CRD per run: the test changes it
 

@@ -33,8 +33,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 
-pytestmark = pytest.mark.e2e
-
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 #: ConfigMaps whose metadata (a 3 KB annotation each) makes their Table and list well over the
 #: apiserver's 128 KiB gzip threshold (responsewriters.defaultGzipThresholdBytes).

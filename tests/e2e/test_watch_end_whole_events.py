@@ -39,8 +39,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually, eventually_async
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 PROTOBUF_WATCH = "application/vnd.kubernetes.protobuf;type=watch"
 #: The large ConfigMap's value (a ConfigMap holds at most 1 MiB): random, so that its gzip stream
 #: is about as long as the event.

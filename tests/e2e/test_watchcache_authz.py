@@ -18,8 +18,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 
 def _get(rp: RunningProxy, path: str, token: str, accept: str | None = None) -> tuple[int, bytes]:
     ctx = ssl.create_default_context(cafile=str(rp.ca_file))

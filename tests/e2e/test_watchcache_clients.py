@@ -21,7 +21,6 @@ from watchcache_population import Population, cache_proxy, population, wc_sides
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
 __all__ = ["cache_proxy", "population", "wc_sides"]  # module-scoped fixtures used here
 
 

@@ -36,8 +36,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 TOTAL = 400  # numberOfTotalResources
 ONE_TENTH = TOTAL // 10
 COMPACTION_INTERVAL = "1s"

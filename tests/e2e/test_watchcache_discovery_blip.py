@@ -41,8 +41,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 GROUP = "blip.example.com"
 EVERYTHING = {"filters": [{"name": "watchcache", "resources": ["*"], "rediscovery_interval": 0.2}]}
 

@@ -43,8 +43,6 @@ from kproxy.filters.watchcache.frames import CONTENT_TYPES, FrameEncoder
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing import crds
 
-pytestmark = pytest.mark.e2e
-
 WATCH = {
     "watch": "1",
     "sendInitialEvents": "true",

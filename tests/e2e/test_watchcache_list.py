@@ -46,7 +46,6 @@ from watchcache_population import (
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
 __all__ = [
     "cache_proxy",
     "forward_cache_proxy",

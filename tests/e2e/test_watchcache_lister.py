@@ -21,8 +21,6 @@ from kproxy.server.kubeconfig import from_kubeconfig
 from kproxy.server.upstream import Upstream
 from kproxy.testing import crds
 
-pytestmark = pytest.mark.e2e
-
 CRD = crds.crd("lw.kproxy.test", "doohickeys", "Doohickey")
 
 

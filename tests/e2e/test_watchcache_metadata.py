@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from corpus.compare import Sides
 from watchcache_diff import diff as compare
 from watchcache_diff import gather_limited, query_path, reads_total
@@ -25,7 +24,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
 __all__ = ["cache_proxy", "population", "wc_sides"]  # module-scoped fixtures used here
 
 LIST = "application/{};as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"

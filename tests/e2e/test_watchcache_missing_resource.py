@@ -7,12 +7,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def records(rp: RunningProxy) -> list[dict[str, Any]]:

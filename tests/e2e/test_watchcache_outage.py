@@ -35,8 +35,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.informer import Informer
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 CACHE_PODS = {"filters": [{"name": "watchcache", "resources": ["pods"]}]}
 
 

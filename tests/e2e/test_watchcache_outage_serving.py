@@ -39,7 +39,7 @@ from kproxy.testing.proxyproc import RunningProxy, start_proxy
 OUTAGE_SECONDS = float(os.environ.get("KPROXY_OUTAGE_SECONDS", "20"))
 
 # The control plane's start, the outage, and the recovery.
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(OUTAGE_SECONDS + 280)]
+pytestmark = pytest.mark.timeout(OUTAGE_SECONDS + 280)
 
 
 def _cache(outage: bool) -> dict[str, Any]:

@@ -27,8 +27,6 @@ from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Link, Toxiproxy
 
-pytestmark = pytest.mark.e2e
-
 LINK = Link("probes", 120, None)  # 60 ms each way
 READERS = 20
 

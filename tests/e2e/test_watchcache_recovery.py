@@ -11,15 +11,12 @@ import json
 import re
 from collections.abc import Callable
 
-import pytest
 from watchcache_diff import reads_total
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing import crds
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def _compact(cp: ControlPlaneInfo) -> int:

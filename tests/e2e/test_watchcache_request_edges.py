@@ -30,8 +30,6 @@ from yarl import URL
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 NAMES = ("cm-a", "cm-b", "cm-c")
 
 

@@ -12,12 +12,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 
-import pytest
-
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 
 def _open(url: str, ctx: ssl.SSLContext | None, watch: bool) -> tuple[int, bytes]:

@@ -11,13 +11,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-import pytest
-
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 

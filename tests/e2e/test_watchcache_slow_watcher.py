@@ -16,14 +16,11 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-import pytest
 from test_watchcache_outage import Writer, metric, served_watches
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
-
-pytestmark = pytest.mark.e2e
 
 #: A pod annotation this big makes every event ~200 KB: a few MB of events fill any socket buffers.
 BIG = "x" * 200_000

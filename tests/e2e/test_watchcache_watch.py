@@ -64,8 +64,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing import crds
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
-pytestmark = pytest.mark.e2e
-
 GROUP = "wcwatch.example.com"
 PLURAL = "gizmos"
 PODS = Res("pods", "/api/v1", "pods", "Pod")

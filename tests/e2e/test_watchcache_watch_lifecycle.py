@@ -29,8 +29,6 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
 
-pytestmark = pytest.mark.e2e
-
 CACHED = {"filters": [{"name": "watchcache", "resources": ["configmaps"]}]}
 
 

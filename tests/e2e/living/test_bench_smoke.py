@@ -15,11 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from kproxy.localcluster.envtest import ControlPlaneInfo
-
-pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
 #: --quick: 2 Deployments x 5 steps

@@ -44,8 +44,6 @@ from kproxy.localcluster import cluster
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import Timeout, eventually
 
-pytestmark = pytest.mark.e2e
-
 REPLICAS = 20
 #: Seconds a new pod must be Ready before it counts as available: with 25% surge and no
 #: unavailability the rollout takes four waves of at least this long, so it is mid-way for a while.

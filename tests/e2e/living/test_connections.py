@@ -16,8 +16,6 @@ import time
 from collections import Counter
 from urllib.parse import urlsplit
 
-import pytest
-
 from kproxy.localcluster.cluster import (
     component_pids,
     recommended_config,
@@ -26,8 +24,6 @@ from kproxy.localcluster.cluster import (
 )
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.sockets import tcp_connections
-
-pytestmark = pytest.mark.e2e
 
 #: How long the counts are sampled once the nodes are ready (the controllers' informers start and
 #: sync within it, and the rollout below runs in it).

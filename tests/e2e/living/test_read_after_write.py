@@ -23,13 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import kcmlog
-import pytest
 
 from kproxy.localcluster.cluster import recommended_config, running_components
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
-
-pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOYMENTS = 6

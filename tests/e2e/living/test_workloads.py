@@ -39,7 +39,7 @@ from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl, KubectlError
 from kproxy.testing.eventually import eventually
 
 # Both runs happen in the first test's fixtures (a fresh control plane, then each side's components and workloads).
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 
 REPO = Path(__file__).resolve().parents[3]
 NODES = 3
