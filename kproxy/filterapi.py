@@ -58,6 +58,7 @@ from kproxy.core.status import (
     too_many_requests,
     unauthorized,
 )
+from kproxy.core.upstreamgzip import decode_reply
 
 __all__ = [
     "ApiClient",
@@ -85,6 +86,7 @@ __all__ = [
     "UpgradeBody",
     "bad_request",
     "conflict",
+    "decode_reply",
     "forbidden",
     "forbidden_for_request",
     "generic",
