@@ -350,7 +350,7 @@ async def amain(args: argparse.Namespace, cp: envtest.ControlPlaneInfo, rp: Runn
         watches = []
         for peer in ("direct JSON", "kproxy protobuf->JSON"):
             # Warm-up (not reported): the patchers' connections, the watch cache, the codec.
-            await b.watch(peer, names[-100:], 100)
+            await b.watch(peer, names[-100:], min(100, len(names)))
         for peer in ("direct JSON", "kproxy protobuf->JSON"):
             watches.append(await b.watch(peer, names, args.events))
             log(f"WATCH {peer} done")
