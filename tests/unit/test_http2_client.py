@@ -16,10 +16,10 @@ import h2.events
 import h2.settings
 import pytest
 
+from kproxy.localcluster import certs
 from kproxy.server.http2.client import STREAM_WINDOW, H2Pool, H2Unavailable, request_fields
 from kproxy.server.httputil import InvalidRequestHead
 from kproxy.server.pool import NotSent, UpstreamClosed
-from kproxy.localcluster import certs
 from kproxy.testing.eventually import eventually_async
 
 

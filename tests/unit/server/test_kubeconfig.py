@@ -12,8 +12,8 @@ import yaml
 
 from kproxy.config import ConfigError
 from kproxy.core.status import StatusError
-from kproxy.server.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
 from kproxy.localcluster import certs
+from kproxy.server.kubeconfig import ExecToken, FileToken, StaticToken, from_kubeconfig, in_cluster, resolve_upstream
 
 
 def write_kc(path: Path, user: dict[str, object], cluster: dict[str, object] | None = None, ctx: str = "c") -> Path:

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from kproxy.server.kubeconfig import from_kubeconfig
-from kproxy.server.tlschain import SSL_MODE_NO_AUTO_CHAIN, send_configured_chain_only, ssl_ctx_mode
 from kproxy.localcluster import certs
 from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.server.kubeconfig import from_kubeconfig
+from kproxy.server.tlschain import SSL_MODE_NO_AUTO_CHAIN, send_configured_chain_only, ssl_ctx_mode
 
 _HANDSHAKE, _CERTIFICATE = 22, 11
 
