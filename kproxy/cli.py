@@ -109,6 +109,7 @@ def _loop_factory() -> Any:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     # lazy: as in _serve, the filters (and aiohttp) are loaded only by the commands that build them
+    from kproxy.core.chain import ShowsSettings
     from kproxy.filters import build_filters
 
     cfg = _config_from_args(args)
@@ -122,9 +123,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print("chain:")
     for i, (flt, entry) in enumerate(zip(filters, cfg.filters, strict=True)):
         settings: Any = getattr(flt, "settings", None)
-        effective = getattr(flt, "effective_settings", None)
-        if callable(effective):
-            shown = effective()
+        if isinstance(flt, ShowsSettings):
+            shown = flt.effective_settings()
         else:
             shown = settings.model_dump() if hasattr(settings, "model_dump") else entry.settings
         print(f"  {i + 1}. {entry.name} {yaml.safe_dump(shown, default_flow_style=True).strip()}")

@@ -6,9 +6,9 @@ A filter is an onion layer with the shape of an aiohttp middleware (docs/develop
         name: ClassVar[str]
         async def __call__(self, ex: Exchange, call_next: Handler) -> Reply: ...
 
-and may have the hooks ``start(ctx)``, ``stop()`` and ``ready()`` (:class:`Starts`,
-:class:`Stops`, :class:`Readiness`). Third-party filters import these names from
-:mod:`kproxy.filterapi`, the public filter API, not from here.
+and may have the hooks ``start(ctx)``, ``stop()``, ``ready()`` and ``effective_settings()``
+(:class:`Starts`, :class:`Stops`, :class:`Readiness`, :class:`ShowsSettings`). Third-party
+filters import these names from :mod:`kproxy.filterapi`, the public filter API, not from here.
 
 It may change the request before ``call_next``, answer without calling it, or change the
 ``Reply`` on its way back. Filters never know of each other; the config orders them.
@@ -48,6 +48,7 @@ __all__ = [
     "Identity",
     "Readiness",
     "Reply",
+    "ShowsSettings",
     "Starts",
     "Stops",
     "StreamBody",
@@ -333,6 +334,14 @@ class Readiness(Protocol):
     """Optional hook: ``ready()`` is asked by ``/readyz``; False keeps kproxy not ready."""
 
     def ready(self) -> bool: ...
+
+
+@runtime_checkable
+class ShowsSettings(Protocol):
+    """Optional hook: ``effective_settings()`` is what ``kproxy check-config`` prints for the
+    filter (its settings with what it derived from them); without it, its ``settings`` model."""
+
+    def effective_settings(self) -> dict[str, object]: ...
 
 
 class FilterBase:
