@@ -113,7 +113,7 @@ def test_a_directory_in_use_is_refused_and_its_owner_goes_on(control_plane: Cont
     try:
         with pytest.raises(AssertionError, match="persist: dir .* is in use by another kproxy process"):
             start_proxy(tmp_path / "second", control_plane.admin_kubeconfig, extra=_config(state))
-        owner.wait_cached("/api/v1/configmaps", "configmaps")
+        owner.wait_cached("/api/v1/configmaps", "configmaps", timeout=90)
         assert (state / "core+v1+configmaps.snapshot").exists()
     finally:
         assert owner.stop() == 0
@@ -132,7 +132,7 @@ def test_planted_symbolic_links_are_never_followed(control_plane: ControlPlaneIn
     (state / "core+v1+configmaps.snapshot.tmp").symlink_to(victim)
     rp = start_proxy(tmp_path / "run", control_plane.admin_kubeconfig, extra=_config(state))
     try:
-        rp.wait_cached("/api/v1/configmaps", "configmaps")
+        rp.wait_cached("/api/v1/configmaps", "configmaps", timeout=90)
         snapshot = state / "core+v1+configmaps.snapshot"
         eventually(lambda: snapshot.exists() and not snapshot.is_symlink(), 30, "a snapshot of kproxy's own")
     finally:
