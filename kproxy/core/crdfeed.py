@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from kproxy.cacher import CacheEvent, Kind, Reflector, WatchCache
+from kproxy.cacher import MODIFIED, CacheEvent, Kind, Reflector, WatchCache
 from kproxy.cacher.fields import builtin_fields
 from kproxy.cacher.ingest import ObjectFactory
 from kproxy.codec import ProtobufCodec
@@ -72,6 +73,10 @@ class CrdFeed:
             on_upstream_rv=self._upstream_rv,
         )
         self.cache.add_listener(on_events)
+        self._on_events = on_events
+        # A relist that went back in time (etcd restored from a backup) resets the history and
+        # sends no differences: the followers hear of every definition as changed instead.
+        self.cache.add_reset_listener(self._reset)
         self._expire: asyncio.Task[None] | None = None
 
     def _relisted(self, reason: str) -> None:
@@ -81,6 +86,12 @@ class CrdFeed:
     def _upstream_rv(self, rv: int) -> None:
         for hook in list(self.rv_hooks):
             hook(rv)
+
+    def _reset(self) -> None:
+        now = time.monotonic()  # the cache's own clock
+        changed = [CacheEvent(MODIFIED, obj, None, obj.rv, now) for obj in self.cache.store.values()]
+        if changed:
+            self._on_events(changed)
 
     @property
     def live(self) -> bool:
