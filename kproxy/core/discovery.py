@@ -209,10 +209,11 @@ class Discovery:
     async def _fetch(self, path: str, accept: str) -> tuple[int, Any]:
         return await self._api.json("GET", path, headers={"Accept": accept}, timeout=30)
 
-    async def read(self) -> tuple[ServedResource, ...]:
+    async def read(self, *, fresh: bool = True) -> tuple[ServedResource, ...]:
         """Discovery as read by a read started after this call (callers that wait together
-        share one). Raises (DiscoveryError, or the line's error) when it cannot be read."""
-        wanted = self._started + 1
+        share one), or with ``fresh=False`` by the one under way if there is one. Raises
+        (DiscoveryError, or the line's error) when it cannot be read."""
+        wanted = self._started if not fresh and self._lock.locked() else self._started + 1
         async with self._lock:
             if self._succeeded >= wanted:
                 return self.resources
@@ -253,7 +254,7 @@ class Discovery:
         delay = 1.0
         while not self._succeeded:
             try:
-                await self.read()
+                await self.read(fresh=False)
                 return
             except asyncio.CancelledError:
                 raise

@@ -189,6 +189,9 @@ def test_readers_that_wait_together_share_one_discovery_read_started_after_them(
         await asyncio.gather(*(discovery.read() for _ in range(10)))
         # One read in flight, then one more shared by the nine that arrived while it ran.
         assert len(api.reads) == 2 + 2 * 2
+        # A reader content with the read under way (the metrics' first read) takes that one.
+        await asyncio.gather(discovery.read(), discovery.read(fresh=False))
+        assert len(api.reads) == 2 + 2 * 2 + 2
         await discovery.close()
 
     asyncio.run(run())
