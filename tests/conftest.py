@@ -4,7 +4,8 @@ fixtures it uses, so that no test file has to say it:
 * ``e2e``: the test needs the local control plane (the ``control_plane`` or ``living`` fixture,
   however indirectly), lives under ``tests/e2e/`` (real ``kproxy run`` processes, kubectl, Go
   tools), or lives under ``tests/adversarial/`` and uses a fixture of its own (a private control
-  plane, kproxy processes): there, only what needs nothing started is fast;
+  plane, kproxy processes): there, only what needs nothing started is fast, and
+  ``tests/adversarial/recorded/`` (the corpus against the recorded upstream, in-process);
 * ``living``: under ``tests/e2e/living/`` (its own control plane with the controllers and KWOK);
 * ``helm``: runs helm (the ``helm`` fixture, the chart test modules ``test_helm*.py``, or marked
   ``@pytest.mark.helm`` by hand);
@@ -42,7 +43,10 @@ def tiers(item: pytest.Item) -> set[str]:
         out.add("helm")
     if parts == ("adversarial", "test_fuzz.py"):
         out.add("fuzz")
-    own_processes = parts[:1] == ("e2e",) or (parts[:1] == ("adversarial",) and _uses_own_fixture(item))
+    in_process = parts[:2] == ("adversarial", "recorded")
+    own_processes = parts[:1] == ("e2e",) or (
+        parts[:1] == ("adversarial",) and not in_process and _uses_own_fixture(item)
+    )
     if out or own_processes or fixtures & _CONTROL_PLANE_FIXTURES:
         out.add("e2e")
     return out
