@@ -40,7 +40,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
@@ -62,6 +61,8 @@ from benchmarks.lib.fanout import NAMESPACE as FANOUT_NAMESPACE
 from benchmarks.lib.fanout import PODS_PATH, SPAWN, Bench, recv_timeout
 from benchmarks.lib.h2_watch_client import H2ClientSpec
 from benchmarks.lib.h2_watch_client import client_main as h2_client_main
+from benchmarks.lib.h2load import argv as h2load_argv
+from benchmarks.lib.h2load import parse as parse_h2load
 from benchmarks.lib.procs import Process, cpu_seconds, cpu_seconds_or, machine_busy_seconds, rss_bytes
 from benchmarks.lib.report import ratio as _ratio
 from benchmarks.lib.watch_client import ClientResult, ClientSpec, Connected
@@ -101,13 +102,8 @@ def _port(url: str) -> int:
 
 
 def h2load(url: str, proto: str, connections: int, streams: int, extra: Sequence[str] = ()) -> list[str]:
-    argv = ["h2load", "-c", str(connections), "-m", str(streams), "-H", "Accept: application/json"]
-    argv += ["-H", "Accept-Encoding: identity", "-H", "User-Agent: kproxy-http2-bench", *extra]
-    if proto == H1:
-        argv.append("--h1")
-    else:
-        argv += ["--npn-list", "h2"]
-    return [*argv, url]
+    headers = ["Accept: application/json", "Accept-Encoding: identity", "User-Agent: kproxy-http2-bench"]
+    return h2load_argv(url, proto == H1, connections, streams, extra, headers)
 
 
 async def warm(url: str, token: str | None = None) -> None:
@@ -172,19 +168,6 @@ class LoadRow:
         return max(0.0, self.cpu.get("machine", 0.0) - ours) / self.sampled if self.sampled else float("nan")
 
 
-_REQ = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored")
-_STATUS = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
-_TRAFFIC = re.compile(r"traffic: .*? \((\d+)\) total, .*? \((\d+)\) headers .*?, .*? \((\d+)\) data")
-_TIME = re.compile(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)")
-
-
-def _ms(text: str) -> float:
-    for unit, scale in (("us", 1e-3), ("ms", 1.0), ("s", 1000.0)):
-        if text.endswith(unit):
-            return float(text[: -len(unit)]) * scale
-    return float("nan")
-
-
 async def measure_load(
     row: LoadRow, url: str, pids: dict[str, int], duration: float, warmup: float, token: str | None
 ) -> LoadRow:
@@ -208,20 +191,19 @@ async def measure_load(
     out, err = await proc.communicate()
     text = out.decode(errors="replace")
     row.cpu = {k: c1[k] - c0[k] for k in c1} | {"machine": m1 - m0}
-    req, status, traffic, lat = _REQ.search(text), _STATUS.search(text), _TRAFFIC.search(text), _TIME.search(text)
-    if proc.returncode != 0 or not req or not status:
+    summary = parse_h2load(text)
+    if proc.returncode != 0 or summary is None:
         row.error = f"h2load exit {proc.returncode}: {(text + err.decode(errors='replace'))[-400:]}"
         return row
-    row.ok = int(status.group(1))
-    row.failed = int(req.group(5)) + int(req.group(6)) + sum(int(status.group(i)) for i in (2, 3, 4))
+    row.ok = summary.status_2xx
+    row.failed = summary.failed + summary.errored + summary.status_other
     if row.failed:
-        row.statuses = f"{status.group(0)}; {req.group(0)}"
+        row.statuses = summary.lines
     row.rps = row.ok / duration
     row.sampled_requests = row.rps * row.sampled
-    if traffic and int(req.group(3)):
-        row.bytes_per_response = int(traffic.group(3)) / int(req.group(3))
-    if lat:
-        row.mean_ms = _ms(lat.group(3))
+    if summary.data_bytes is not None and summary.done:
+        row.bytes_per_response = summary.data_bytes / summary.done
+    row.mean_ms = summary.mean_ms
     return row
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.lib import h2load
 from benchmarks.lib.procs import cpu_seconds
 from kproxy.localcluster import envtest
 from kproxy.localcluster.controlplane import ControlPlaneInfo
@@ -45,13 +45,16 @@ def measure(cp: ControlPlaneInfo, tmp: Path, http2: bool, duration: float, concu
     rp = start_proxy(tmp, cp.admin_kubeconfig, extra={"upstream": {"http2": http2}})
     try:
         url = f"{rp.url}/api/v1/namespaces/{NAMESPACE}/configmaps/{NAME}"
-        load = ["h2load", "--h1", "-c", str(concurrency), "-m", "1", url]
-        subprocess.run([*load, "-D", "1"], capture_output=True, check=True)  # warm up
+        subprocess.run(h2load.argv(url, True, concurrency, 1, ["-D", "1"]), capture_output=True, check=True)  # warm up
         pid, api = rp.proc.pid, cp.apiserver_pid or 0
         k0, a0 = cpu_seconds(pid), cpu_seconds(api) if api else 0.0
-        out = subprocess.run([*load, "-D", f"{duration:g}"], capture_output=True, text=True, check=True).stdout
+        load = h2load.argv(url, True, concurrency, 1, ["-D", f"{duration:g}"])
+        out = subprocess.run(load, capture_output=True, text=True, check=True).stdout
         k1, a1 = cpu_seconds(pid), cpu_seconds(api) if api else 0.0
-        done = int(re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded", out).group(2))  # type: ignore[union-attr]
+        summary = h2load.parse(out)
+        if summary is None:
+            raise RuntimeError(f"h2load printed no summary:\n{out[-400:]}")
+        done = summary.succeeded
         return {
             "req/s": done / duration,
             "kproxy ms/req": (k1 - k0) * 1000 / max(done, 1),

@@ -9,7 +9,8 @@
   metrics.
 * :mod:`benchmarks.lib.data`: the ConfigMaps and realistic pods benchmarks read, and seeding them.
 * :mod:`benchmarks.lib.report`: number formatting for the markdown tables.
-* :mod:`benchmarks.lib.load`: the closed-loop HTTP load generator (a process of its own).
+* :mod:`benchmarks.lib.load`: the closed-loop HTTP load generator (a process of its own);
+  :mod:`benchmarks.lib.h2load`: nghttp2's ``h2load`` (its command line and summary).
 * :mod:`benchmarks.lib.fanout`: the watch fan-out harness (watchers, writer, CPU window).
 * :mod:`benchmarks.lib.watch_client`, :mod:`benchmarks.lib.h2_watch_client`,
   :mod:`benchmarks.lib.watch_writer`, :mod:`benchmarks.lib.fairness_load`: the processes those
