@@ -115,8 +115,8 @@ test: venv envtest-bin helm-bin h2spec-bin lint aiohttp-newest
 aiohttp-newest: venv
 	bash tools/aiohttp-newest/run.sh $(BIN) $(KPROXY_CACHE)
 
-# Before every commit: lint and the fast tier (unit and in-process tests, the examples: no control
-# plane, no Go binary), with its wall time. tests/e2e holds no fast test (all of it is e2e).
+# Before every commit: lint and the fast tier (unit and in-process tests, the examples, the adversarial
+# corpus against the recorded upstream: no control plane), with its wall time. tests/e2e holds no fast test.
 check: venv
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint && \

@@ -19,7 +19,9 @@ Each case is sent once per policy it names, as raw bytes, and two invariants are
 Cases with a ``Content-Encoding`` are left to the e2e corpus: the recorded upstream's HTTP server
 decodes a request body's encoding, the apiserver does not.
 
-The body readers here are the test's own (``json``, PyYAML, a protobuf field walk), not kproxy's.
+The body readers here are the test's own (``json``, PyYAML, a protobuf field walk), not kproxy's;
+the query is read with ``kproxy.gocompat.url.query_values``, which tests/unit/gocompat/test_gocompat_url.py
+checks against Go's ``url.ParseQuery``.
 The authority stays ``tests/adversarial/test_policy_corpus.py``, which checks the same corpus at
 the real apiserver (what was persisted); cases it knows to fail are strict xfails here too.
 """

@@ -196,6 +196,7 @@ async def test_a_slow_watcher_is_closed_after_the_budget_and_the_others_go_on(ca
         cache.apply(MODIFIED, obj("ns/a", 16))
         await settle()
         assert len(fast.events) == 6 and not fast.closed
+        await bc.stop()  # the slow sink's drain never returns: no task left pending for a later test's loop
 
 
 async def test_a_watcher_that_catches_up_in_time_stays(cache: WatchCache) -> None:
