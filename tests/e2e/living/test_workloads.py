@@ -586,6 +586,7 @@ def proxied_run(living: ControlPlaneInfo, direct_run: Run, tmp_path_factory: pyt
     with log.open("rb") as f:
         f.seek(offset)
         run.access_log = f.read().decode(errors="replace")
+    report_timings(direct_run, run)
     yield run
 
 
@@ -724,8 +725,9 @@ def test_all_namespaces_deleted_at_the_end(proxied_run: Run) -> None:
     assert proxied_run.leftover == []
 
 
-def test_timings(direct_run: Run, proxied_run: Run) -> None:
-    """Not a check: the runs' durations, for the report (pytest -s shows them)."""
+def report_timings(direct_run: Run, proxied_run: Run) -> None:
+    """Not a verdict (the tests are): the runs' durations, printed once both runs are done
+    (``pytest -s`` shows them)."""
     for run in (direct_run, proxied_run):
         per = ", ".join(f"{n} {o.seconds:.1f}s" for n, o in run.outcomes.items())
         phases = ", ".join(f"{n} {s:.1f}s" for n, s in run.phases.items())
