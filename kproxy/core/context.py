@@ -11,6 +11,7 @@ calls ``call_next`` as usual.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -86,6 +87,15 @@ class ApiClient:
     @property
     def server(self) -> str:
         return str(self._upstream.base)
+
+    @property
+    def trust(self) -> str:
+        """A digest of the CA bundle kproxy checks the upstream's certificate against ("" when
+        it uses the system's roots or has none): two clusters at one URL, each with its own CA,
+        differ here though their URLs do not (in-cluster, every cluster is
+        ``https://kubernetes.default.svc``)."""
+        ca = getattr(getattr(self._upstream, "target", None), "ca_pem", None)
+        return hashlib.sha256(ca).hexdigest()[:32] if isinstance(ca, bytes) and ca else ""
 
     @property
     def rtt(self) -> float | None:

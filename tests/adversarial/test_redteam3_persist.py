@@ -56,10 +56,6 @@ def _names(body: bytes) -> set[str]:
     return {i["metadata"]["name"] for i in json.loads(body).get("items") or []}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: persisted state is keyed by the server URL only; another cluster at the same URL loads it",
-)
 def test_state_of_another_cluster_at_the_same_url_is_not_served(
     control_plane: ControlPlaneInfo, other_cp: ControlPlaneInfo, toxi: Toxiproxy, tmp_path: Path
 ) -> None:

@@ -432,7 +432,12 @@ class WatchCacheFilter(Reconciler, FilterBase):
         except UndecidedError:
             raise
         except StatusError as err:
-            if not (offline.allowed and err.code == 500 and unreachable(err) and self._outage.within_bound(rc)):
+            # Only in an outage the cache's own watch confirms (down, within the bound): a review
+            # that failed while the apiserver answers the watch is not a reason to use older decisions.
+            outage = self._outage
+            if not (
+                offline.allowed and err.code == 500 and unreachable(err) and outage.down(rc) and outage.within_bound(rc)
+            ):
                 raise
             within = self._outage.settings.authorization_ttl
             if allowed_offline(self.ctx, self._reviewer, ex, within) is None:
@@ -645,7 +650,10 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
             ) from None
         locks[key] = fd
     owners: dict[str, object] = ctx.shared("kproxy.filters.watchcache.persist.owners:" + key, dict)
-    return _Persist(p, directory, sealer, owners, ctx.api.server)
+    # The state belongs to one cluster: its URL and the CA that proves who answers there (another
+    # cluster at the same URL, a disk moved between clusters, loads nothing of this one's).
+    trust = ctx.api.trust
+    return _Persist(p, directory, sealer, owners, ctx.api.server + (f" ca-sha256:{trust}" if trust else ""))
 
 
 _GZIP_THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: compressed only when strictly larger
