@@ -7,8 +7,8 @@ Each case is sent once per policy it names, as raw bytes, and two invariants are
 * ``forwarded`` -- no write reached the upstream that the apiserver would carry out although the
   policy forbids it: under ``enforce`` and ``reject`` every POST, PUT, PATCH and DELETE that
   reached it is a dry run as the apiserver reads one (every ``dryRun`` value of the query ``All``,
-  as Go's ``url.ParseQuery`` splits it; for a DELETE with a body, the body's DeleteOptions win
-  over the query: ``staging/src/k8s.io/apiserver/pkg/endpoints/handlers/delete.go``); under
+  as Go's ``url.ParseQuery`` splits it; a DELETE with a body has the body's DeleteOptions and
+  its query is not read: ``staging/src/k8s.io/apiserver/pkg/endpoints/handlers/delete.go``); under
   ``strict`` every write carries ``fieldValidation=Strict`` first (a string option takes the
   query's first value: ``Convert_Slice_string_To_string`` in
   ``staging/src/k8s.io/apimachinery/pkg/runtime/conversion.go``);
@@ -189,7 +189,7 @@ def _body_dry_run(req: Received) -> tuple[bool, list[str] | None]:
         return (got is not None, got or None)
     if mt in ("application/json", "application/yaml", ""):
         try:
-            doc = json.loads(req.body) if mt != "application/yaml" else yaml.safe_load(req.body)
+            doc = json.loads(req.body) if mt != "application/yaml" else next(yaml.safe_load_all(req.body), None)
         except (ValueError, yaml.YAMLError):
             return (False, None)  # the apiserver answers 400: nothing deleted
         if not isinstance(doc, dict):
@@ -223,8 +223,7 @@ def violation(policy: str, req: Received) -> str | None:
         decoded, from_body = _body_dry_run(req)
         if not decoded:
             return None
-        if from_body is not None:
-            dry = from_body
+        dry = from_body or []  # a body's options replace the query's (the query is not read at all)
     if dry and all(v == "All" for v in dry):
         return None
     return f"{req.method} {req.target} forwarded as a real write (dryRun {dry}); body {req.body[:200]!r}"
