@@ -334,7 +334,8 @@ class WatchCacheFilter(Reconciler, FilterBase):
             if spec.key in self.caches:
                 continue
             wanted = any(_matches(n, spec) for n in self.settings.resources) and self._persist.persists(spec)
-            if not wanted or (
+            # CustomResourceDefinitions are the process's one CRD feed, listed at start, not persisted.
+            if not wanted or spec.key == _CRD_KEY or (
                 spec.kind.protobuf
                 and self._codec is not None
                 and not self._codec.knows(spec.kind.api_version, spec.kind.kind)
