@@ -365,6 +365,7 @@ class Reflector:
     def _go_live(self) -> None:
         self._streams += 1
         self._live = self._streams
+        self.cache.stream_live()
 
     @property
     def confirmed_at(self) -> float:

@@ -71,6 +71,7 @@ class WatchCache:
         #: Events that arrived after a progress confirmation had covered their resource version.
         self.late_events = 0
         self._lateness = (0.0, 0.0)  # (seconds, when): the largest lateness, decaying
+        self._live_since = 0.0  # when the upstream stream now feeding the cache went live
         self.on_late: Callable[[], None] | None = None
         self._snapshot: Snapshot | None = None
         self._sorted_keys: list[str] | None = None
@@ -189,9 +190,15 @@ class WatchCache:
                 self.late_events += 1
                 if self.on_late is not None:
                     self.on_late()
-                if now - at > self.lateness():
+                # A confirmation older than the stream (the watch broke and resumed since) says
+                # how long the reconnect took, not how far behind a live watch runs.
+                if at >= self._live_since and now - at > self.lateness():
                     self._lateness = (now - at, now)
                 return
+
+    def stream_live(self) -> None:
+        """A new upstream stream (a resumed watch, a list's) feeds the cache from now on."""
+        self._live_since = self._clock()
 
     def lateness(self) -> float:
         """How late events arrived after a confirmation covering them, at most, lately: the
