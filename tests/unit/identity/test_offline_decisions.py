@@ -10,8 +10,8 @@ import aiohttp
 from test_access import ALICE, BOB, FakeReview, pods, sar_answer
 
 from kproxy.cacher.reflector import Expired
-from kproxy.core.status import internal_error
 from kproxy.core.listwatch import UpstreamError
+from kproxy.core.status import internal_error
 from kproxy.filters.watchcache.outage_serving import unreachable
 from kproxy.identity.access import AccessReviewer, AccessReviewError
 from kproxy.testing.clock import FakeClock
