@@ -345,9 +345,6 @@ def api_review(ctx: FilterContext) -> Review:
 _WATCHCACHE_METRICS: ServiceKey[OnDecision] = ServiceKey(f"{__name__}.watchcache.metrics")
 
 
-_WATCHCACHE_METRICS: ServiceKey[OnDecision] = ServiceKey(f"{__name__}.watchcache.metrics")
-
-
 def _watchcache_metrics(ctx: FilterContext) -> OnDecision:
     """The watch cache's authorization counters (registered once per registry), as an ``on_decision``.
 
