@@ -197,9 +197,6 @@ class _Metrics:
 _METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
 
 
-_METRICS_KEY: ServiceKey[_Metrics] = ServiceKey(f"{__name__}.metrics")
-
-
 class Transcode(FilterBase):
     """Protobuf from the apiserver, the client's own media type to the client."""
 
