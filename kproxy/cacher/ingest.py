@@ -62,7 +62,8 @@ class ObjectFactory:
                 raise ObjectError(f"no protobuf schema for {self.kind.kind} {self.kind.api_version}")
             self._cls: Any = self.codec.schema.message_class(full)
             self._encode = item_json_encoder(self.codec, self.kind)
-        # Equal label sets and field values are held once (replicas share them): ~1.5 KB a pod.
+        # Equal label sets are held once (replicas share them). Field values are not: every
+        # object's include its own name (``metadata.name``), so no two are equal.
         self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
     def _share(self, d: dict[str, str]) -> dict[str, str]:
@@ -86,7 +87,7 @@ class ObjectFactory:
             name,
             _rv(meta.resourceVersion),
             self._share(dict(meta.labels)),
-            self._share(self.fields.from_message(msg)),
+            self.fields.from_message(msg),
             proto=raw,
             encode=self._encode,
         )
@@ -106,7 +107,7 @@ class ObjectFactory:
             name,
             _rv(meta.get("resourceVersion") or "0"),
             labels,
-            self._share(self.fields.from_dict(obj)),
+            self.fields.from_dict(obj),
             json=bytes(raw),
         )
 
@@ -134,7 +135,7 @@ class ObjectFactory:
             name,
             rv,
             self._share(labels),
-            self._share(fields),
+            fields,
             proto=proto,
             json=json,
             encode=self._encode if proto is not None else None,
