@@ -11,7 +11,8 @@ the cache engine (``kproxy.cacher``):
 CRD list+watch also serves ``customresourcedefinitions``), ``resource_cache`` (one cached
 resource, listed and watched through ``kproxy.core.listwatch``), ``plan`` and ``watch_plan`` (which reads and watches
 the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it answers with),
-``watches`` (a served watch), ``cachemetrics``, ``reconciler`` (the caches kept in line with discovery
+``watches`` (a served watch), ``gzipreply`` (a cached answer gzipped as the apiserver's),
+``cachemetrics``, ``reconciler`` (the caches kept in line with discovery
 and the CRDs).
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
 never another filter nor ``kproxy.server``.
@@ -44,7 +45,7 @@ from kproxy.cacher.persist import (
     read_key_file,
 )
 from kproxy.codec import ProtobufCodec, shared_codec
-from kproxy.compress.backends import Codec, gzip_codec
+from kproxy.compress.backends import gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
 from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import FilterContext
@@ -59,6 +60,7 @@ from kproxy.filters.watchcache.cachesettings import (
 )
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
+from kproxy.filters.watchcache.gzipreply import gzip_as_the_apiserver
 from kproxy.filters.watchcache.outage_serving import Outage, unconfirmed_gauge, unreachable
 from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
@@ -287,7 +289,7 @@ class WatchCacheFilter(Reconciler, FilterBase):
             reads.labels(label, info.verb, "cache", decided.mode).inc()
         if offline.used or (offline.allowed and self._outage.down(rc)):
             reply.headers.add("Warning", self._outage.warning(rc, consistent=decided.mode == "consistent"))
-        return _gzip_as_the_apiserver(ex, reply, self._gzip)
+        return gzip_as_the_apiserver(ex, reply, self._gzip)
 
     async def _authorize(self, ex: Exchange, rc: ResourceCache, offline: _Offline) -> bool:
         """Authorize a cached read as :func:`authorize` does (raising its Status errors). While the
@@ -523,27 +525,6 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
     # cluster at the same URL, a disk moved between clusters, loads nothing of this one's).
     trust = ctx.api.trust
     return _Persist(p, directory, sealer, owners, ctx.api.server + (f" ca-sha256:{trust}" if trust else ""))
-
-
-_GZIP_THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: compressed only when strictly larger
-
-
-def _gzip_as_the_apiserver(ex: Exchange, reply: Reply, gzip: Codec) -> Reply:
-    """Compress as the apiserver's ``SerializeObject`` would: the first Accept-Encoding line holds
-    the exact token ``gzip`` and the body is over 128 KiB -> gzip level 1, ``Vary`` added. With
-    the ``compression`` filter in front, it has already taken the client's header off (or left
-    ``gzip`` for itself), so this only acts where kproxy would otherwise answer worse than the
-    apiserver."""
-    first = ex.headers.get("Accept-Encoding", "")
-    body = reply.body
-    if not first or not isinstance(body, BytesBody) or len(body.data) <= _GZIP_THRESHOLD:
-        return reply
-    if "gzip" not in (t.strip() for t in first.split(",")):
-        return reply
-    reply.body = BytesBody(gzip.compress(body.data), body.media_type)
-    reply.headers["Content-Encoding"] = "gzip"
-    reply.headers.add("Vary", "Accept-Encoding")
-    return reply
 
 
 _MAX_BODIES = 64  # whole lists kept per resource (per media type, namespace, selectors)
