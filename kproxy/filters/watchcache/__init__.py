@@ -11,7 +11,8 @@ the cache engine (``kproxy.cacher``):
 CRD list+watch also serves ``customresourcedefinitions``), ``resource_cache`` (one cached
 resource, listed and watched through ``kproxy.core.listwatch``), ``plan`` and ``watch_plan`` (which reads and watches
 the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it answers with),
-``watches`` (a served watch), ``gzipreply`` (a cached answer gzipped as the apiserver's),
+``watches`` (a served watch), ``listbodies`` (whole lists' bodies kept, the cached read's reply),
+``gzipreply`` (a cached answer gzipped as the apiserver's),
 ``cachemetrics``, ``reconciler`` (the caches kept in line with discovery
 and the CRDs).
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
@@ -31,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from multidict import CIMultiDict
 from pydantic import BaseModel
 
 from kproxy.cacher import Kind, object_key, select
@@ -47,7 +47,7 @@ from kproxy.cacher.persist import (
 from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
-from kproxy.core.chain import BytesBody, Exchange, FilterBase, Handler, Reply
+from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
 from kproxy.core.context import FilterContext
 from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
@@ -59,8 +59,9 @@ from kproxy.filters.watchcache.cachesettings import (
     WatchCacheSettings,
 )
 from kproxy.filters.watchcache.continuation import continue_snapshot
-from kproxy.filters.watchcache.encode import CONTENT_TYPES, assemble, items_part, list_body, object_body
+from kproxy.filters.watchcache.encode import items_part, list_body, object_body
 from kproxy.filters.watchcache.gzipreply import gzip_as_the_apiserver
+from kproxy.filters.watchcache.listbodies import MAX_WHOLE_LISTS, WholeList, cached_reply
 from kproxy.filters.watchcache.outage_serving import Outage, unconfirmed_gauge, unreachable
 from kproxy.filters.watchcache.partial import base_media, partial_media
 from kproxy.filters.watchcache.plan import Pass, Read, plan
@@ -372,7 +373,9 @@ class WatchCacheFilter(Reconciler, FilterBase):
             obj = cache.get(object_key(read.namespace, read.name))
             if obj is None:
                 raise not_found(rc.spec.group, rc.spec.resource, read.name)
-            return _reply(object_body(kind, obj, read.media_type, read.pretty, rc.partial_encode), read.media_type)
+            return cached_reply(
+                object_body(kind, obj, read.media_type, read.pretty, rc.partial_encode), read.media_type
+            )
         if read.mode == "consistent":
             try:
                 # One shared progress probe: the upstream's latest revision, reached by the cache.
@@ -416,20 +419,20 @@ class WatchCacheFilter(Reconciler, FilterBase):
                 items_media = partial_media(items_media)
             key = (items_media, read.namespace, read.label_text, read.field_text)
             found = cache.bodies.get(key)
-            if not isinstance(found, _Whole):
+            if not isinstance(found, WholeList):
                 page = select(snap, namespace=read.namespace, predicate=predicate)
-                found = _Whole(items_part(kind, page.items, items_media, rc.partial_encode))
-                if len(cache.bodies) >= _MAX_BODIES:
+                found = WholeList(items_part(kind, page.items, items_media, rc.partial_encode))
+                if len(cache.bodies) >= MAX_WHOLE_LISTS:
                     cache.bodies.clear()
                 cache.bodies[key] = found
             body = found.body(kind, snap.rv, read.media_type, read.pretty)
-            return _reply(body, read.media_type)
+            return cached_reply(body, read.media_type)
         page = select(snap, namespace=read.namespace, predicate=predicate, limit=read.limit, start=start)
         remaining = page.remaining if not read.filtered else None
         body = list_body(
             kind, page.items, page.rv, page.continue_token, remaining, read.media_type, read.pretty, rc.partial_encode
         )
-        return _reply(body, read.media_type)
+        return cached_reply(body, read.media_type)
 
 
 @dataclass(slots=True)
@@ -525,29 +528,3 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
     # cluster at the same URL, a disk moved between clusters, loads nothing of this one's).
     trust = ctx.api.trust
     return _Persist(p, directory, sealer, owners, ctx.api.server + (f" ca-sha256:{trust}" if trust else ""))
-
-
-_MAX_BODIES = 64  # whole lists kept per resource (per media type, namespace, selectors)
-
-
-class _Whole:
-    """One whole list's encoded items, and the last body made around them (one per rv)."""
-
-    __slots__ = ("_last", "items")
-
-    def __init__(self, items: bytes) -> None:
-        self.items = items
-        self._last: tuple[int, str, bool, bytes] | None = None
-
-    def body(self, kind: Any, rv: int, media_type: str, pretty: bool) -> bytes:
-        last = self._last
-        if last is not None and last[:3] == (rv, media_type, pretty):
-            return last[3]
-        data = assemble(kind, self.items, rv, "", None, media_type, pretty)
-        self._last = (rv, media_type, pretty, data)
-        return data
-
-
-def _reply(body: bytes, media_type: str) -> Reply:
-    headers = CIMultiDict({"Content-Type": CONTENT_TYPES[media_type], "Cache-Control": "no-cache, private"})
-    return Reply(200, headers, BytesBody(body, media_type))
