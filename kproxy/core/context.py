@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -231,5 +232,11 @@ class FilterContext:
         self.services[key.name] = value
 
     def shared(self, key: str, factory: Callable[[], T]) -> T:
-        """Deprecated: a service under a bare string key; use :meth:`service` with a :class:`ServiceKey`."""
+        """Deprecated (kept for third-party filters written for 0.1.0, removed in the next
+        release): a service under a bare string key; use :meth:`service` with a :class:`ServiceKey`."""
+        warnings.warn(
+            "FilterContext.shared(str, factory) is deprecated: use FilterContext.service(ServiceKey[T](name), factory)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.service(ServiceKey[T](key), factory)

@@ -48,7 +48,7 @@ from kproxy.codec import ProtobufCodec, shared_codec
 from kproxy.compress.backends import gzip_codec
 from kproxy.config import ConfigError as KproxyConfigError
 from kproxy.core.chain import Exchange, FilterBase, Handler, Reply
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.core.negotiation import JSON, PROTOBUF
 from kproxy.core.status import StatusError, not_found
 from kproxy.core.upstreamversion import UPSTREAM_VERSION, UpstreamVersion
@@ -503,6 +503,12 @@ class _Persist:
 _SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
+#: Per process (a config reload keeps them): each persist directory's lock (its descriptor), and
+#: per directory, which store owns each resource's files.
+_PERSIST_LOCKS: ServiceKey[dict[str, int]] = ServiceKey(f"{__name__}.persist.locks")
+_PERSIST_OWNERS: ServiceKey[dict[str, dict[str, object]]] = ServiceKey(f"{__name__}.persist.owners")
+
+
 def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
     """Check the directory and the key file, and take the directory's lock (held until the
     process exits: a config reload in the same process keeps it). Refuses with a config error."""
@@ -511,7 +517,7 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
         sealer = read_key_file(p.encryption_key_file) if p.encryption_key_file else None
     except UnsafeStorage as err:
         raise KproxyConfigError(f"watchcache: persist: {err}") from None
-    locks: dict[str, Any] = ctx.shared("kproxy.filters.watchcache.persist.locks", dict)
+    locks = ctx.service(_PERSIST_LOCKS, dict)
     key = str(directory.resolve())
     if key not in locks:
         fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -523,7 +529,7 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
                 f"watchcache: persist: dir {p.dir} is in use by another kproxy process (one per directory)"
             ) from None
         locks[key] = fd
-    owners: dict[str, object] = ctx.shared("kproxy.filters.watchcache.persist.owners:" + key, dict)
+    owners = ctx.service(_PERSIST_OWNERS, dict).setdefault(key, {})
     # The state belongs to one cluster: its URL and the CA that proves who answers there (another
     # cluster at the same URL, a disk moved between clusters, loads nothing of this one's).
     trust = ctx.api.trust

@@ -23,7 +23,7 @@ import aiohttp
 from prometheus_client import Gauge
 from pydantic import BaseModel, ConfigDict, Field
 
-from kproxy.core.context import FilterContext
+from kproxy.core.context import FilterContext, ServiceKey
 from kproxy.gocompat.strconv import go_quote
 
 from .resource_cache import ResourceCache
@@ -140,5 +140,7 @@ def unconfirmed_gauge(ctx: FilterContext) -> Gauge:
             registry=ctx.registry,
         )
 
-    gauge: Gauge = ctx.shared("kproxy.filters.watchcache.outage.unconfirmed", make)
-    return gauge
+    return ctx.service(_UNCONFIRMED, make)
+
+
+_UNCONFIRMED: ServiceKey[Gauge] = ServiceKey(f"{__name__}.unconfirmed")
