@@ -191,12 +191,13 @@ async def test_reload_that_changes_a_builtin_filters_settings(control_plane: Con
         assert all(new[name] is not old[name] for name in new)  # every entry changed: new instances
         old_v, new_v = old["validation"], new["validation"]
         assert new_v.cache is old_v.cache  # type: ignore[attr-defined]
-        # The old instance is stopped (no request held it); the shared CRD watch still runs, and
-        # ends with the last instance using it.
+        # The old instance is stopped (no request held it); the process's one CRD list+watch
+        # (ctx.discovery) still runs and feeds the new one, and ends with the server.
         schemas = new_v._schemas  # type: ignore[attr-defined]
         assert old_v._schemas is None and schemas.users == 1  # type: ignore[attr-defined]
-        watch = schemas.watch
-        assert watch is not None and not watch.done()
+        feed = new_v.ctx.discovery.crd_feed  # type: ignore[attr-defined]
+        assert feed is not None and feed.reflector.running
+        assert schemas.cache._crds is feed
     finally:
         await server.shutdown(1.0)
-    assert watch.done()
+    assert not feed.reflector.running
