@@ -75,7 +75,7 @@ def _counter(rp: RunningProxy, name: str, labels: str = "") -> float:
 # ----------------------------------------------------------------------------- kubectl
 
 
-_AGE = re.compile(r"(?<=\s)\d+[smhdy](\d+[smh])?(?=\s|$)", re.M)
+_AGE = re.compile(r"(?:^|(?<=\s))\d+[smhdy](\d+[smh])?(?=\s|$)", re.M)  # an events table begins with one
 
 
 def _cells(table: str) -> list[list[str]]:
