@@ -120,7 +120,7 @@ class Bench:
     async def list_once(self, peer: str, accept: str, row: ListRow) -> bytes:
         via = peer.startswith("kproxy")
         kp_pid = self.rp.proc.pid
-        up0 = metric(self.rp, "kproxy_transcode_in_bytes_total") if via else 0.0
+        up0 = metric(self.rp, "kproxy_transcode_input_bytes_total") if via else 0.0
         a0, k0 = cpu_seconds(self.api_pid), cpu_seconds(kp_pid)
         t0 = time.perf_counter()
         async with self._session(peer).get(LIST_PATH, headers={"Accept": accept}) as resp:
@@ -131,7 +131,7 @@ class Bench:
         row.apiserver_cpu.append(cpu_seconds(self.api_pid) - a0)
         row.kproxy_cpu.append(cpu_seconds(kp_pid) - k0)
         row.client_bytes.append(len(body))
-        row.upstream_bytes.append(metric(self.rp, "kproxy_transcode_in_bytes_total") - up0 if via else len(body))
+        row.upstream_bytes.append(metric(self.rp, "kproxy_transcode_input_bytes_total") - up0 if via else len(body))
         return body
 
     async def lists(self, rounds: int) -> tuple[list[ListRow], bytes, bytes]:
@@ -158,7 +158,7 @@ class Bench:
         via = peer.startswith("kproxy")
         async with self.direct.get(LIST_PATH, params={"limit": "1"}, headers={"Accept": JSON}) as r:
             rv = (await r.json())["metadata"]["resourceVersion"]
-        up0 = metric(self.rp, "kproxy_transcode_in_bytes_total") if via else 0.0
+        up0 = metric(self.rp, "kproxy_transcode_input_bytes_total") if via else 0.0
         a0, k0 = cpu_seconds(self.api_pid), cpu_seconds(self.rp.proc.pid)
         t0 = time.perf_counter()
         url = f"{LIST_PATH}?watch=1&resourceVersion={rv}"
@@ -200,7 +200,7 @@ class Bench:
         row.apiserver_cpu = cpu_seconds(self.api_pid) - a0
         if via:
             row.kproxy_cpu = cpu_seconds(self.rp.proc.pid) - k0
-            row.upstream_bytes = metric(self.rp, "kproxy_transcode_in_bytes_total") - up0
+            row.upstream_bytes = metric(self.rp, "kproxy_transcode_input_bytes_total") - up0
         else:
             row.upstream_bytes = row.client_bytes
         return row
