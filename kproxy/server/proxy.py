@@ -168,7 +168,6 @@ class ProxyServer:
                 self.context, imp.token_cache_ttl, imp.rejected_token_cache_ttl, lambda: self.cfg.impersonate
             )
         await self.chain.start(self.context)
-        self.metrics.served.start(self.context.discovery)
         ssl_ctx = server_ssl(self.cfg, http2=self.cfg.http2.enabled)
         # Connections are bounded below the file-descriptor limit (kproxy.server.connections).
         self.connections.fd_limit = raise_fd_limit()
@@ -210,6 +209,9 @@ class ProxyServer:
         asite = web.TCPSite(self._admin_runner, self.cfg.admin_listen.host, self.cfg.admin_listen.port)
         await bind(asite, "admin_listen", self.cfg.admin_listen)
         self.admin_bound = bound_address(asite)
+        # The metrics' resource labels follow discovery from now on: once both listeners are bound
+        # (a port in use is one line on stderr, before anything asks the apiserver).
+        self.metrics.served.start(self.context.discovery)
         scheme = "https" if ssl_ctx else "http"
         log.info(
             "kproxy listening",
