@@ -31,7 +31,6 @@ import urllib.request
 from pathlib import Path
 
 import orjson
-import yaml
 
 from benchmarks.lib.common import child_env, log, machine_line, work_dir
 from benchmarks.lib.report import met
@@ -41,6 +40,7 @@ from kproxy.cacher.ingest import ObjectFactory
 from kproxy.cacher.persist import ResourceStore, prepare_dir
 from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.localcluster.processes import free_ports
+from kproxy.testing.unreachable import unreachable_config
 
 CONFIGMAP = Kind("v1", "ConfigMap", "ConfigMapList", protobuf=True)
 IDENT = "core+v1+configmaps"
@@ -102,30 +102,13 @@ def restart(work: Path, state: Path, upstream_port: int, accept: str) -> tuple[f
     shutil.copytree(state, copy)
     (copy / ".lock").unlink(missing_ok=True)
     os.chmod(copy, 0o700)
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{upstream_port}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    (run / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    port, admin = free_ports(2)
-    cfg = {
-        "listen": f"127.0.0.1:{port}",
-        "admin_listen": f"127.0.0.1:{admin}",
-        "credentials": "proxy",
-        "upstream": {"kubeconfig": str(run / "kubeconfig")},
-        "log": {"level": "info"},
-        "filters": [{"name": "watchcache", "resources": ["configmaps"], "persist": {"dir": str(copy)}}],
-    }
-    (run / "kproxy.yaml").write_text(yaml.safe_dump(cfg))
+    filters = [{"name": "watchcache", "resources": ["configmaps"], "persist": {"dir": str(copy)}}]
+    config, port = unreachable_config(run, filters, upstream_port=upstream_port, log_level="info")
     url = f"http://127.0.0.1:{port}/api/v1/configmaps?resourceVersion=0"
     with open(run / "kproxy.log", "wb") as out:
         started = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kproxy.cli", "run", "--config", str(run / "kproxy.yaml")],
+            [sys.executable, "-m", "kproxy.cli", "run", "--config", str(config)],
             stdout=subprocess.DEVNULL,
             stderr=out,
             env=child_env(),

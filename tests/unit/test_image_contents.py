@@ -26,11 +26,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kproxy.localcluster.processes import free_ports
+from kproxy.testing.unreachable import unreachable_config
 
 REPO = Path(__file__).resolve().parents[2]
 LEFT_OUT = ("kproxy.testing", "kproxy.localcluster")
@@ -125,25 +124,8 @@ PROBE = textwrap.dedent(
 
 
 def test_kproxy_run_starts_from_what_the_image_carries(image_tree: Path, tmp_path: Path) -> None:
-    closed, port, admin = free_ports(3)  # nothing listens at the upstream: kproxy listens anyway
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    cfg = {
-        "listen": f"127.0.0.1:{port}",
-        "admin_listen": f"127.0.0.1:{admin}",
-        "credentials": "proxy",
-        "upstream": {"kubeconfig": str(tmp_path / "kubeconfig")},
-        "log": {"level": "warning"},
-        "filters": [{"name": "watchcache", "resources": ["configmaps"], "persist": {"dir": str(tmp_path / "s")}}],
-    }
-    (tmp_path / "kproxy.yaml").write_text(yaml.safe_dump(cfg))
+    filters = [{"name": "watchcache", "resources": ["configmaps"], "persist": {"dir": str(tmp_path / "s")}}]
+    unreachable_config(tmp_path, filters)  # kproxy listens anyway
     out = tmp_path / "probe.json"
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, "run", "--config", str(tmp_path / "kproxy.yaml")],

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from kproxy.localcluster.processes import free_ports
+from kproxy.testing.unreachable import unreachable_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,26 +61,7 @@ NEVER_AT_START = [
 
 
 def _modules_at_listen(tmp_path: Path, filters: list[dict[str, Any]]) -> set[str]:
-    closed = free_ports(1)[0]  # nothing listens there: the upstream is unreachable, kproxy listens anyway
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    port, admin = free_ports(2)
-    cfg = {
-        "listen": f"127.0.0.1:{port}",
-        "admin_listen": f"127.0.0.1:{admin}",
-        "credentials": "proxy",
-        "upstream": {"kubeconfig": str(tmp_path / "kubeconfig")},
-        "log": {"level": "warning"},
-        "filters": filters,
-    }
-    (tmp_path / "kproxy.yaml").write_text(yaml.safe_dump(cfg))
+    unreachable_config(tmp_path, filters)  # kproxy listens anyway
     out = tmp_path / "modules.json"
     env = {**os.environ, "KPROXY_TEST_MODULES_OUT": str(out)}
     proc = subprocess.run(
