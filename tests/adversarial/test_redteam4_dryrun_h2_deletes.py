@@ -108,3 +108,31 @@ def test_h2_delete_bodies_delete_nothing(
         assert "Traceback" not in rp.log_text()
     finally:
         twins.cp.request("DELETE", f"{coll}/{name}")
+
+
+#: ``:path`` spellings of the configmaps collection ``{c}`` (namespace ``{ns}``) that the apiserver
+#: serves as that collection (its path is the decoded one; each creates without the filter), so
+#: kproxy's policy must see them as that collection too. (``..`` and dot segments, ``//`` and
+#: absolute-form ``:path`` values were tried too: without the filter they create nothing.)
+TARGETS = {
+    "pct-slash-namespace": "/api/v1/namespaces/{ns}%2Fconfigmaps",
+    "pct-slash-resource": "/api/v1/namespaces/{ns}/configmaps%2F",
+    "pct-api": "/%61pi/v1/namespaces/{ns}/configmaps",
+    "query-only-slash": "{c}?/../../version",
+}
+
+
+@pytest.mark.parametrize("case", list(TARGETS))
+def test_h2_target_spellings_persist_nothing(case: str, enforce: RunningProxy, caller: str, twins: Twins) -> None:
+    name = f"rt4t-{secrets.token_hex(4)}"
+    coll = f"/api/v1/namespaces/{twins.via}/configmaps"
+    body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).encode()
+    path = TARGETS[case].format(ns=twins.via, c=coll)
+    try:
+        with Wire.to(enforce.url) as w:
+            st = w.wait(w.open(w.block(w.fields("POST", path, caller, [("content-type", JSON)])), body))
+        assert st.status is not None or st.reset is not None, st.short()
+        assert twins.get(f"{coll}/{name}") is None, f"persisted through enforce: {st.short()}"
+        assert "Traceback" not in enforce.log_text()
+    finally:
+        twins.cp.request("DELETE", f"{coll}/{name}")
