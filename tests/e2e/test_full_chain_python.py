@@ -635,7 +635,7 @@ def _same_read(d: Side, p: Side, path: str, query: dict[str, str], headers: dict
     for want in (first, last):
         if ours == (want.status, want.content_type, _comparable(want)):
             return None
-    if _between(first, got, last):
+    if _between(first, got, last, any_version=query.get("resourceVersion") == "0"):
         return None
     theirs = f"{last.status} {last.content_type} {last.body[:150]!r} (before: {_list_rv(first)})"
     return f"{path} {query} {headers}: {theirs} | {ours[:2]} {ours[2][:150]!r}"
@@ -658,14 +658,17 @@ def _list_rv(answer: Raw) -> tuple[int, Any] | None:
     return int(rv), doc
 
 
-def _between(first: Raw, got: Raw, last: Raw) -> bool:
+def _between(first: Raw, got: Raw, last: Raw, any_version: bool = False) -> bool:
     """A consistent list at a resource version the apiserver reached between the two reads
     around kproxy's (another client wrote meanwhile), the same list otherwise: as a read
-    served between them. Never older than the first: that would be a stale read."""
+    served between them. Never older than the first: that would be a stale read. With
+    ``any_version`` (``resourceVersion=0``: any state the server holds) an older resource version
+    is the same read when the items are (a cache a write elsewhere in the cluster has not yet
+    reached: the apiserver's own caches differ the same way)."""
     a, o, b = _list_rv(first), _list_rv(got), _list_rv(last)
     if a is None or o is None or b is None or got.content_type != last.content_type:
         return False
-    return a[0] <= o[0] <= b[0] and o[1] == b[1]
+    return (any_version or a[0] <= o[0]) and o[0] <= b[0] and o[1] == b[1]
 
 
 _CONTINUE = re.compile(rb'"continue":"[^"]*"|continue: \S+')
