@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -44,6 +45,9 @@ async def _serve(cfg: Config, args: argparse.Namespace) -> int:
 
     target = resolve_upstream(cfg.upstream.kubeconfig, cfg.upstream.context)
     server = ProxyServer(cfg, target, build_filters(cfg))
+    # Before start(): the persisted caches it loads and the first answers it serves do not wait
+    # for a walk of the start-up heap (collection was held since cmd_run; this resumes it).
+    gctuning.freeze_started()
     # Command-line overrides apply to every reload too.
     reloader = Reloader(server, lambda: _config_from_args(args), args.config, cfg.reload_interval)
     stop = asyncio.Event()
@@ -71,7 +75,6 @@ async def _serve(cfg: Config, args: argparse.Namespace) -> int:
             server.upstream.base,
             reason,
         )
-    gctuning.freeze_started()
     gctuning.observe_pauses(server.metrics.gc_pause)
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     reloader.start()
@@ -90,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = _config_from_args(args)
     setup_logging(cfg.log.level, cfg.log.format)
+    # No collection while the server stack is imported and built (its objects all live as long as
+    # the process); _serve collects once and freezes them before the server starts.
+    gc.disable()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(_serve(cfg, args))
 

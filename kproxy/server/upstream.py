@@ -100,8 +100,10 @@ class Upstream:
         self._on_error = on_error
         # The proxy's own credentials (proxy mode, and filters' background work in any mode).
         self.ssl_own = target.ssl_context(with_client_cert=True)
-        # Forwarded callers: trust the upstream's CA, carry no certificate of the proxy's.
-        self.ssl_forward = target.ssl_context(with_client_cert=False)
+        # Forwarded callers: trust the upstream's CA, carry no certificate of the proxy's (the
+        # same context when the proxy has none: loading the system's roots takes ~20 ms a copy).
+        own_cert = bool(target.client_cert_pem and target.client_key_pem)
+        self.ssl_forward = target.ssl_context(with_client_cert=False) if own_cert else self.ssl_own
         # Where callers' requests go, computed once for the pool and the upgrade path alike.
         self.ssl_callers = self.ssl_forward if mode == "forward" else self.ssl_own
         self.host = self.base.host or "127.0.0.1"

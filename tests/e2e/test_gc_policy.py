@@ -67,6 +67,12 @@ async def test_start_up_heap_frozen_and_pauses_exported(proxy_factory: Callable[
     text = rp.metrics()
     for generation in "012":
         assert f'kproxy_gc_pause_seconds_count{{generation="{generation}"}}' in text
+    # `kproxy run` holds collection off while it builds the server: it runs again once started.
+    eventually(
+        lambda: rp.get("/version")[0] == 200 and metric(rp, "kproxy_gc_pause_seconds_count", generation="0") > 0,
+        30,
+        "a young-generation collection after the start",
+    )
     # A reload replaces the filters frozen with the rest: everything frozen is collectable again.
     rp.proc.send_signal(signal.SIGHUP)
     eventually(lambda: metric(rp, "kproxy_config_reloads_total", result="success") == 1, 30, "the reload")
