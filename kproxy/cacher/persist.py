@@ -27,6 +27,12 @@ file or resource. Whatever fails to read (a short record, a bad checksum or tag,
 trailer, a header for another resource or upstream, a file with loose permissions) makes the
 whole resource's state unusable: its files are removed and the resource is listed as without
 them. A valid prefix of the event log is not loaded either.
+
+The snapshot's header also records the cluster it was listed from, as Kubernetes tools name a
+cluster: the UID of its ``kube-system`` namespace (``cluster``, absent when unknown). The URL
+and CA in the header's identity do not tell apart two clusters behind one URL and one CA; the
+caller compares the recorded UID with the apiserver's before the state is resumed
+(:class:`ClusterSource`), and a snapshot is written only once that UID is known.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -76,6 +82,20 @@ Restore = Callable[[str, str, int, dict[str, str], dict[str, str], bytes | None,
 
 class UnsafeStorage(Exception):
     """The directory or key file is not private to this process (the message says why)."""
+
+
+class ClusterSource(Protocol):
+    """The identity of the cluster the states are written from (the UID of its ``kube-system``
+    namespace), read from the apiserver once and shared by every store of the process."""
+
+    def settled(self) -> bool:
+        """Whether :meth:`read` answers without asking the apiserver."""
+        ...
+
+    async def read(self) -> str | None:
+        """The UID; None when it cannot be read (nothing is then persisted); raises when the
+        apiserver could not be asked (another attempt later)."""
+        ...
 
 
 # -- encryption ---------------------------------------------------------------------------------
@@ -259,6 +279,7 @@ class Loaded:
     events: list[tuple[str, bytes]] = field(default_factory=list)  # (type, object) or (PROGRESS, rv)
     events_bytes: int = 0
     snapshot_bytes: int = 0
+    cluster: str | None = None  # the recorded UID of the cluster's kube-system namespace
 
 
 def snapshot_bytes(
@@ -269,10 +290,13 @@ def snapshot_bytes(
     rv: int,
     objects: Sequence[CachedObject],
     spec: dict[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> bytes:
     framer = _Framer(sealer, _aad(b"snapshot", ident))
     head = {"format": FORMAT, "kind": "snapshot", "resource": ident, "identity": identity, "epoch": epoch, "rv": rv}
     head["spec"] = spec or {}
+    if cluster is not None:
+        head["cluster"] = cluster
     parts = [framer.magic, framer.frame(_HEADER + orjson.dumps(head))]
     parts.extend(framer.frame(_OBJECT + object_record(o)) for o in objects)
     parts.append(framer.frame(_TRAILER + len(objects).to_bytes(8, "big")))
@@ -302,6 +326,8 @@ def read_state(directory: Path, ident: str, identity: dict[str, Any], sealer: Se
     if count != len(objects):
         raise Corrupt("snapshot without its trailer (torn)" if count < 0 else "snapshot count mismatch")
     state = Loaded(head["rv"], head["epoch"], objects, snapshot_bytes=len(data))
+    recorded = head.get("cluster")
+    state.cluster = recorded if isinstance(recorded, str) and recorded else None
     events = _read_private(directory / f"{ident}+{state.epoch}.events")
     if events is not None:
         framer = _Framer(sealer, _aad(b"events", ident))
@@ -453,8 +479,12 @@ class ResourceStore:
         owners: dict[str, object] | None = None,
         progress_interval: float = 5.0,
         spec: dict[str, Any] | None = None,
+        cluster: ClusterSource | None = None,
     ) -> None:
         self.directory = directory
+        # Whose state this is: recorded in each snapshot (None: nothing recorded).
+        self.cluster = cluster
+        self._unwritten = False  # the last snapshot was not written: the cluster was not known yet
         self.spec = spec or {}
         self.ident = ident
         self.identity = identity
@@ -611,7 +641,18 @@ class ResourceStore:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.progress_interval)
+            if self._unwritten:
+                self.compact()
             self._note_progress()
+
+    def disable(self) -> None:
+        """Persist nothing any more, and remove what is on disk (the cluster cannot be told)."""
+        self.failed = "the cluster's identity cannot be read"
+        self._buf.clear()
+        self._close_fd()
+        self._framer = None
+        with contextlib.suppress(OSError):
+            discard(self.directory, self.ident)
 
     def _on_reset(self) -> None:
         """The upstream stopped serving the resource (the cache turned unready): what is on
@@ -670,9 +711,23 @@ class ResourceStore:
 
     async def _write(self, epoch: int, rv: int, objects: list[CachedObject]) -> None:
         keep = f"{self.ident}+{epoch}.events"
+        self._unwritten = False
+        uid: str | None = None
+        if self.cluster is not None:
+            try:
+                uid = await self.cluster.read()
+            except Exception as err:
+                # Not written now (the previous snapshot and its own log stay a consistent, older
+                # state): tried again on the next tick.
+                log.debug("%s: snapshot not written yet, the cluster's identity unknown (%s)", self.ident, err)
+                self._unwritten = True
+                return
+            if uid is None:
+                self.disable()
+                return
         try:
             data = await asyncio.to_thread(
-                snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, objects, self.spec
+                snapshot_bytes, self.ident, self.identity, self.sealer, epoch, rv, objects, self.spec, uid
             )
             if not self.owner:
                 return
@@ -716,7 +771,8 @@ class ResourceStore:
         if task is not None:
             with contextlib.suppress(Exception):
                 await task
-        if cache is not None and self._json_made_since_snapshot(cache):
+        settled = self.cluster is None or self.cluster.settled()  # no request to the apiserver now
+        if cache is not None and settled and (self._unwritten or self._json_made_since_snapshot(cache)):
             # Readers had the JSON of many objects made since the snapshot: keep it, so that the
             # next start's first JSON reader does not make it again.
             self.compact()

@@ -58,6 +58,7 @@ from kproxy.filters.watchcache.cachesettings import (
     PersistSettings,
     WatchCacheSettings,
 )
+from kproxy.filters.watchcache.cluster import ClusterIdentity
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import items_part, list_body, object_body
 from kproxy.filters.watchcache.gzipreply import gzip_as_the_apiserver
@@ -183,6 +184,7 @@ class WatchCacheFilter(Reconciler, FilterBase):
             version=self._version,
             store=store,
             feed=feed,
+            cluster=self._persist.cluster if store is not None and self._persist is not None else None,
         )
         self.caches[spec.key] = rc
         self._unconfirmed.labels(spec.label).set_function(lambda: Outage.unconfirmed(rc))
@@ -262,6 +264,8 @@ class WatchCacheFilter(Reconciler, FilterBase):
         decided = plan(ex, protobuf=rc.spec.kind.protobuf, selectable=rc.selectable, namespaced=rc.spec.namespaced)
         if isinstance(decided, Read) and not rc.cache.ready:
             decided = Pass("not ready")
+        if isinstance(decided, Read) and not await _verified(rc):
+            decided = Pass("unverified")
         if isinstance(decided, Pass):
             if reads is not None:
                 reads.labels(label, info.verb, "upstream", decided.reason).inc()
@@ -337,6 +341,8 @@ class WatchCacheFilter(Reconciler, FilterBase):
         )
         if isinstance(decided, WatchRead) and not rc.cache.ready:
             decided = Pass("not ready")
+        if isinstance(decided, WatchRead) and not await _verified(rc):
+            decided = Pass("unverified")
         if isinstance(decided, Pass):
             reads.labels(label, "watch", "upstream", decided.reason).inc()
             return await call_next(ex)
@@ -435,6 +441,24 @@ class WatchCacheFilter(Reconciler, FilterBase):
         return cached_reply(body, read.media_type)
 
 
+async def _verified(rc: ResourceCache) -> bool:
+    """Whether ``rc`` may answer: anything but a state loaded from disk whose cluster is not
+    yet confirmed (its first reader waits for the one read of the cluster's identity). While the
+    apiserver cannot be reached such a state is served as loaded, on its URL and CA alone: reads
+    through an outage need it, and the identity is compared at first contact, before the watch
+    resumes. Anything else that stops the comparison (the apiserver answered, but not with the
+    UID or a refusal) sends the read to the apiserver."""
+    if not rc.unverified:
+        return rc.cache.ready
+    if unreachable(rc.verify_error):
+        return True  # the last attempt could not reach the apiserver: the next one is the watch's
+    try:
+        await rc.verify()
+    except Exception as err:
+        return unreachable(err)
+    return rc.cache.ready
+
+
 @dataclass(slots=True)
 class _Offline:
     """Whether a read may be served through an outage (``allowed``), and whether it was (``used``:
@@ -453,6 +477,7 @@ class _Persist:
     sealer: Sealer | None
     owners: dict[str, object]
     upstream: str
+    cluster: ClusterIdentity
 
     def sensitive(self, spec: ResourceSpec) -> bool:
         return any(_matches(n, spec) for n in (*ALWAYS_SENSITIVE, *self.settings.sensitive))
@@ -497,6 +522,7 @@ class _Persist:
             compact_min_bytes=p.compact_min_bytes,
             owners=self.owners,
             spec=about,
+            cluster=self.cluster,
         )
 
 
@@ -531,6 +557,10 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
         locks[key] = fd
     owners = ctx.service(_PERSIST_OWNERS, dict).setdefault(key, {})
     # The state belongs to one cluster: its URL and the CA that proves who answers there (another
-    # cluster at the same URL, a disk moved between clusters, loads nothing of this one's).
+    # cluster at the same URL, a disk moved between clusters, loads nothing of this one's), and
+    # the UID of its kube-system namespace, which tells apart clusters sharing a URL and a CA: read
+    # with the client the caches list and watch with (``ctx.api``, kproxy's own credentials in
+    # every credentials mode), compared before a loaded state resumes (``cluster.py``).
     trust = ctx.api.trust
-    return _Persist(p, directory, sealer, owners, ctx.api.server + (f" ca-sha256:{trust}" if trust else ""))
+    upstream = ctx.api.server + (f" ca-sha256:{trust}" if trust else "")
+    return _Persist(p, directory, sealer, owners, upstream, ClusterIdentity(ctx.api))

@@ -21,6 +21,7 @@ from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
+from .cluster import ClusterIdentity, VerifiedListerWatcher, same_cluster
 from .frames import FrameEncoder
 from .resources import ResourceSpec
 
@@ -53,8 +54,16 @@ class ResourceCache:
         version: UpstreamVersion | None = None,
         store: ResourceStore | None = None,
         feed: CrdFeed | None = None,
+        cluster: ClusterIdentity | None = None,
     ) -> None:
         self.spec = spec
+        # A state loaded from disk is unverified until the apiserver's kube-system UID is
+        # compared with the one it recorded (``cluster``, :meth:`verify`).
+        self._cluster = cluster
+        self._recorded: str | None = None
+        self.unverified = False
+        self.verify_error: Exception | None = None
+        self._must_list = False  # the state was dropped: the reflector lists instead of resuming
         # With ``feed`` (the process's one CRD list+watch, ``kproxy.core.discovery``) the cache
         # and its reflector are the feed's: shared, started and stopped by it, not persisted.
         self._feed = feed
@@ -79,7 +88,7 @@ class ResourceCache:
             self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
             self.reflector = Reflector(
                 label,
-                HttpListerWatcher(api, spec, self.factory),
+                VerifiedListerWatcher(HttpListerWatcher(api, spec, self.factory), self._before_watch),
                 self.cache,
                 page_size=page_size,
                 on_relist=self._relisted,
@@ -139,6 +148,8 @@ class ResourceCache:
         outcome = "loaded" if loaded is not None else store.load_outcome
         self._persist_loads.labels(self.spec.label, outcome).inc()
         if loaded is not None:
+            self.unverified = self._cluster is not None
+            self._recorded = loaded.cluster
             self._objects.set(len(self.cache))
             log.info(
                 "%s: %d objects at resource version %d loaded from disk in %.3f s",
@@ -148,6 +159,43 @@ class ResourceCache:
                 time.perf_counter() - started,
             )
         store.attach(self.cache, loaded)
+
+    async def verify(self) -> None:
+        """Compare the cluster a state loaded from disk was recorded for with the apiserver's (at
+        most once; one request shared by every cache). Another cluster, or none recorded, or one
+        kproxy may not read: the state is dropped (the cache emptied and not ready, its files
+        removed; the reflector lists). Raises (keeping the error in ``verify_error``) when the
+        apiserver could not be asked: the state stays as it was loaded, unverified."""
+        if not self.unverified or self._cluster is None:
+            return
+        try:
+            found = await self._cluster.read()
+        except Exception as err:
+            self.verify_error = err
+            raise
+        if not self.unverified:  # another caller concluded meanwhile
+            return
+        self.unverified = False
+        self.verify_error = None
+        if same_cluster(self._recorded, found):
+            return
+        self._must_list = True
+        self._cluster.discarded(self._recorded, found)
+        cache = self.cache
+        cache.unready()  # readers go upstream, open watches end, the store removes the files
+        cache.store.clear()
+        cache.bodies.clear()
+        self._objects.set(0)
+        if self.store is not None:
+            self.store.forget()
+
+    async def _before_watch(self) -> bool:
+        """Before each upstream watch: False when the state it would resume was dropped."""
+        await self.verify()
+        if self._must_list:
+            self._must_list = False
+            return False
+        return True
 
     async def stop(self) -> None:
         await self.broadcaster.stop()  # open watches end cleanly; their clients watch again

@@ -1,0 +1,146 @@
+"""Which cluster a persisted watch cache belongs to: the UID of its ``kube-system`` namespace.
+
+A persisted state names its upstream by URL and by the CA kproxy verifies it with. Two clusters
+can share both (every in-cluster kproxy sees ``https://kubernetes.default.svc``; one CA can sign
+several clusters' apiservers; a node re-joined to another cluster keeps its disk), and a state
+resumed in the wrong one would serve the first cluster's objects and resume its watch from the
+first cluster's resource version, which the second may accept. So each snapshot records the
+cluster's UID as Kubernetes tools name a cluster (the ``kube-system`` namespace's, read with
+kproxy's own credentials, those the cache lists and watches with), and a state loaded from disk
+is compared with the apiserver's before its watch resumes or anything of it is served while the
+apiserver can be reached (:meth:`ResourceCache.verify
+<kproxy.filters.watchcache.resource_cache.ResourceCache.verify>`).
+
+One read per upstream (shared by every cached resource). A 403 or 404 (kproxy may not get the
+namespace) counts as a different cluster: the state is discarded and nothing is persisted, with
+one warning naming the permission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from kproxy.cacher import Expired, ListerWatcher, ListPage, UpstreamEvent
+from kproxy.core.context import ApiClient
+
+log = logging.getLogger("kproxy.watchcache")
+
+PATH = "/api/v1/namespaces/kube-system"
+
+
+class ClusterUnknown(Exception):
+    """The apiserver answered the read of ``kube-system`` with something that is not its UID
+    nor a refusal (a 5xx, a 401, 429): asked again later."""
+
+
+def uid_of(status: int, doc: object) -> str | None:
+    """kube-system's UID from the apiserver's answer to ``GET /api/v1/namespaces/kube-system``;
+    None for a 403 or 404 (kproxy may not read it, or it does not exist); ClusterUnknown else."""
+    if status in (403, 404):
+        return None
+    if status == 200 and isinstance(doc, dict):
+        meta = doc.get("metadata")
+        if isinstance(meta, dict) and doc.get("kind") == "Namespace" and meta.get("name") == "kube-system":
+            uid = meta.get("uid")
+            if isinstance(uid, str) and uid:
+                return uid
+    raise ClusterUnknown(f"GET {PATH}: HTTP {status}")
+
+
+def same_cluster(recorded: str | None, found: str | None) -> bool:
+    """Whether a state recorded for ``recorded`` may be resumed where the apiserver says ``found``:
+    only both known and equal (a state without a UID is unverified, a UID that cannot be read
+    proves nothing)."""
+    return recorded is not None and found is not None and recorded == found
+
+
+class ClusterIdentity:
+    """kube-system's UID, read once through ``api`` (kproxy's own credentials) and kept."""
+
+    def __init__(self, api: ApiClient, *, timeout: float = 10.0) -> None:
+        self._api = api
+        self._timeout = timeout
+        self.uid: str | None = None
+        self.denied = ""  # why it cannot be read (a 403 or 404): nothing is persisted
+        self._task: asyncio.Task[str | None] | None = None
+        self._warned: set[tuple[str | None, str | None]] = set()
+        self.reads = 0  # requests sent
+
+    def settled(self) -> bool:
+        return self.uid is not None or bool(self.denied)
+
+    async def read(self) -> str | None:
+        """The UID (None: denied); raises when the apiserver could not be asked or answered
+        something else. One request at a time, shared by every caller."""
+        if self.uid is not None:
+            return self.uid
+        if self.denied:
+            return None
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._get(), name="kproxy-watchcache-cluster")
+            self._task.add_done_callback(_consume)
+        return await asyncio.shield(self._task)
+
+    async def _get(self) -> str | None:
+        self.reads += 1
+        status, doc = await self._api.json("GET", PATH, timeout=self._timeout)
+        uid = uid_of(status, doc)
+        if uid is not None:
+            self.uid = uid
+            return uid
+        self.denied = f"HTTP {status}"
+        log.warning(
+            "watchcache: persist: kproxy's own credentials cannot read the cluster's identity (GET %s: HTTP %d):"
+            " it needs `get` on `namespaces`, resourceName `kube-system`; persisted state is discarded and"
+            " nothing is persisted until kproxy restarts with that permission",
+            PATH,
+            status,
+        )
+        return None
+
+    def discarded(self, recorded: str | None, found: str | None) -> None:
+        """Say (once per pair) that a state recorded for ``recorded`` was discarded."""
+        if found is None or (recorded, found) in self._warned:
+            return  # a denial was said when it was read
+        self._warned.add((recorded, found))
+        log.warning(
+            "watchcache: persisted state recorded for the cluster whose kube-system namespace has UID %s;"
+            " the apiserver's has UID %s: every resource's persisted state is discarded and listed again",
+            recorded or "(none recorded)",
+            found,
+        )
+
+
+class VerifiedListerWatcher:
+    """``lw``, whose watches first have the cache's persisted state verified (``verify``: False
+    when it was discarded, and the watch then answers Expired so that the reflector lists)."""
+
+    def __init__(self, lw: ListerWatcher, verify: Callable[[], Awaitable[bool]]) -> None:
+        self.lw = lw
+        self._verify = verify
+
+    async def list(self, *, limit: int, continue_token: str) -> ListPage:
+        return await self.lw.list(limit=limit, continue_token=continue_token)
+
+    async def watch(self, *, resource_version: str, send_initial_events: bool) -> AsyncIterator[UpstreamEvent]:
+        # Raises what reaching the apiserver raised: the reflector retries as after a failed watch.
+        if not await self._verify():
+            raise Expired("the persisted state belongs to another cluster; listing")
+        async for ev in self.lw.watch(resource_version=resource_version, send_initial_events=send_initial_events):
+            yield ev
+
+    async def current_rv(self) -> int:
+        return await self.lw.current_rv()
+
+    async def progress_rv(self) -> int:
+        return await self.lw.progress_rv()
+
+    async def servable_at(self, rv: int) -> bool:
+        return await self.lw.servable_at(rv)
+
+
+def _consume(task: asyncio.Task[str | None]) -> None:
+    if not task.cancelled():
+        task.exception()

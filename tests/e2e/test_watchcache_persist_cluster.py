@@ -1,0 +1,236 @@
+"""A persisted watch cache belongs to one cluster: the UID of its ``kube-system`` namespace.
+
+The state's URL and CA do not tell apart two clusters behind one URL and one CA (in-cluster every
+kproxy sees ``https://kubernetes.default.svc``). Each snapshot records kube-system's UID, and a
+restarted kproxy compares it with the apiserver's (read with its own credentials) before it
+resumes the watch or serves anything of the state. The other cluster's state is made here by
+rewriting a real one with kproxy's own writer (``kproxy.cacher.persist``): the same objects plus
+one that exists only on disk, recorded for another UID (or the right one, read by a kproxy that
+may not get kube-system). The apiserver accepts the persisted resource version (it is its own),
+so only the comparison keeps the planted object out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_watchcache_persist import _config, _fill, _first_run, _metric, _state, _upstream_requests
+from watchcache_diff import reads_total
+
+from kproxy.cacher import Kind, WatchCache
+from kproxy.cacher.fields import builtin_fields
+from kproxy.cacher.ingest import ObjectFactory
+from kproxy.cacher.persist import ResourceStore, persisted, read_state
+from kproxy.codec import ProtobufCodec, decode_envelope
+from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.kubeconfigs import write_kubeconfig
+from kproxy.testing.eventually import eventually
+from kproxy.testing.proxyproc import RunningProxy
+
+IDENT = "core+v1+configmaps"
+PLANTED = "planted-only-on-disk"
+
+
+class _Recorded:
+    """What the writer records as the cluster (kproxy's ``ClusterSource``)."""
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+
+    def settled(self) -> bool:
+        return True
+
+    async def read(self) -> str | None:
+        return self.uid
+
+
+def _kube_system_uid(cp: ControlPlaneInfo) -> str:
+    uid: str = cp.json("GET", "/api/v1/namespaces/kube-system")["metadata"]["uid"]
+    return uid
+
+
+def _plant(state: Path, namespace: str, cluster: str) -> None:
+    """Rewrite the configmaps' state with kproxy's writer: its objects plus ``PLANTED``, at its
+    resource version, recorded for ``cluster``."""
+    ((_, head),) = [(i, h) for i, h in persisted(state, None) if i == IDENT]
+    assert head is not None
+    spec = head["spec"]
+    kind = Kind(spec["api_version"], spec["kind"], spec["list_kind"], protobuf=spec["protobuf"])
+    codec = ProtobufCodec()
+    factory = ObjectFactory(kind, builtin_fields("", "configmaps"), codec)
+
+    async def rewrite() -> None:
+        loaded_cache = WatchCache(kind)
+        loaded = ResourceStore(state, IDENT, head["identity"], None, spec=spec).load(factory.restore, loaded_cache)
+        assert loaded is not None
+        meta = {"name": PLANTED, "namespace": namespace, "resourceVersion": str(loaded_cache.applied_rv)}
+        meta |= {"uid": "00000000-0000-4000-8000-000000000001", "creationTimestamp": "2026-11-29T00:00:00Z"}
+        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"from": "elsewhere"}}
+        planted = factory.from_proto(decode_envelope(codec.from_json(json.dumps(doc).encode())).raw)
+        cache = WatchCache(kind)
+        store = ResourceStore(state, IDENT, head["identity"], None, spec=spec, cluster=_Recorded(cluster))
+        store.attach(cache, None)
+        cache.replace([*loaded_cache.store.values(), planted], loaded_cache.applied_rv)
+        await asyncio.sleep(0)
+        if store._compacting is not None:
+            await store._compacting
+        await store.close()
+
+    asyncio.run(rewrite())
+    written = read_state(state, IDENT, head["identity"], None)
+    assert written is not None and written.cluster == cluster
+    assert any(PLANTED.encode() in o for o in written.objects)
+
+
+def _never_planted(rp: RunningProxy, cp: ControlPlaneInfo, base: str) -> Callable[[], bool]:
+    """Each call: a ``resourceVersion=0`` list through kproxy, asserted without ``PLANTED``;
+    True once it equals the apiserver's."""
+
+    def check() -> bool:
+        status, via = rp.get(f"{base}?resourceVersion=0")
+        assert status == 200, via
+        assert PLANTED not in _state(via), "an object of the planted state was served"
+        return _state(via) == _state(cp.request("GET", base)[1])
+
+    return check
+
+
+def _state_on_disk(state: Path) -> tuple[str | None, bool] | None:
+    """(recorded cluster, whether PLANTED is in it) of the configmaps' snapshot; None without one."""
+    found = [h for i, h in persisted(state, None) if i == IDENT]
+    if not found or found[0] is None:
+        return None
+    loaded = read_state(state, IDENT, found[0]["identity"], None)
+    if loaded is None:
+        return None
+    return loaded.cluster, any(PLANTED.encode() in o for o in loaded.objects)
+
+
+def test_state_of_another_cluster_is_never_served_nor_resumed(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    _fill(cp, base, 5)
+    state = tmp_path / "state"
+    cfg = _config(state)
+    _first_run(proxy_factory, cp, base, cfg)
+    uid = _kube_system_uid(cp)
+    assert _state_on_disk(state) == (uid, False)  # a state written by kproxy records the cluster
+    other = "11111111-2222-4333-8444-555555555555"
+    _plant(state, namespace, other)
+
+    rp = proxy_factory(extra=cfg)
+    check = _never_planted(rp, cp, base)
+    eventually(check, 30, "the cache to hold the apiserver's configmaps")
+    assert cp.request("POST", base, body=json.dumps({"metadata": {"name": "after"}}).encode())[0] == 201
+    eventually(check, 30, "the cache to follow the apiserver")
+    log = rp.log_text()
+    warnings = [line for line in log.splitlines() if f"has UID {other}" in line]
+    assert len(warnings) == 1, log
+    assert f"the apiserver's has UID {uid}" in warnings[0] and '"level":"warning"' in warnings[0], warnings
+    # Listed afresh, not resumed from the planted resource version.
+    requests = _upstream_requests(rp, "configmaps")
+    assert requests and "sendInitialEvents" in requests[0], requests
+    # The planted files were replaced: a snapshot of this cluster, without the planted object.
+    eventually(lambda: _state_on_disk(state) == (uid, False), 30, "the planted state to be replaced on disk")
+    assert rp.stop() == 0
+
+
+def test_state_of_this_cluster_is_resumed_without_a_list(
+    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+) -> None:
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    _fill(cp, base, 5)
+    state = tmp_path / "state"
+    cfg = _config(state)
+    _first_run(proxy_factory, cp, base, cfg)
+    uid = _kube_system_uid(cp)
+    _plant(state, namespace, uid)  # recorded for this cluster: kproxy's own state, one object more
+    rp = proxy_factory(extra=cfg)
+    status, first = rp.get(f"{base}?resourceVersion=0")
+    assert status == 200 and PLANTED in _state(first)  # the state on disk is served (and was resumed)
+    assert cp.request("DELETE", f"{base}/cm1")[0] == 200
+    eventually(lambda: "cm1" not in _state(rp.get(f"{base}?resourceVersion=0")[1]), 30, "the deletion to arrive")
+    requests = _upstream_requests(rp, "configmaps")
+    assert requests, rp.log_text()[-3000:]
+    assert not [r for r in requests if r.startswith("upstream list ") or "sendInitialEvents" in r], requests
+    assert _metric(rp.metrics(), r'kproxy_watchcache_relists_total\{reason="[a-z]+",resource="configmaps"\}') == 0
+    assert "persisted state recorded for the cluster" not in rp.log_text()
+
+
+@pytest.fixture
+def reader_without_kube_system(control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig of a ServiceAccount that may read configmaps (and the CRDs kproxy follows)
+    everywhere but may not get the kube-system namespace."""
+    cp = control_plane
+    name = f"kproxy-no-kube-system-{secrets.token_hex(3)}"
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    read = ["get", "list", "watch"]
+    role: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}
+    role["metadata"] = {"name": name}
+    role["rules"] = [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": read},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": read},
+    ]
+    binding: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding"}
+    binding["metadata"] = {"name": name}
+    binding["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]
+    try:
+        cp.json("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "reader"}})
+        cp.json("POST", f"{rbac}/clusterroles", role)
+        cp.json("POST", f"{rbac}/clusterrolebindings", binding)
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        }
+        token = cp.json("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/reader/token", request)
+        kubeconfig = write_kubeconfig(
+            tmp_path / "reader.kubeconfig",
+            server=cp.server,
+            ca_file=cp.ca_file,
+            user="reader",
+            token=token["status"]["token"],
+        )
+        code, _ = cp.request("GET", "/api/v1/namespaces/kube-system", token=token["status"]["token"])
+        assert code == 403  # at the apiserver: this identity may not read it
+        yield kubeconfig
+    finally:
+        cp.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
+        cp.request("DELETE", f"{rbac}/clusterroles/{name}")
+        cp.request("DELETE", f"/api/v1/namespaces/{namespace}/serviceaccounts/reader")
+
+
+def test_state_not_resumed_when_kube_system_cannot_be_read(
+    proxy_factory: Callable[..., RunningProxy],
+    control_plane: ControlPlaneInfo,
+    namespace: str,
+    tmp_path: Path,
+    reader_without_kube_system: Path,
+) -> None:
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    _fill(cp, base, 5)
+    state = tmp_path / "state"
+    cfg = _config(state)
+    _first_run(proxy_factory, cp, base, cfg)
+    _plant(state, namespace, _kube_system_uid(cp))  # the right UID: only its check is missing
+    rp = proxy_factory(extra=cfg, upstream_kubeconfig=reader_without_kube_system)
+    eventually(_never_planted(rp, cp, base), 30, "the cache to hold the apiserver's configmaps")
+    log = rp.log_text()
+    assert "`get` on `namespaces`, resourceName `kube-system`" in log and "HTTP 403" in log, log[-3000:]
+    requests = _upstream_requests(rp, "configmaps")
+    assert requests and "sendInitialEvents" in requests[0], requests
+    assert reads_total(rp.metrics(), resource="configmaps", verb="list", served="cache") >= 1  # the cache works
+    # Nothing is persisted that a later start could not verify.
+    eventually(lambda: not list(state.glob(f"{IDENT}*")), 30, "the state's files to be removed")
+    assert rp.stop() == 0
+    assert not list(state.glob(f"{IDENT}*")), sorted(p.name for p in state.iterdir())
