@@ -12,13 +12,18 @@ so only the comparison keeps the planted object out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
+import socket
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_watchcache_persist import _config, _fill, _first_run, _metric, _state, _upstream_requests
 from watchcache_diff import reads_total
 
@@ -111,22 +116,110 @@ def _state_on_disk(state: Path) -> tuple[str | None, bool] | None:
     return loaded.cluster, any(PLANTED.encode() in o for o in loaded.objects)
 
 
+class HeldRelay:
+    """A TCP relay to the apiserver whose new connections wait while ``held`` is set (``waiting``:
+    one does), so that a read reaches kproxy before kproxy has reached the apiserver."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        self.held = threading.Event()
+        self.waiting = threading.Event()
+        self._released = threading.Event()
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="held-relay", daemon=True).start()
+
+    def kubeconfig(self, admin: Path, out: Path) -> Path:
+        cfg = yaml.safe_load(admin.read_text())
+        for cluster in cfg["clusters"]:
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        out.write_text(yaml.safe_dump(cfg))
+        return out
+
+    def hold(self) -> None:
+        self._released.clear()
+        self.held.set()
+
+    def release(self) -> None:
+        self.held.clear()
+        self._released.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        if self.held.is_set():
+            self.waiting.set()
+            self._released.wait()
+        up = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        up.settimeout(None)
+        self._open += [conn, up]
+        threading.Thread(target=self._pump, args=(conn, up), daemon=True).start()
+        self._pump(up, conn)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.release()
+        self.server.close()
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def held_relay(control_plane: ControlPlaneInfo) -> Iterator[HeldRelay]:
+    relay = HeldRelay(control_plane.apiserver_port)
+    yield relay
+    relay.close()
+
+
 def test_state_of_another_cluster_is_never_served_nor_resumed(
-    proxy_factory: Callable[..., RunningProxy], control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path
+    proxy_factory: Callable[..., RunningProxy],
+    control_plane: ControlPlaneInfo,
+    namespace: str,
+    tmp_path: Path,
+    held_relay: HeldRelay,
 ) -> None:
     cp = control_plane
     base = f"/api/v1/namespaces/{namespace}/configmaps"
     _fill(cp, base, 5)
     state = tmp_path / "state"
     cfg = _config(state)
-    _first_run(proxy_factory, cp, base, cfg)
+    upstream = held_relay.kubeconfig(cp.admin_kubeconfig, tmp_path / "relay.kubeconfig")
+    rp = proxy_factory(extra=cfg, upstream_kubeconfig=upstream)
+    _first_run(lambda **kw: rp, cp, base, cfg)
     uid = _kube_system_uid(cp)
     assert _state_on_disk(state) == (uid, False)  # a state written by kproxy records the cluster
     other = "11111111-2222-4333-8444-555555555555"
     _plant(state, namespace, other)
 
-    rp = proxy_factory(extra=cfg)
+    # Restarted with its upstream held: the first read arrives before kproxy could ask the
+    # apiserver anything, and waits for the comparison (a kproxy without it serves from disk).
+    held_relay.hold()
+    rp = proxy_factory(extra=cfg, upstream_kubeconfig=upstream, ready=False)
+    assert held_relay.waiting.wait(30)
     check = _never_planted(rp, cp, base)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(check)
+        eventually(
+            lambda: first.done() or "kproxy_requests_in_flight 1.0" in rp.metrics(), 30, "the read to reach kproxy"
+        )
+        held_relay.release()
+        first.result()
     eventually(check, 30, "the cache to hold the apiserver's configmaps")
     assert cp.request("POST", base, body=json.dumps({"metadata": {"name": "after"}}).encode())[0] == 201
     eventually(check, 30, "the cache to follow the apiserver")
