@@ -276,6 +276,10 @@ class WatchCacheFilter(Reconciler, FilterBase):
                 if reads is not None:
                     reads.labels(label, info.verb, "upstream", "outage unauthorized").inc()
                 return await call_next(ex)
+            if await self._unconfirmed_after_review(rc, offline):
+                if reads is not None:
+                    reads.labels(label, info.verb, "upstream", "unverified").inc()
+                return await call_next(ex)
             reply = await self._serve(rc, decided, offline)
         except UndecidedError:
             # The authorizer gave no reusable answer: the apiserver decides for itself.
@@ -321,6 +325,14 @@ class WatchCacheFilter(Reconciler, FilterBase):
             offline.used = True
         return True
 
+    async def _unconfirmed_after_review(self, rc: ResourceCache, offline: _Offline) -> bool:
+        """Whether a state loaded from disk is still not confirmed as this cluster's once the
+        caller's access was reviewed by the apiserver (which can then be asked): the read goes
+        upstream. Authorized from remembered decisions (an outage), it is served as loaded."""
+        if not rc.unverified or self._reviewer is None or offline.used:
+            return False
+        return not await _verified(rc, reached=True)
+
     def _waited(self, rc: ResourceCache) -> Callable[[str, float], None] | None:
         if self._metrics is None:
             return None
@@ -350,6 +362,9 @@ class WatchCacheFilter(Reconciler, FilterBase):
         try:
             if not await self._authorize(ex, rc, offline):
                 reads.labels(label, "watch", "upstream", "outage unauthorized").inc()
+                return await call_next(ex)
+            if await self._unconfirmed_after_review(rc, offline):
+                reads.labels(label, "watch", "upstream", "unverified").inc()
                 return await call_next(ex)
         except UndecidedError:
             reads.labels(label, "watch", "upstream", "undecided").inc()
@@ -441,16 +456,17 @@ class WatchCacheFilter(Reconciler, FilterBase):
         return cached_reply(body, read.media_type)
 
 
-async def _verified(rc: ResourceCache) -> bool:
+async def _verified(rc: ResourceCache, *, reached: bool = False) -> bool:
     """Whether ``rc`` may answer: anything but a state loaded from disk whose cluster is not
     yet confirmed (its first reader waits for the one read of the cluster's identity). While the
     apiserver cannot be reached such a state is served as loaded, on its URL and CA alone: reads
     through an outage need it, and the identity is compared at first contact, before the watch
     resumes. Anything else that stops the comparison (the apiserver answered, but not with the
-    UID or a refusal) sends the read to the apiserver."""
+    UID or a refusal) sends the read to the apiserver. ``reached``: the caller's access review
+    was just authorized, so the apiserver may be back: the comparison is tried again now."""
     if not rc.unverified:
         return rc.cache.ready
-    if unreachable(rc.verify_error):
+    if not reached and unreachable(rc.verify_error):
         return True  # the last attempt could not reach the apiserver: the next one is the watch's
     try:
         await rc.verify()
