@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+from test_helm import Helm, ensure_helm, kinds, rules_of
+from test_helm_persist import PERSISTED
 from test_watchcache_persist import _config, _fill, _first_run, _metric, _state, _upstream_requests
 from watchcache_diff import reads_total
 
@@ -32,7 +34,7 @@ from kproxy.cacher.fields import builtin_fields
 from kproxy.cacher.ingest import ObjectFactory
 from kproxy.cacher.persist import ResourceStore, persisted, read_state
 from kproxy.codec import ProtobufCodec, decode_envelope
-from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.localcluster.kubeconfigs import write_kubeconfig
 from kproxy.testing.eventually import eventually
 from kproxy.testing.proxyproc import RunningProxy
@@ -327,3 +329,32 @@ def test_state_not_resumed_when_kube_system_cannot_be_read(
     eventually(lambda: not list(state.glob(f"{IDENT}*")), 30, "the state's files to be removed")
     assert rp.stop() == 0
     assert not list(state.glob(f"{IDENT}*")), sorted(p.name for p in state.iterdir())
+
+
+def test_chart_grants_get_on_kube_system_only_with_persist(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    """The chart's ClusterRole lets kproxy read kube-system (by name, nothing else of namespaces)
+    when a watchcache filter persists; applied for real and asked of the apiserver's authorizer."""
+    chart = Helm(ensure_helm(), tmp_path)
+    rule = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]}
+    without = {**PERSISTED, "persistence": {"enabled": False}}
+    without["config"] = {"filters": [{"name": "watchcache", "resources": ["pods"]}]}
+    assert rule not in rules_of(chart.template(without))
+    docs = [
+        d
+        for d in chart.template(PERSISTED, namespace=namespace)
+        if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+    ]
+    assert rule in rules_of(docs)
+    kubectl(["apply", "-f", "-"], input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    try:
+        sa = f"system:serviceaccount:{namespace}:{kinds(docs)['ServiceAccount']['metadata']['name']}"
+
+        def can_i(*what: str) -> bool:
+            return kubectl(["auth", "can-i", *what, f"--as={sa}"], check=False).stdout.strip() == "yes"
+
+        assert can_i("get", "namespaces/kube-system")
+        assert not can_i("get", "namespaces/default") and not can_i("list", "namespaces")
+    finally:
+        for d in docs:
+            if d["kind"] != "ServiceAccount":
+                kubectl(["delete", d["kind"].lower(), d["metadata"]["name"], "--ignore-not-found"])

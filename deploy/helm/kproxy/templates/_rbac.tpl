@@ -5,7 +5,8 @@ The service account's rules, computed from the rendered config (docs/security.md
   them with kproxy's own credentials), in the filter's own forms: "pods" (a bare name is granted
   in the core group: write other groups' resources as RESOURCE.GROUP), "deployments.apps",
   "apps/v1/deployments", "v1/pods", or "*" (every resource: get, list and watch on everything,
-  which is what following every resource needs).
+  which is what following every resource needs). With `persist`: get on the namespace
+  kube-system (resourceNames), whose UID names the cluster a persisted state belongs to.
 - credentials forward or impersonate: create on tokenreviews (who is the caller) and
   subjectaccessreviews (may the caller see what the cache would serve; in impersonate mode,
   is the caller a cluster administrator kproxy must not act as).
@@ -37,8 +38,12 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- end -}}
 {{- $accessReviews := $tokenReviews -}}
 {{- $openapi := false -}}
+{{- $persist := false -}}
 {{- range $f := $filters -}}
 {{- if eq $f.name "watchcache" -}}
+{{- if $f.persist -}}
+{{- $persist = true -}}
+{{- end -}}
 {{- range $r := ($f.resources | default list) -}}
 {{- $group := "" -}}{{- $resource := "" -}}
 {{- $slashes := splitList "/" $r -}}
@@ -66,6 +71,9 @@ The service account's rules, computed from the rendered config (docs/security.md
 {{- end -}}
 {{- range $group := keys $readable | sortAlpha -}}
 {{- $rules = append $rules (dict "apiGroups" (list $group) "resources" (get $readable $group | sortAlpha) "verbs" (list "get" "list" "watch")) -}}
+{{- end -}}
+{{- if $persist -}}
+{{- $rules = append $rules (dict "apiGroups" (list "") "resources" (list "namespaces") "resourceNames" (list "kube-system") "verbs" (list "get")) -}}
 {{- end -}}
 {{- if $tokenReviews -}}
 {{- $rules = append $rules (dict "apiGroups" (list "authentication.k8s.io") "resources" (list "tokenreviews") "verbs" (list "create")) -}}
