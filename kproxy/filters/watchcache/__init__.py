@@ -14,7 +14,8 @@ the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it an
 ``watches`` (a served watch), ``listbodies`` (whole lists' bodies kept, the cached read's reply),
 ``gzipreply`` (a cached answer gzipped as the apiserver's),
 ``cachemetrics``, ``reconciler`` (the caches kept in line with discovery
-and the CRDs).
+and the CRDs), ``cluster`` (which cluster a persisted state is: kube-system's UID, compared
+before a state loaded from disk resumes or is served).
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
 never another filter nor ``kproxy.server``.
 """
