@@ -14,7 +14,7 @@ the cache answers), ``encode`` and ``frames`` (the bodies and watch frames it an
 ``watches`` (a served watch), ``listbodies`` (whole lists' bodies kept, the cached read's reply),
 ``gzipreply`` (a cached answer gzipped as the apiserver's),
 ``cachemetrics``, ``reconciler`` (the caches kept in line with discovery
-and the CRDs), ``cluster`` (which cluster a persisted state is: kube-system's UID, compared
+and the CRDs), ``clusterid`` (which cluster a persisted state is: kube-system's UID, compared
 before a state loaded from disk resumes or is served).
 May import: ``kproxy.core``, ``kproxy.identity``, the engines and ``kproxy.config``;
 never another filter nor ``kproxy.server``.
@@ -59,7 +59,7 @@ from kproxy.filters.watchcache.cachesettings import (
     PersistSettings,
     WatchCacheSettings,
 )
-from kproxy.filters.watchcache.cluster import ClusterIdentity
+from kproxy.filters.watchcache.clusterid import ClusterIdentity
 from kproxy.filters.watchcache.continuation import continue_snapshot
 from kproxy.filters.watchcache.encode import items_part, list_body, object_body
 from kproxy.filters.watchcache.gzipreply import gzip_as_the_apiserver
@@ -577,7 +577,7 @@ def _open_persist(ctx: FilterContext, p: PersistSettings) -> _Persist:
     # cluster at the same URL, a disk moved between clusters, loads nothing of this one's), and
     # the UID of its kube-system namespace, which tells apart clusters sharing a URL and a CA: read
     # with the client the caches list and watch with (``ctx.api``, kproxy's own credentials in
-    # every credentials mode), compared before a loaded state resumes (``cluster.py``).
+    # every credentials mode), compared before a loaded state resumes (``clusterid.py``).
     trust = ctx.api.trust
     upstream = ctx.api.server + (f" ca-sha256:{trust}" if trust else "")
     return _Persist(p, directory, sealer, owners, upstream, ClusterIdentity(ctx.api))

@@ -21,7 +21,7 @@ from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
-from .cluster import ClusterIdentity, VerifiedListerWatcher, same_cluster
+from .clusterid import ClusterIdentity, VerifiedListerWatcher, same_cluster
 from .frames import FrameEncoder
 from .resources import ResourceSpec
 

@@ -13,7 +13,7 @@ import pytest
 
 from kproxy.cacher import CachedObject, Kind, WatchCache, object_key
 from kproxy.cacher.persist import ResourceStore, read_state
-from kproxy.filters.watchcache.cluster import ClusterIdentity, ClusterUnknown, same_cluster, uid_of
+from kproxy.filters.watchcache.clusterid import ClusterIdentity, ClusterUnknown, same_cluster, uid_of
 
 UID = "6c0b7b6e-0000-4000-8000-000000000001"
 GIZMO = Kind("wc.kproxy.test/v1", "Gizmo", "GizmoList", protobuf=False)
