@@ -96,7 +96,9 @@ def _snapshot(conn: H2Conn, transport: _Transport, sids: list[int]) -> Any:
                     head,
                     st.status,
                     list(st.headers),
-                    list(st.chunks),
+                    # the bytes and their window, not the chunking: consecutive DATA frames
+                    # of one stream may arrive as one chunk
+                    (b"".join(c for c, _ in st.chunks), sum(f for _, f in st.chunks)),
                     st.remote_ended,
                     st.local_ended,
                     st.done,
@@ -197,17 +199,30 @@ class _FakeServer:
 
 
 def _answers(rng: random.Random, sids: list[int], server: _FakeServer) -> list[bytes]:
-    """Mostly well-formed answers (HEADERS, DATA..., END_STREAM), interleaved with hostile frames."""
-    out: list[bytes] = []
+    """Mostly well-formed answers (HEADERS, DATA..., END_STREAM), interleaved with hostile frames;
+    half the time the streams' frames are interleaved too, as a server sends several answers'
+    DATA in turn."""
+    each: list[list[bytes]] = []
     for sid in rng.sample(sids, len(sids)):
+        out: list[bytes] = []
         if rng.random() < 0.7:
             out.append(_frame(0x1, 0x4, sid, server.block()))
-            for _ in range(rng.randrange(0, 3)):
+            for _ in range(rng.randrange(0, 6)):
                 out.append(_frame(0x0, 0, sid, b"b" * rng.randrange(0, 3000)))
             out.append(_frame(0x0, 0x1, sid, b"e" * rng.randrange(0, 50)))
         for _ in range(rng.choice([0, 0, 1, 3])):
             out.append(server.frame())
-    return out
+        each.append(out)
+    if rng.random() < 0.5:
+        return [frame for out in each for frame in out]
+    merged: list[bytes] = []
+    each = [out for out in each if out]
+    while each:
+        out = rng.choice(each)
+        merged.append(out.pop(0))
+        if not out:
+            each.remove(out)
+    return merged
 
 
 def _chunks(rng: random.Random, data: bytes) -> list[bytes]:

@@ -46,6 +46,7 @@ import functools
 import logging
 import re
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Iterable
 from http import HTTPStatus
@@ -87,6 +88,11 @@ STREAM_WINDOW = 1024 * 1024
 CONNECTION_WINDOW = 1 << 30
 #: Response header lists up to this size are read (Go's defaultMaxHeaderListSize is 10 MiB).
 MAX_HEADER_LIST_SIZE = 10 << 20
+#: The largest frame the upstream may send (Go's Transport, client-go's: defaultMaxReadFrameSize,
+#: golang.org/x/net/http2/http2.go). The apiserver then sends a response body as it writes it (a
+#: list: one write) in frames of up to this size rather than of 16 KiB: a 500 KiB list arrives
+#: as one DATA frame, not 32. It buffers no more than the stream window (1 MiB) bounds anyway.
+MAX_READ_FRAME_SIZE = 1 << 20
 READ_IDLE_TIMEOUT = 30.0
 PING_TIMEOUT = 15.0
 #: A connection with no stream for this long is closed (client-go's IdleConnTimeout).
@@ -113,6 +119,9 @@ _CONTROLS = bytes([*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F])
 _RECEIVING = frozenset((h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL))
 _RECV_DATA = h2.connection.ConnectionInputs.RECV_DATA
 _RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
+_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+#: A frame's head: length (24 bits: high byte, low 16), type, flags, reserved bit and stream id.
+_FRAME_HEAD = struct.Struct(">BHBBL")
 
 
 class H2Unavailable(Exception):
@@ -409,9 +418,14 @@ class H2Conn(asyncio.Protocol):
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_READ_FRAME_SIZE,
             },
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        # Frames that large are read from the start, as Go's Transport reads them (its framer's
+        # limit is set before its SETTINGS are sent, transport.go): h2 would wait for the ACK,
+        # and then refuse a large frame that came in the same read as the ACK.
+        self.h2.max_inbound_frame_size = MAX_READ_FRAME_SIZE
         # hpack's limits and errors, without its per-field calls and copies
         self.h2.decoder = TruncatingDecoder(self.h2.decoder, truncate=False)
         self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
@@ -427,6 +441,12 @@ class H2Conn(asyncio.Protocol):
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._flush_scheduled = False
+        # The start of a frame ``_receive_answers`` reads, cut by the end of a read, in pieces
+        # until the frame is whole (``_partial_need`` bytes). Never held while h2's own buffer
+        # holds anything (one or the other).
+        self._partial: list[bytes] = []
+        self._partial_have = 0
+        self._partial_need = 0
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -451,6 +471,13 @@ class H2Conn(asyncio.Protocol):
             if buffered._data or buffered._headers_buffer:  # a frame or header block in progress
                 events = self.h2.receive_data(data)
             else:
+                if self._partial:
+                    self._partial.append(data)
+                    self._partial_have += len(data)
+                    if self._partial_have < self._partial_need:
+                        return
+                    data = b"".join(self._partial)
+                    self._partial = []
                 events = self._receive_answers(data)
         except h2.exceptions.ProtocolError as err:
             # h2 queued the GOAWAY for the connection error; send it and close.
@@ -469,8 +496,10 @@ class H2Conn(asyncio.Protocol):
         accounting h2's ``_receive_headers_frame`` and ``_receive_data_frame`` call, in the same
         order. From the first frame that is anything else (SETTINGS, PING, GOAWAY, RST_STREAM,
         WINDOW_UPDATE, PUSH_PROMISE, CONTINUATION, padding, a frame over the frame size, a frame
-        cut by the read, another stream) the rest goes through h2's ``receive_data``. As there,
-        the events come back together and a protocol error sends GOAWAY and discards them."""
+        on another stream) the rest goes through h2's ``receive_data``. A frame of an answer
+        that the read cut is kept (``_partial``) and read whole with the next read, as h2's
+        buffer would keep it; the frame is judged when whole. As there, the events come back
+        together and a protocol error sends GOAWAY and discards them."""
         conn = self.h2
         events: list[Any] = []
         pos, end = 0, len(data)
@@ -478,31 +507,89 @@ class H2Conn(asyncio.Protocol):
         ours = self.streams
         theirs = conn.streams
         machine = conn.state_machine
+        window = conn._inbound_flow_control_window_manager
+        # DATA frames that cannot fail h2's checks (the windows hold them, the content length
+        # too, the response's head came, the connection and the stream take DATA without
+        # changing state) are gathered per stream and handed to h2 as one frame per stream: the
+        # same states, windows and events as frame by frame, but one DataReceived per stream and
+        # read. The apiserver writes a list's items in 4 KiB frames, several streams' frames in
+        # turn: about 125 for 500 KiB. Before any other frame, one that could fail (it goes
+        # alone, as h2 takes it), and at the end of the read, every stream's frames are handed on;
+        # a stream's frames are handed on in order, and at once when one ends it.
+        pending: dict[int, list[Any]] = {}  # sid: [stream, payloads, their length]
+        held = 0  # bytes held over all streams
+
+        def hand_on(sid: int, ended: bool = False) -> None:
+            nonlocal held
+            stream, payloads, total = pending.pop(sid)
+            held -= total
+            machine.process_input(_RECV_DATA)
+            window.window_consumed(total)
+            body = payloads[0] if len(payloads) == 1 else b"".join(payloads)
+            events.extend(stream.receive_data(body, ended, total)[1])
+
+        def hand_on_all() -> None:
+            for sid in list(pending):
+                hand_on(sid)
+
         try:
             while end - pos >= 9:
-                length = int.from_bytes(data[pos : pos + 3], "big")
-                kind = data[pos + 3]
-                flags = data[pos + 4]
+                high, low, kind, flags, sid = _FRAME_HEAD.unpack_from(data, pos)
+                length = high << 16 | low
                 stop = pos + 9 + length
-                if kind > 1 or length > limit or stop > end:
+                if kind > 1 or length > limit:
                     break
-                sid = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+                sid &= 0x7FFFFFFF
                 stream = theirs.get(sid)
                 if sid not in ours or stream is None or stream.state_machine.state not in _RECEIVING:
                     break
+                if flags & 0x08 if kind == 0 else flags & 0x2C != 0x04:  # DATA: PADDED; HEADERS:
+                    break  # CONTINUATION follows, PADDED or PRIORITY
+                if stop > end:
+                    # The rest comes with a later read; the frame is judged again when whole (h2's
+                    # buffer judges a frame's head alone only for what the checks above refuse).
+                    hand_on_all()
+                    self._keep_partial(data[pos:], stop - pos)
+                    return events
                 if kind == 0:  # DATA
-                    if flags & 0x08:  # PADDED
-                        break
-                    events += machine.process_input(_RECV_DATA)
-                    conn._inbound_flow_control_window_manager.window_consumed(length)
-                    events += stream.receive_data(data[pos + 9 : stop], bool(flags & 0x01), length)[1]
+                    ended = bool(flags & 0x01)
+                    mine = pending.get(sid)
+                    total = length + (mine[2] if mine else 0)
+                    expected = stream._expected_content_length
+                    received = stream._actual_content_length + total
+                    if (
+                        machine.state is _CLIENT_OPEN
+                        and stream.state_machine.headers_received
+                        and window.current_window_size >= held + length
+                        and stream._inbound_window_manager.current_window_size >= total
+                        and (expected is None or (received == expected if ended else received <= expected))
+                    ):
+                        payload = data[pos + 9 : stop]
+                        if mine is None:
+                            pending[sid] = [stream, [payload], length]
+                        else:
+                            mine[1].append(payload)
+                            mine[2] = total
+                        held += length
+                        if ended:
+                            hand_on(sid, True)
+                    else:
+                        hand_on_all()
+                        events += machine.process_input(_RECV_DATA)
+                        window.window_consumed(length)
+                        events += stream.receive_data(data[pos + 9 : stop], ended, length)[1]
                 else:  # HEADERS
-                    if flags & 0x2C != 0x04:  # CONTINUATION follows, PADDED or PRIORITY
-                        break
+                    hand_on_all()
                     headers = h2.connection._decode_headers(conn.decoder, data[pos + 9 : stop])
                     events += machine.process_input(_RECV_HEADERS)
                     events += stream.receive_headers(headers, bool(flags & 0x01), conn.config.header_encoding)[1]
                 pos = stop
+            else:
+                hand_on_all()
+                if pos < end:  # a frame head the read cut
+                    self._keep_partial(data[pos:], 9)
+                return events
+            hand_on_all()
         except h2.exceptions.ProtocolError as err:
             # h2's buffer keeps what followed the frame (read by a later call, as h2 would)
             conn.incoming_buffer.add_data(data[stop:])
@@ -511,6 +598,11 @@ class H2Conn(asyncio.Protocol):
         if pos < end:
             events += conn.receive_data(data[pos:] if pos else data)
         return events
+
+    def _keep_partial(self, start: bytes, need: int) -> None:
+        self._partial = [start]
+        self._partial_have = len(start)
+        self._partial_need = need
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
