@@ -485,6 +485,9 @@ class ResourceStore:
         # Whose state this is: recorded in each snapshot (None: nothing recorded).
         self.cluster = cluster
         self._unwritten = False  # the last snapshot was not written: the cluster was not known yet
+        # The loaded state is not yet confirmed as the cluster's (its owner compares the recorded
+        # UID): no snapshot of it is written meanwhile, which would record the UID found for it.
+        self.unconfirmed = False
         self.spec = spec or {}
         self.ident = ident
         self.identity = identity
@@ -674,7 +677,7 @@ class ResourceStore:
     def compact(self) -> None:
         """Write a new snapshot of the current state (in a thread) and start a new event log."""
         cache = self._cache
-        if cache is None or not cache.ready or not self.owner:
+        if cache is None or not cache.ready or not self.owner or self.unconfirmed:
             return
         if self._compacting is not None and not self._compacting.done():
             self._compact_again = True

@@ -148,7 +148,7 @@ class ResourceCache:
         outcome = "loaded" if loaded is not None else store.load_outcome
         self._persist_loads.labels(self.spec.label, outcome).inc()
         if loaded is not None:
-            self.unverified = self._cluster is not None
+            self.unverified = store.unconfirmed = self._cluster is not None
             self._recorded = loaded.cluster
             self._objects.set(len(self.cache))
             log.info(
@@ -177,6 +177,8 @@ class ResourceCache:
             return
         self.unverified = False
         self.verify_error = None
+        if self.store is not None:
+            self.store.unconfirmed = False
         if same_cluster(self._recorded, found):
             return
         self._must_list = True

@@ -175,3 +175,27 @@ async def test_snapshot_waits_for_the_cluster_to_be_known(tmp_path: Path) -> Non
     await store.close()
     loaded = read_state(tmp_path, IDENT, IDENTITY, None)
     assert loaded is not None and loaded.cluster == UID and len(loaded.objects) == 2
+
+
+def restore(
+    ns: str, name: str, rv: int, labels: dict[str, str], fields: dict[str, str], proto: bytes | None, js: bytes | None
+) -> CachedObject:
+    assert proto is None and js is not None
+    return CachedObject(object_key(ns, name), ns, name, rv, labels, fields, json=js)
+
+
+async def test_an_unconfirmed_state_is_never_rewritten_as_the_found_cluster(tmp_path: Path) -> None:
+    """A state loaded from disk whose cluster is not yet compared keeps what it recorded: no
+    snapshot of it (a compaction, the one written on shutdown) records the UID found since."""
+    await (await written(tmp_path, Source("uid-of-another-cluster"))).close()
+    before = (tmp_path / f"{IDENT}.snapshot").read_bytes()
+    cache = WatchCache(GIZMO)
+    again = ResourceStore(tmp_path, IDENT, IDENTITY, None, cluster=Source(UID), progress_interval=0.01)
+    loaded = again.load(restore, cache)
+    assert loaded is not None and loaded.cluster == "uid-of-another-cluster"
+    again.unconfirmed = True
+    again.attach(cache, loaded)
+    again.compact()
+    assert again._compacting is None
+    await again.close()
+    assert (tmp_path / f"{IDENT}.snapshot").read_bytes() == before
