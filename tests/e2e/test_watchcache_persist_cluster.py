@@ -16,7 +16,10 @@ import contextlib
 import json
 import secrets
 import socket
+import ssl
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,12 +97,25 @@ def _plant(state: Path, namespace: str, cluster: str) -> None:
     assert any(PLANTED.encode() in o for o in written.objects)
 
 
-def _never_planted(rp: RunningProxy, cp: ControlPlaneInfo, base: str) -> Callable[[], bool]:
+def _get(rp: RunningProxy, path: str, token: str | None) -> tuple[int, bytes]:
+    """GET through kproxy, as the bearer ``token`` when given."""
+    if token is None:
+        return rp.get(path)
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file)) if rp.ca_file else None
+    req = urllib.request.Request(rp.url + path, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def _never_planted(rp: RunningProxy, cp: ControlPlaneInfo, base: str, token: str | None = None) -> Callable[[], bool]:
     """Each call: a ``resourceVersion=0`` list through kproxy, asserted without ``PLANTED``;
     True once it equals the apiserver's."""
 
     def check() -> bool:
-        status, via = rp.get(f"{base}?resourceVersion=0")
+        status, via = _get(rp, f"{base}?resourceVersion=0", token)
         assert status == 200, via
         assert PLANTED not in _state(via), "an object of the planted state was served"
         return _state(via) == _state(cp.request("GET", base)[1])
@@ -189,7 +205,9 @@ def held_relay(control_plane: ControlPlaneInfo) -> Iterator[HeldRelay]:
     relay.close()
 
 
+@pytest.mark.parametrize("credentials", ["proxy", "forward"])
 def test_state_of_another_cluster_is_never_served_nor_resumed(
+    credentials: str,
     proxy_factory: Callable[..., RunningProxy],
     control_plane: ControlPlaneInfo,
     namespace: str,
@@ -212,9 +230,12 @@ def test_state_of_another_cluster_is_never_served_nor_resumed(
     # Restarted with its upstream held: the first read arrives before kproxy could ask the
     # apiserver anything, and waits for the comparison (a kproxy without it serves from disk).
     held_relay.hold()
-    rp = proxy_factory(extra=cfg, upstream_kubeconfig=upstream, ready=False)
+    # In forward mode too, the comparison uses the cache's own client (kproxy's credentials).
+    token = cp.admin_token if credentials == "forward" else None
+    mode: dict[str, Any] = {"credentials": "forward", "tls": True, "token": token} if token else {}
+    rp = proxy_factory(extra=cfg, upstream_kubeconfig=upstream, ready=False, **mode)
     assert held_relay.waiting.wait(30)
-    check = _never_planted(rp, cp, base)
+    check = _never_planted(rp, cp, base, token)
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(check)
         eventually(

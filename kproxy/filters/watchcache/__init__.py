@@ -277,9 +277,10 @@ class WatchCacheFilter(Reconciler, FilterBase):
                 if reads is not None:
                     reads.labels(label, info.verb, "upstream", "outage unauthorized").inc()
                 return await call_next(ex)
-            if await self._unconfirmed_after_review(rc, offline):
+            unservable = await self._unservable_after_review(rc, offline)
+            if unservable:
                 if reads is not None:
-                    reads.labels(label, info.verb, "upstream", "unverified").inc()
+                    reads.labels(label, info.verb, "upstream", unservable).inc()
                 return await call_next(ex)
             reply = await self._serve(rc, decided, offline)
         except UndecidedError:
@@ -326,13 +327,16 @@ class WatchCacheFilter(Reconciler, FilterBase):
             offline.used = True
         return True
 
-    async def _unconfirmed_after_review(self, rc: ResourceCache, offline: _Offline) -> bool:
-        """Whether a state loaded from disk is still not confirmed as this cluster's once the
-        caller's access was reviewed by the apiserver (which can then be asked): the read goes
-        upstream. Authorized from remembered decisions (an outage), it is served as loaded."""
-        if not rc.unverified or self._reviewer is None or offline.used:
-            return False
-        return not await _verified(rc, reached=True)
+    async def _unservable_after_review(self, rc: ResourceCache, offline: _Offline) -> str:
+        """Why the cache may no longer answer once the caller's access was reviewed ("": it may).
+        A state loaded from disk not yet confirmed as this cluster's is compared now, when the
+        apiserver answered the review (authorized from remembered decisions, in an outage, it is
+        served as loaded); and the cache may have been emptied meanwhile (another cluster's state
+        dropped, the resource no longer served)."""
+        reviewed = self._reviewer is not None and not offline.used
+        if rc.unverified and reviewed and not await _verified(rc, reached=True):
+            return "unverified"
+        return "" if rc.cache.ready else "not ready"
 
     def _waited(self, rc: ResourceCache) -> Callable[[str, float], None] | None:
         if self._metrics is None:
@@ -364,8 +368,9 @@ class WatchCacheFilter(Reconciler, FilterBase):
             if not await self._authorize(ex, rc, offline):
                 reads.labels(label, "watch", "upstream", "outage unauthorized").inc()
                 return await call_next(ex)
-            if await self._unconfirmed_after_review(rc, offline):
-                reads.labels(label, "watch", "upstream", "unverified").inc()
+            unservable = await self._unservable_after_review(rc, offline)
+            if unservable:
+                reads.labels(label, "watch", "upstream", unservable).inc()
                 return await call_next(ex)
         except UndecidedError:
             reads.labels(label, "watch", "upstream", "undecided").inc()
