@@ -5,7 +5,10 @@ can share both (every in-cluster kproxy sees ``https://kubernetes.default.svc``;
 several clusters' apiservers; a node re-joined to another cluster keeps its disk), and a state
 resumed in the wrong one would serve the first cluster's objects and resume its watch from the
 first cluster's resource version, which the second may accept. So each snapshot records the
-cluster's UID as Kubernetes tools name a cluster (the ``kube-system`` namespace's, read with
+cluster's UID as Kubernetes tools name a cluster (the ``kube-system`` namespace's: the apiserver
+makes that namespace once per cluster, pkg/controlplane/controller/systemnamespaces/
+system_namespaces_controller.go, and a UID once at creation, never changed,
+staging/src/k8s.io/apiserver/pkg/registry/rest/meta.go ``FillObjectMetaSystemFields``; read with
 kproxy's own credentials, those the cache lists and watches with), and a state loaded from disk
 is compared with the apiserver's before its watch resumes or anything of it is served while the
 apiserver can be reached (:meth:`ResourceCache.verify
