@@ -516,12 +516,12 @@ class H2Conn(asyncio.Protocol):
         # turn: about 125 for 500 KiB. Before any other frame, one that could fail (it goes
         # alone, as h2 takes it), and at the end of the read, every stream's frames are handed on;
         # a stream's frames are handed on in order, and at once when one ends it.
-        pending: dict[int, list[Any]] = {}  # sid: [stream, payloads, their length]
+        pending: dict[int, list[Any]] = {}  # sid: [stream, payloads, their length, room left]
         held = 0  # bytes held over all streams
 
         def hand_on(sid: int, ended: bool = False) -> None:
             nonlocal held
-            stream, payloads, total = pending.pop(sid)
+            stream, payloads, total, _ = pending.pop(sid)
             held -= total
             machine.process_input(_RECV_DATA)
             window.window_consumed(total)
@@ -540,6 +540,22 @@ class H2Conn(asyncio.Protocol):
                 if kind > 1 or length > limit:
                     break
                 sid &= 0x7FFFFFFF
+                mine = pending.get(sid)
+                if (
+                    mine is not None
+                    and kind == 0
+                    and not flags & 0x09  # neither END_STREAM nor PADDED
+                    and length <= mine[3]
+                    and held + length <= window.current_window_size
+                    and stop <= end
+                ):
+                    # More of a stream whose frames this read gathers, within what its checks allow.
+                    mine[1].append(data[pos + 9 : stop])
+                    mine[2] += length
+                    mine[3] -= length
+                    held += length
+                    pos = stop
+                    continue
                 stream = theirs.get(sid)
                 if sid not in ours or stream is None or stream.state_machine.state not in _RECEIVING:
                     break
@@ -553,7 +569,6 @@ class H2Conn(asyncio.Protocol):
                     return events
                 if kind == 0:  # DATA
                     ended = bool(flags & 0x01)
-                    mine = pending.get(sid)
                     total = length + (mine[2] if mine else 0)
                     expected = stream._expected_content_length
                     received = stream._actual_content_length + total
@@ -565,11 +580,16 @@ class H2Conn(asyncio.Protocol):
                         and (expected is None or (received == expected if ended else received <= expected))
                     ):
                         payload = data[pos + 9 : stop]
+                        # What more of the stream's DATA its window and content length take.
+                        budget = stream._inbound_window_manager.current_window_size - total
+                        if expected is not None:
+                            budget = min(budget, expected - received)
                         if mine is None:
-                            pending[sid] = [stream, [payload], length]
+                            pending[sid] = [stream, [payload], length, budget]
                         else:
                             mine[1].append(payload)
                             mine[2] = total
+                            mine[3] = budget
                         held += length
                         if ended:
                             hand_on(sid, True)
