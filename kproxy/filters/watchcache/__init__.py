@@ -283,6 +283,12 @@ class WatchCacheFilter(Reconciler, FilterBase):
                     reads.labels(label, info.verb, "upstream", unservable).inc()
                 return await call_next(ex)
             reply = await self._serve(rc, decided, offline)
+            if reply is not None and not rc.cache.ready:
+                # Emptied while the read waited for the apiserver (another cluster's state found
+                # out by the read's own probe): what it was about to answer is not this cluster's.
+                if reads is not None:
+                    reads.labels(label, info.verb, "upstream", "not ready").inc()
+                return await call_next(ex)
         except UndecidedError:
             # The authorizer gave no reusable answer: the apiserver decides for itself.
             if reads is not None:
@@ -414,7 +420,9 @@ class WatchCacheFilter(Reconciler, FilterBase):
                     return None
                 offline.used = True  # the apiserver cannot be asked: what the cache holds
             else:
-                if not await rc.fresh(want, wait):
+                # A state loaded from disk that no watch of this apiserver has answered yet may be
+                # ahead of it: only the apiserver answers consistently until then.
+                if not rc.confirmed or not await rc.fresh(want, wait):
                     return None
         elif read.mode == "min" and not await rc.fresh(read.min_rv, wait):
             if not rc.reflector.live:

@@ -116,13 +116,34 @@ class ClusterIdentity:
         )
 
 
+class StateDiscarded(Exception):
+    """The state a read was about to be answered from was another cluster's, found out by the
+    read's own request to the apiserver: dropped, and the read goes to the apiserver. Not an
+    OSError: the apiserver was reached, and nothing is served as through an outage."""
+
+
 class VerifiedListerWatcher:
     """``lw``, whose watches first have the cache's persisted state verified (``verify``: False
-    when it was discarded, and the watch then answers Expired so that the reflector lists)."""
+    when it was discarded, and the watch then answers Expired so that the reflector lists), and
+    whose reads' requests (a consistent read's latest resource version, a progress probe, a
+    continue token's compaction probe) compare it first too (``before_contact``: raises
+    StateDiscarded when it was dropped): such a request may be kproxy's first contact with the
+    apiserver, and the cache must not take the apiserver's answer as its own freshness before
+    the state is known to be this cluster's."""
 
-    def __init__(self, lw: ListerWatcher, verify: Callable[[], Awaitable[bool]]) -> None:
+    def __init__(
+        self,
+        lw: ListerWatcher,
+        verify: Callable[[], Awaitable[bool]],
+        before_contact: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.lw = lw
         self._verify = verify
+        self._before_contact = before_contact
+
+    async def _contact(self) -> None:
+        if self._before_contact is not None:
+            await self._before_contact()
 
     async def list(self, *, limit: int, continue_token: str) -> ListPage:
         return await self.lw.list(limit=limit, continue_token=continue_token)
@@ -130,17 +151,20 @@ class VerifiedListerWatcher:
     async def watch(self, *, resource_version: str, send_initial_events: bool) -> AsyncIterator[UpstreamEvent]:
         # Raises what reaching the apiserver raised: the reflector retries as after a failed watch.
         if not await self._verify():
-            raise Expired("the persisted state belongs to another cluster; listing")
+            raise Expired("the persisted state is not resumed (another cluster's, or ahead of the apiserver); listing")
         async for ev in self.lw.watch(resource_version=resource_version, send_initial_events=send_initial_events):
             yield ev
 
     async def current_rv(self) -> int:
+        await self._contact()
         return await self.lw.current_rv()
 
     async def progress_rv(self) -> int:
+        await self._contact()
         return await self.lw.progress_rv()
 
     async def servable_at(self, rv: int) -> bool:
+        await self._contact()
         return await self.lw.servable_at(rv)
 
 

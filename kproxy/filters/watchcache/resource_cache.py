@@ -21,7 +21,7 @@ from kproxy.core.listwatch import HttpListerWatcher
 from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
-from .clusterid import ClusterIdentity, VerifiedListerWatcher, same_cluster
+from .clusterid import ClusterIdentity, StateDiscarded, VerifiedListerWatcher, same_cluster
 from .frames import FrameEncoder
 from .resources import ResourceSpec
 
@@ -64,6 +64,7 @@ class ResourceCache:
         self.unverified = False
         self.verify_error: Exception | None = None
         self._must_list = False  # the state was dropped: the reflector lists instead of resuming
+        self._ahead_unchecked = False  # loaded from disk: compared with the apiserver's latest first
         # With ``feed`` (the process's one CRD list+watch, ``kproxy.core.discovery``) the cache
         # and its reflector are the feed's: shared, started and stopped by it, not persisted.
         self._feed = feed
@@ -88,7 +89,9 @@ class ResourceCache:
             self.cache = WatchCache(spec.kind, window=window, max_events=max_events)
             self.reflector = Reflector(
                 label,
-                VerifiedListerWatcher(HttpListerWatcher(api, spec, self.factory), self._before_watch),
+                VerifiedListerWatcher(
+                    HttpListerWatcher(api, spec, self.factory), self._before_watch, self._before_contact
+                ),
                 self.cache,
                 page_size=page_size,
                 on_relist=self._relisted,
@@ -149,6 +152,7 @@ class ResourceCache:
         self._persist_loads.labels(self.spec.label, outcome).inc()
         if loaded is not None:
             self.unverified = store.unconfirmed = self._cluster is not None
+            self._ahead_unchecked = True
             self._recorded = loaded.cluster
             self._objects.set(len(self.cache))
             log.info(
@@ -192,12 +196,52 @@ class ResourceCache:
             self.store.forget()
 
     async def _before_watch(self) -> bool:
-        """Before each upstream watch: False when the state it would resume was dropped."""
+        """Before each upstream watch: False when the state it would resume was dropped, or is
+        ahead of the apiserver."""
         await self.verify()
         if self._must_list:
             self._must_list = False
             return False
+        if self._ahead_unchecked:
+            # A state loaded from disk whose resource version the apiserver has not reached (the
+            # same cluster's etcd restored from a backup goes back in revisions): the apiserver
+            # holds a watch from a revision it has not reached open without an event until it gets
+            # there (its cache watcher sends only events newer than the watch's revision,
+            # staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go ``process``), and the
+            # objects the restore took away would never be deleted. One consistent read of nothing
+            # (the apiserver's latest revision) before the first resume: listed instead.
+            latest = await self.reflector.current_rv()
+            self._ahead_unchecked = False
+            if self.cache.applied_rv > latest:
+                log.warning(
+                    "%s: persisted state at resource version %d, ahead of the apiserver's %d"
+                    " (etcd restored from a backup?): listed again",
+                    self.spec.label,
+                    self.cache.applied_rv,
+                    latest,
+                )
+                return False
         return True
+
+    async def _before_contact(self) -> None:
+        """Before a read's own request to the apiserver (a freshness or compaction probe): a state
+        loaded from disk is compared first, that request being possibly the first contact; raises
+        StateDiscarded when it was dropped (the read then goes to the apiserver), or what reaching
+        the apiserver raised."""
+        if not self.unverified:
+            return
+        await self.verify()
+        if not self.cache.ready:
+            raise StateDiscarded(f"{self.spec.label}: the persisted state belongs to another cluster")
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the upstream's watch has answered since the state was loaded from disk. A state
+        loaded from disk may be ahead of the apiserver (the same cluster's etcd restored from a
+        backup goes back in revisions): its resource version being the apiserver's latest or more
+        does not make it a consistent read's answer until the resumed watch has answered (the
+        reflector lists when the apiserver never reached that resource version)."""
+        return not self.reflector.resumed
 
     async def stop(self) -> None:
         await self.broadcaster.stop()  # open watches end cleanly; their clients watch again

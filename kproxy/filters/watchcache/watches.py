@@ -61,11 +61,12 @@ async def open_watch(rc: ResourceCache, read: WatchRead, *, wait: float, min_tim
     error: StatusError | None = None
     if read.consistency == "consistent":
         try:
-            want = await rc.reflector.current_rv()
+            want = await rc.reflector.current_rv()  # a state loaded from disk is compared first
         except Exception as err:
             log.debug("watchcache: %s: consistent watch probe failed: %s", rc.spec.label, err)
             return None
-        if not await rc.fresh(want, wait):
+        # Loaded from disk and not yet answered by the resumed watch: maybe ahead of the apiserver.
+        if not rc.confirmed or not await rc.fresh(want, wait):
             return None
     elif read.consistency == "min" and not await rc.fresh(read.rv, wait):
         if not rc.reflector.live:
