@@ -138,6 +138,12 @@ def _retry_backoff(rp: RunningProxy) -> float:
     return max(found, default=0.0)
 
 
+def _reflector_attempts(rp: RunningProxy) -> int:
+    """The configmaps' reflector's attempts kproxy logged: failures, relists, watches sent."""
+    pattern = r"configmaps: (upstream|resource version)|upstream (watch|list) /api/v1/configmaps\?(?!.*matches-nothing)"
+    return len(re.findall(pattern, rp.log_text()))
+
+
 class Door:
     """The apiserver behind a toxiproxy address: closed (connections refused) or open."""
 
@@ -317,6 +323,43 @@ def test_a_state_of_this_cluster_ahead_of_the_apiserver_is_never_a_consistent_re
         # open without an event, and the objects only the state holds would never be deleted.
         eventually(converged, 30, "the cache to list the apiserver's configmaps")
         assert "ahead of the apiserver's" in rp.log_text()
+    finally:
+        rp.stop(signal.SIGKILL)
+
+
+def test_the_window_closes_when_the_apiserver_is_back_not_when_the_watch_retries(
+    control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path, door: Door
+) -> None:
+    """``credentials: proxy``, started while the apiserver is unreachable: ``resourceVersion=0``
+    reads are served from the loaded state on URL and CA alone (documented). When the apiserver is
+    back, the reflector's next attempt may be up to 45 s away (its backoff); meanwhile kproxy
+    passes other requests to the apiserver, with its own credentials, and gets answers. Another
+    cluster's state must stop being served within a second or so of the apiserver's return, well
+    before the reflector's next attempt."""
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    state = tmp_path / "state"
+    cfg = _config(state)
+    _persisted_run(cp, door, tmp_path, base, cfg)
+    _plant(state, namespace, OTHER)
+    door.close()
+    rp = start_proxy(tmp_path / "second", door.kubeconfig, extra=cfg, ready=False)
+    try:
+        status, body = rp.get(f"{base}?resourceVersion=0")
+        assert status == 200 and PLANTED in _names(body), (status, body[:300])  # the documented window
+        eventually(lambda: _retry_backoff(rp) >= 3.2, 30, "the reflector to back off three seconds or more")
+        retries = _reflector_attempts(rp)
+        door.open()
+        # Another request passes through kproxy to the apiserver meanwhile: it is reachable.
+        assert rp.get(f"/api/v1/namespaces/{namespace}")[0] == 200
+
+        def gone() -> bool:
+            status, body = rp.get(f"{base}?resourceVersion=0")
+            return status == 200 and PLANTED not in _names(body)
+
+        eventually(gone, 1.5, "the planted state to stop being served once the apiserver answers", interval=0.05)
+        assert _reflector_attempts(rp) == retries, "the reflector tried again meanwhile: nothing shown"
+        _no_leak(rp)
     finally:
         rp.stop(signal.SIGKILL)
 

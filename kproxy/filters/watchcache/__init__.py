@@ -475,13 +475,16 @@ async def _verified(rc: ResourceCache, *, reached: bool = False) -> bool:
     yet confirmed (its first reader waits for the one read of the cluster's identity). While the
     apiserver cannot be reached such a state is served as loaded, on its URL and CA alone: reads
     through an outage need it, and the identity is compared at first contact, before the watch
-    resumes. Anything else that stops the comparison (the apiserver answered, but not with the
-    UID or a refusal) sends the read to the apiserver. ``reached``: the caller's access review
-    was just authorized, so the apiserver may be back: the comparison is tried again now."""
+    resumes (and tried again in the background, at most once a second while such reads arrive, so
+    that the apiserver's return ends the window within a round trip). Anything else that stops
+    the comparison (the apiserver answered, but not with the UID or a refusal) sends the read to
+    the apiserver. ``reached``: the caller's access review was just authorized, so the apiserver
+    may be back: the comparison is tried again now."""
     if not rc.unverified:
         return rc.cache.ready
     if not reached and unreachable(rc.verify_error):
-        return True  # the last attempt could not reach the apiserver: the next one is the watch's
+        rc.verify_soon()  # the apiserver may be back before the watch's next attempt
+        return True  # the last attempt could not reach the apiserver
     try:
         await rc.verify()
     except Exception as err:

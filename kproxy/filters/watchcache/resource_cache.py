@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 
 from kproxy import gctuning
@@ -65,6 +66,8 @@ class ResourceCache:
         self.verify_error: Exception | None = None
         self._must_list = False  # the state was dropped: the reflector lists instead of resuming
         self._ahead_unchecked = False  # loaded from disk: compared with the apiserver's latest first
+        self._retry: asyncio.Task[None] | None = None  # a comparison tried again for a read (verify_soon)
+        self._retried_at = -math.inf
         # With ``feed`` (the process's one CRD list+watch, ``kproxy.core.discovery``) the cache
         # and its reflector are the feed's: shared, started and stopped by it, not persisted.
         self._feed = feed
@@ -195,6 +198,18 @@ class ResourceCache:
         if self.store is not None:
             self.store.forget()
 
+    def verify_soon(self) -> None:
+        """Try the comparison again in the background, at most once a second, for a read served
+        from a state not yet compared because the apiserver could not be reached: it may be back
+        before the reflector's next attempt (its backoff grows to 30 s), and from then on another
+        cluster's state must stop being served within a round trip, not a backoff."""
+        now = time.monotonic()
+        if (self._retry is not None and not self._retry.done()) or now - self._retried_at < 1.0:
+            return
+        self._retried_at = now
+        self._retry = asyncio.create_task(self.verify(), name=f"kproxy-watchcache-verify-{self.spec.label}")
+        self._retry.add_done_callback(_consume)
+
     async def _before_watch(self) -> bool:
         """Before each upstream watch: False when the state it would resume was dropped, or is
         ahead of the apiserver."""
@@ -254,7 +269,7 @@ class ResourceCache:
             feed.rv_hooks.remove(self._upstream_rv)
         if self.store is not None:
             await self.store.close()
-        for task in (self._expire, self._warm):
+        for task in (self._expire, self._warm, self._retry):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
