@@ -364,6 +364,62 @@ def test_the_window_closes_when_the_apiserver_is_back_not_when_the_watch_retries
         rp.stop(signal.SIGKILL)
 
 
+def _state_on_disk(state: Path) -> tuple[str | None, bool] | None:
+    """(recorded cluster, whether PLANTED is in it) of the configmaps' snapshot; None without one."""
+    found = [h for i, h in persisted(state, None) if i == IDENT]
+    if not found or found[0] is None:
+        return None
+    loaded = read_state(state, IDENT, found[0]["identity"], None)
+    if loaded is None:
+        return None
+    return loaded.cluster, any(PLANTED.encode() in o for o in loaded.objects)
+
+
+def _reloads(rp: RunningProxy) -> float:
+    m = re.search(r'^kproxy_config_reloads_total\{result="success"\} (\S+)$', rp.metrics(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_a_config_reload_while_the_state_is_unchecked_neither_serves_nor_rewrites_it(
+    control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path, door: Door
+) -> None:
+    """A reload (a new chain, new caches loading the same files, the old caches' stores closing)
+    while another cluster's state is loaded and not yet compared: once the apiserver is back no
+    read serves it, and what ends up on disk is this cluster's, without the planted object (no
+    store wrote the loaded state as the cluster it found)."""
+    cp = control_plane
+    base = f"/api/v1/namespaces/{namespace}/configmaps"
+    state = tmp_path / "state"
+    cfg = _config(state)
+    _persisted_run(cp, door, tmp_path, base, cfg)
+    _plant(state, namespace, OTHER)
+    door.close()
+    rp = start_proxy(tmp_path / "second", door.kubeconfig, extra=cfg, ready=False)
+    try:
+        status, body = rp.get(f"{base}?resourceVersion=0")
+        assert status == 200 and PLANTED in _names(body), (status, body[:300])  # the documented window
+        changed = json.loads(json.dumps(cfg["filters"]))
+        changed[0]["bookmark_interval"] = 30
+        rp.write_config({"filters": changed})
+        eventually(lambda: _reloads(rp) >= 1, 20, "the reload")
+        assert _state_on_disk(state) == (OTHER, True)  # nothing rewritten while unchecked
+        door.open()
+        status, body = rp.get(base)
+        assert status == 200 and PLANTED not in _names(body), body[:300]
+
+        def converged() -> bool:
+            status, body = rp.get(f"{base}?resourceVersion=0")
+            assert status != 200 or PLANTED not in _names(body), "served after the apiserver answered"
+            return status == 200 and _names(body) == _names(cp.request("GET", base)[1])
+
+        eventually(converged, 30, "the cache to hold the apiserver's configmaps")
+        uid = cp.json("GET", "/api/v1/namespaces/kube-system")["metadata"]["uid"]
+        eventually(lambda: _state_on_disk(state) == (uid, False), 30, "this cluster's state on disk")
+        _no_leak(rp)
+    finally:
+        rp.stop(signal.SIGKILL)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="HOLE: a watch served from a state loaded while the apiserver was unreachable (credentials: proxy) "
