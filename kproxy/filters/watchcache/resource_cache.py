@@ -189,6 +189,7 @@ class ResourceCache:
         if same_cluster(self._recorded, found):
             return
         self._must_list = True
+        self._ahead_unchecked = False  # listed: nothing loaded is resumed
         self._cluster.discarded(self._recorded, found)
         cache = self.cache
         cache.unready()  # readers go upstream, open watches end, the store removes the files
