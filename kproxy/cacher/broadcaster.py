@@ -86,6 +86,8 @@ class Frames(Protocol):
 
     def bookmark(self, rv: int, media_type: str, *, initial_events_end: bool = False) -> bytes: ...
 
+    def error(self, status: dict[str, Any], media_type: str) -> bytes: ...
+
 
 class Counters(Protocol):
     """Where the broadcaster reports (prometheus children in kproxy; plain counters in tests)."""
@@ -338,6 +340,23 @@ class Broadcaster:
 
     def close_all(self) -> None:
         for w in list(self._watchers):
+            self.close(w)
+
+    def expire_all(self, status: dict[str, Any]) -> None:
+        """End every watch with an ERROR event carrying ``status`` (a ``410 Expired``: what the
+        events were sent from is gone, and a client that watched again from the resource
+        version it last saw would never learn it; client-go's reflector lists again on it). A
+        watch still sending its initial events is ended as :meth:`close` ends it (its stream is
+        between events only at the end of its initial body)."""
+        for w in list(self._watchers):
+            if not w.initial and not w.closed:
+                try:
+                    frame = self.frames.error(status, w.media_type)
+                except Exception:
+                    log.exception("an ERROR event cannot be encoded as %s", w.media_type)
+                    frame = b""
+                if frame:
+                    w.pending.append(frame)
             self.close(w)
 
     # -- dispatch ---------------------------------------------------------------------------------

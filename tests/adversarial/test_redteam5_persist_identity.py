@@ -420,14 +420,6 @@ def test_a_config_reload_while_the_state_is_unchecked_neither_serves_nor_rewrite
         rp.stop(signal.SIGKILL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="HOLE: a watch served from a state loaded while the apiserver was unreachable (credentials: proxy) "
-    "ends without an event when the state turns out to be another cluster's; the client watches again from "
-    "the last resource version it saw, the other cluster's, which this apiserver may accept, and then never "
-    "learns that the planted objects do not exist. Ending such watches with the apiserver's 410 Expired "
-    "(an ERROR event: client-go relists) needs the broadcaster (kproxy/cacher/broadcaster.py) to send it",
-)
 def test_a_watch_served_from_another_clusters_state_is_told_to_relist(
     control_plane: ControlPlaneInfo, namespace: str, tmp_path: Path, door: Door
 ) -> None:

@@ -19,6 +19,7 @@ from kproxy.codec import ProtobufCodec
 from kproxy.core.context import ApiClient
 from kproxy.core.crdfeed import CrdFeed
 from kproxy.core.listwatch import HttpListerWatcher
+from kproxy.core.status import resource_expired
 from kproxy.core.upstreamversion import UpstreamVersion
 
 from .cachemetrics import CacheMetrics, WatchCounters
@@ -192,6 +193,11 @@ class ResourceCache:
         self._ahead_unchecked = False  # listed: nothing loaded is resumed
         self._cluster.discarded(self._recorded, found)
         cache = self.cache
+        # The watches served from it end with the 410 the apiserver sends for a resource version
+        # it no longer has: a client that watched again from the last one it saw (the other
+        # cluster's, which this apiserver may accept) would keep the objects it was sent.
+        rv = cache.applied_rv
+        self.broadcaster.expire_all(resource_expired(f"too old resource version: {rv} ({rv + 1})").to_dict())
         cache.unready()  # readers go upstream, open watches end, the store removes the files
         cache.store.clear()
         cache.bodies.clear()

@@ -38,6 +38,9 @@ class Frames:
     def bookmark(self, rv: int, media_type: str, *, initial_events_end: bool = False) -> bytes:
         return f"BOOKMARK {rv}{' end' if initial_events_end else ''};".encode()
 
+    def error(self, status: dict[str, Any], media_type: str) -> bytes:
+        return f"ERROR {status['code']} {status['reason']};".encode()
+
 
 class Sink:
     def __init__(self, *, writable: bool = True) -> None:
@@ -246,6 +249,19 @@ async def test_bookmarks_periodically_and_before_the_deadline(cache: WatchCache)
     await settle()
     assert sink.events == ["BOOKMARK 10", "BOOKMARK 10"] and quiet.events == []
     await bc.stop()
+
+
+async def test_expiring_ends_every_watch_with_the_error_after_what_was_queued(cache: WatchCache) -> None:
+    bc = Broadcaster(cache, Frames())
+    live, starting = Sink(), Sink(writable=False)
+    bc.watch_since(live, Selection(), "json", bookmarks=False, timeout=60, rv=10)
+    bc.watch_initial(starting, Selection(), "json", bookmarks=True, initial_events_end=True, timeout=60)
+    cache.apply(MODIFIED, obj("ns/a", 11, app="x"))
+    bc.expire_all({"code": 410, "reason": "Expired"})
+    assert live.events == ["MODIFIED ns/a 11", "ERROR 410 Expired"] and live.closed
+    # still sending its initial events: ended between events, no ERROR in the middle of them
+    assert starting.closed and not any(e.startswith("ERROR") for e in starting.events)
+    assert len(bc) == 0
 
 
 async def test_a_reset_ends_every_watch(cache: WatchCache) -> None:
