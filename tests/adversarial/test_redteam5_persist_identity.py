@@ -17,7 +17,6 @@ that exists only on disk never reaches a caller once kproxy has talked to the ap
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import http.client
 import json
@@ -33,87 +32,19 @@ from typing import Any
 
 import pytest
 
-from kproxy.cacher import Kind, WatchCache
-from kproxy.cacher.fields import builtin_fields
-from kproxy.cacher.ingest import ObjectFactory
-from kproxy.cacher.persist import ResourceStore, persisted, read_state
-from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.eventually import eventually
+from kproxy.testing.plantedstate import PLANTED, get_as, plant, state_on_disk
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 from kproxy.testing.toxiproxy import Toxiproxy, rewrite_kubeconfig
 
 pytestmark = pytest.mark.timeout(180)
 
-IDENT = "core+v1+configmaps"
-PLANTED = "planted-only-on-disk"
 OTHER = "11111111-2222-4333-8444-555555555555"
-
-
-class _Recorded:
-    """The cluster the writer records (kproxy's ``ClusterSource``)."""
-
-    def __init__(self, uid: str) -> None:
-        self.uid = uid
-
-    def settled(self) -> bool:
-        return True
-
-    async def read(self) -> str | None:
-        return self.uid
-
-
-def _plant(state: Path, namespace: str, cluster: str, rv: int | None = None) -> int:
-    """Rewrite the configmaps' state with kproxy's writer: its objects plus ``PLANTED``, recorded
-    for ``cluster``, at ``rv`` (default: the state's own). Returns the state's resource version."""
-    ((_, head),) = [(i, h) for i, h in persisted(state, None) if i == IDENT]
-    assert head is not None
-    spec = head["spec"]
-    kind = Kind(spec["api_version"], spec["kind"], spec["list_kind"], protobuf=spec["protobuf"])
-    codec = ProtobufCodec()
-    factory = ObjectFactory(kind, builtin_fields("", "configmaps"), codec)
-    at: list[int] = []
-
-    async def rewrite() -> None:
-        loaded_cache = WatchCache(kind)
-        loaded = ResourceStore(state, IDENT, head["identity"], None, spec=spec).load(factory.restore, loaded_cache)
-        assert loaded is not None
-        at.append(rv if rv is not None else loaded_cache.applied_rv)
-        meta = {"name": PLANTED, "namespace": namespace, "resourceVersion": str(at[0])}
-        meta |= {"uid": "00000000-0000-4000-8000-000000000005", "creationTimestamp": "2026-11-29T00:00:00Z"}
-        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"from": "elsewhere"}}
-        planted = factory.from_proto(decode_envelope(codec.from_json(json.dumps(doc).encode())).raw)
-        cache = WatchCache(kind)
-        store = ResourceStore(state, IDENT, head["identity"], None, spec=spec, cluster=_Recorded(cluster))
-        store.attach(cache, None)
-        cache.replace([*loaded_cache.store.values(), planted], at[0])
-        await asyncio.sleep(0)
-        if store._compacting is not None:
-            await store._compacting
-        await store.close()
-
-    asyncio.run(rewrite())
-    written = read_state(state, IDENT, head["identity"], None)
-    assert written is not None and written.cluster == cluster and written.rv == at[0]
-    assert any(PLANTED.encode() in o for o in written.objects)
-    return at[0]
 
 
 def _names(body: bytes) -> set[str]:
     return {i["metadata"]["name"] for i in json.loads(body).get("items") or []}
-
-
-def _get(rp: RunningProxy, path: str, token: str | None) -> tuple[int, bytes]:
-    """GET through kproxy, as the bearer ``token`` when given."""
-    if token is None:
-        return rp.get(path)
-    ctx = ssl.create_default_context(cafile=str(rp.ca_file)) if rp.ca_file else None
-    req = urllib.request.Request(rp.url + path, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def _watch_events(rp: RunningProxy, path: str, token: str | None, timeout: float = 15) -> list[dict[str, Any]]:
@@ -237,10 +168,10 @@ def test_a_consistent_read_that_reaches_the_apiserver_never_serves_another_clust
     cfg = _config(state)
     _persisted_run(cp, door, tmp_path, base, cfg)
     ahead = _current_rv(cp, base) + 1_000_000
-    _plant(state, namespace, OTHER, rv=ahead)
+    plant(state, namespace, OTHER, rv=ahead)
     rp, token = _start_unreachable(tmp_path, door, cfg, credentials, cp)
     try:
-        status, body = _get(rp, f"{base}?resourceVersion=0", token)
+        status, body = get_as(rp, f"{base}?resourceVersion=0", token)
         if credentials == "proxy":
             # The documented window: on URL and CA alone while nothing answers (the state is loaded).
             assert status == 200 and PLANTED in _names(body), (status, body[:300])
@@ -248,7 +179,7 @@ def test_a_consistent_read_that_reaches_the_apiserver_never_serves_another_clust
             assert status != 200 or PLANTED not in _names(body), body[:300]  # no review, no data
         door.open()
         if read == "list":
-            status, body = _get(rp, base, token)
+            status, body = get_as(rp, base, token)
             assert status == 200, body[:300]
             got = _names(body)
         else:
@@ -257,7 +188,7 @@ def test_a_consistent_read_that_reaches_the_apiserver_never_serves_another_clust
         assert got == _names(cp.request("GET", base)[1])
 
         def converged() -> bool:
-            status, body = _get(rp, f"{base}?resourceVersion=0", token)
+            status, body = get_as(rp, f"{base}?resourceVersion=0", token)
             assert PLANTED not in _names(body) or status != 200
             return status == 200 and _names(body) == _names(cp.request("GET", base)[1])
 
@@ -278,7 +209,7 @@ def test_a_continue_token_from_before_the_restart_never_continues_into_another_c
     state = tmp_path / "state"
     cfg = _config(state)
     token = _persisted_run(cp, door, tmp_path, base, cfg)
-    _plant(state, namespace, OTHER, rv=_token_rv(token))  # the cache reaches the token's revision
+    plant(state, namespace, OTHER, rv=_token_rv(token))  # the cache reaches the token's revision
     rp, _ = _start_unreachable(tmp_path, door, cfg, "proxy", cp)
     try:
         door.open()
@@ -306,7 +237,7 @@ def test_a_state_of_this_cluster_ahead_of_the_apiserver_is_never_a_consistent_re
     cfg = _config(state)
     _persisted_run(cp, door, tmp_path, base, cfg)
     uid = cp.json("GET", "/api/v1/namespaces/kube-system")["metadata"]["uid"]
-    _plant(state, namespace, uid, rv=_current_rv(cp, base) + 1_000_000)
+    plant(state, namespace, uid, rv=_current_rv(cp, base) + 1_000_000)
     rp = start_proxy(tmp_path / "second", door.kubeconfig, extra=cfg, ready=False)
     try:
         status, body = rp.get(base)
@@ -341,7 +272,7 @@ def test_the_window_closes_when_the_apiserver_is_back_not_when_the_watch_retries
     state = tmp_path / "state"
     cfg = _config(state)
     _persisted_run(cp, door, tmp_path, base, cfg)
-    _plant(state, namespace, OTHER)
+    plant(state, namespace, OTHER)
     door.close()
     rp = start_proxy(tmp_path / "second", door.kubeconfig, extra=cfg, ready=False)
     try:
@@ -364,17 +295,6 @@ def test_the_window_closes_when_the_apiserver_is_back_not_when_the_watch_retries
         rp.stop(signal.SIGKILL)
 
 
-def _state_on_disk(state: Path) -> tuple[str | None, bool] | None:
-    """(recorded cluster, whether PLANTED is in it) of the configmaps' snapshot; None without one."""
-    found = [h for i, h in persisted(state, None) if i == IDENT]
-    if not found or found[0] is None:
-        return None
-    loaded = read_state(state, IDENT, found[0]["identity"], None)
-    if loaded is None:
-        return None
-    return loaded.cluster, any(PLANTED.encode() in o for o in loaded.objects)
-
-
 def _reloads(rp: RunningProxy) -> float:
     m = re.search(r'^kproxy_config_reloads_total\{result="success"\} (\S+)$', rp.metrics(), re.M)
     return float(m.group(1)) if m else 0.0
@@ -392,7 +312,7 @@ def test_a_config_reload_while_the_state_is_unchecked_neither_serves_nor_rewrite
     state = tmp_path / "state"
     cfg = _config(state)
     _persisted_run(cp, door, tmp_path, base, cfg)
-    _plant(state, namespace, OTHER)
+    plant(state, namespace, OTHER)
     door.close()
     rp = start_proxy(tmp_path / "second", door.kubeconfig, extra=cfg, ready=False)
     try:
@@ -402,7 +322,7 @@ def test_a_config_reload_while_the_state_is_unchecked_neither_serves_nor_rewrite
         changed[0]["bookmark_interval"] = 30
         rp.write_config({"filters": changed})
         eventually(lambda: _reloads(rp) >= 1, 20, "the reload")
-        assert _state_on_disk(state) == (OTHER, True)  # nothing rewritten while unchecked
+        assert state_on_disk(state) == (OTHER, True)  # nothing rewritten while unchecked
         door.open()
         status, body = rp.get(base)
         assert status == 200 and PLANTED not in _names(body), body[:300]
@@ -414,7 +334,7 @@ def test_a_config_reload_while_the_state_is_unchecked_neither_serves_nor_rewrite
 
         eventually(converged, 30, "the cache to hold the apiserver's configmaps")
         uid = cp.json("GET", "/api/v1/namespaces/kube-system")["metadata"]["uid"]
-        eventually(lambda: _state_on_disk(state) == (uid, False), 30, "this cluster's state on disk")
+        eventually(lambda: state_on_disk(state) == (uid, False), 30, "this cluster's state on disk")
         _no_leak(rp)
     finally:
         rp.stop(signal.SIGKILL)
@@ -428,7 +348,7 @@ def test_a_watch_served_from_another_clusters_state_is_told_to_relist(
     state = tmp_path / "state"
     cfg = _config(state)
     _persisted_run(cp, door, tmp_path, base, cfg)
-    _plant(state, namespace, OTHER)  # at the state's own resource version: this apiserver has it
+    plant(state, namespace, OTHER)  # at the state's own resource version: this apiserver has it
     rp, _ = _start_unreachable(tmp_path, door, cfg, "proxy", cp)
     events: list[dict[str, Any]] = []
     ended = threading.Event()

@@ -11,15 +11,11 @@ so only the comparison keeps the planted object out."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import secrets
 import socket
-import ssl
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,31 +28,11 @@ from test_helm_persist import PERSISTED
 from test_watchcache_persist import _config, _fill, _first_run, _metric, _state, _upstream_requests
 from watchcache_diff import reads_total
 
-from kproxy.cacher import Kind, WatchCache
-from kproxy.cacher.fields import builtin_fields
-from kproxy.cacher.ingest import ObjectFactory
-from kproxy.cacher.persist import ResourceStore, persisted, read_state
-from kproxy.codec import ProtobufCodec, decode_envelope
 from kproxy.localcluster.envtest import ControlPlaneInfo, Kubectl
 from kproxy.localcluster.kubeconfigs import write_kubeconfig
 from kproxy.testing.eventually import eventually
+from kproxy.testing.plantedstate import IDENT, PLANTED, get_as, plant, state_on_disk
 from kproxy.testing.proxyproc import RunningProxy
-
-IDENT = "core+v1+configmaps"
-PLANTED = "planted-only-on-disk"
-
-
-class _Recorded:
-    """What the writer records as the cluster (kproxy's ``ClusterSource``)."""
-
-    def __init__(self, uid: str) -> None:
-        self.uid = uid
-
-    def settled(self) -> bool:
-        return True
-
-    async def read(self) -> str | None:
-        return self.uid
 
 
 def _kube_system_uid(cp: ControlPlaneInfo) -> str:
@@ -64,74 +40,17 @@ def _kube_system_uid(cp: ControlPlaneInfo) -> str:
     return uid
 
 
-def _plant(state: Path, namespace: str, cluster: str) -> None:
-    """Rewrite the configmaps' state with kproxy's writer: its objects plus ``PLANTED``, at its
-    resource version, recorded for ``cluster``."""
-    ((_, head),) = [(i, h) for i, h in persisted(state, None) if i == IDENT]
-    assert head is not None
-    spec = head["spec"]
-    kind = Kind(spec["api_version"], spec["kind"], spec["list_kind"], protobuf=spec["protobuf"])
-    codec = ProtobufCodec()
-    factory = ObjectFactory(kind, builtin_fields("", "configmaps"), codec)
-
-    async def rewrite() -> None:
-        loaded_cache = WatchCache(kind)
-        loaded = ResourceStore(state, IDENT, head["identity"], None, spec=spec).load(factory.restore, loaded_cache)
-        assert loaded is not None
-        meta = {"name": PLANTED, "namespace": namespace, "resourceVersion": str(loaded_cache.applied_rv)}
-        meta |= {"uid": "00000000-0000-4000-8000-000000000001", "creationTimestamp": "2026-11-29T00:00:00Z"}
-        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"from": "elsewhere"}}
-        planted = factory.from_proto(decode_envelope(codec.from_json(json.dumps(doc).encode())).raw)
-        cache = WatchCache(kind)
-        store = ResourceStore(state, IDENT, head["identity"], None, spec=spec, cluster=_Recorded(cluster))
-        store.attach(cache, None)
-        cache.replace([*loaded_cache.store.values(), planted], loaded_cache.applied_rv)
-        await asyncio.sleep(0)
-        if store._compacting is not None:
-            await store._compacting
-        await store.close()
-
-    asyncio.run(rewrite())
-    written = read_state(state, IDENT, head["identity"], None)
-    assert written is not None and written.cluster == cluster
-    assert any(PLANTED.encode() in o for o in written.objects)
-
-
-def _get(rp: RunningProxy, path: str, token: str | None) -> tuple[int, bytes]:
-    """GET through kproxy, as the bearer ``token`` when given."""
-    if token is None:
-        return rp.get(path)
-    ctx = ssl.create_default_context(cafile=str(rp.ca_file)) if rp.ca_file else None
-    req = urllib.request.Request(rp.url + path, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 def _never_planted(rp: RunningProxy, cp: ControlPlaneInfo, base: str, token: str | None = None) -> Callable[[], bool]:
     """Each call: a ``resourceVersion=0`` list through kproxy, asserted without ``PLANTED``;
     True once it equals the apiserver's."""
 
     def check() -> bool:
-        status, via = _get(rp, f"{base}?resourceVersion=0", token)
+        status, via = get_as(rp, f"{base}?resourceVersion=0", token)
         assert status == 200, via
         assert PLANTED not in _state(via), "an object of the planted state was served"
         return _state(via) == _state(cp.request("GET", base)[1])
 
     return check
-
-
-def _state_on_disk(state: Path) -> tuple[str | None, bool] | None:
-    """(recorded cluster, whether PLANTED is in it) of the configmaps' snapshot; None without one."""
-    found = [h for i, h in persisted(state, None) if i == IDENT]
-    if not found or found[0] is None:
-        return None
-    loaded = read_state(state, IDENT, found[0]["identity"], None)
-    if loaded is None:
-        return None
-    return loaded.cluster, any(PLANTED.encode() in o for o in loaded.objects)
 
 
 class HeldRelay:
@@ -223,9 +142,9 @@ def test_state_of_another_cluster_is_never_served_nor_resumed(
     rp = proxy_factory(extra=cfg, upstream_kubeconfig=upstream)
     _first_run(lambda **kw: rp, cp, base, cfg)
     uid = _kube_system_uid(cp)
-    assert _state_on_disk(state) == (uid, False)  # a state written by kproxy records the cluster
+    assert state_on_disk(state) == (uid, False)  # a state written by kproxy records the cluster
     other = "11111111-2222-4333-8444-555555555555"
-    _plant(state, namespace, other)
+    plant(state, namespace, other)
 
     # Restarted with its upstream held: the first read arrives before kproxy could ask the
     # apiserver anything, and waits for the comparison (a kproxy without it serves from disk).
@@ -254,7 +173,7 @@ def test_state_of_another_cluster_is_never_served_nor_resumed(
     requests = _upstream_requests(rp, "configmaps")
     assert requests and "sendInitialEvents" in requests[0], requests
     # The planted files were replaced: a snapshot of this cluster, without the planted object.
-    eventually(lambda: _state_on_disk(state) == (uid, False), 30, "the planted state to be replaced on disk")
+    eventually(lambda: state_on_disk(state) == (uid, False), 30, "the planted state to be replaced on disk")
     assert rp.stop() == 0
 
 
@@ -268,7 +187,7 @@ def test_state_of_this_cluster_is_resumed_without_a_list(
     cfg = _config(state)
     _first_run(proxy_factory, cp, base, cfg)
     uid = _kube_system_uid(cp)
-    _plant(state, namespace, uid)  # recorded for this cluster: kproxy's own state, one object more
+    plant(state, namespace, uid)  # recorded for this cluster: kproxy's own state, one object more
     rp = proxy_factory(extra=cfg)
     status, first = rp.get(f"{base}?resourceVersion=0")
     assert status == 200 and PLANTED in _state(first)  # the state on disk is served (and was resumed)
@@ -338,7 +257,7 @@ def test_state_not_resumed_when_kube_system_cannot_be_read(
     state = tmp_path / "state"
     cfg = _config(state)
     _first_run(proxy_factory, cp, base, cfg)
-    _plant(state, namespace, _kube_system_uid(cp))  # the right UID: only its check is missing
+    plant(state, namespace, _kube_system_uid(cp))  # the right UID: only its check is missing
     rp = proxy_factory(extra=cfg, upstream_kubeconfig=reader_without_kube_system)
     eventually(_never_planted(rp, cp, base), 30, "the cache to hold the apiserver's configmaps")
     log = rp.log_text()
