@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -68,11 +70,21 @@ async def test_start_up_heap_frozen_and_pauses_exported(proxy_factory: Callable[
     for generation in "012":
         assert f'kproxy_gc_pause_seconds_count{{generation="{generation}"}}' in text
     # `kproxy run` holds collection off while it builds the server: it runs again once started.
-    eventually(
-        lambda: rp.get("/version")[0] == 200 and metric(rp, "kproxy_gc_pause_seconds_count", generation="0") > 0,
-        30,
-        "a young-generation collection after the start",
-    )
+    # Young collections follow objects that stay (requests free what they make): connections
+    # held open make some.
+    host, port = urllib.parse.urlsplit(rp.url).hostname, urllib.parse.urlsplit(rp.url).port
+    held = []
+    try:
+        for _ in range(300):
+            held.append(socket.create_connection((host, port), timeout=10))
+        eventually(
+            lambda: metric(rp, "kproxy_gc_pause_seconds_count", generation="0") > 0,
+            30,
+            "a young-generation collection after the start",
+        )
+    finally:
+        for sock in held:
+            sock.close()
     # A reload replaces the filters frozen with the rest: everything frozen is collectable again.
     rp.proc.send_signal(signal.SIGHUP)
     eventually(lambda: metric(rp, "kproxy_config_reloads_total", result="success") == 1, 30, "the reload")

@@ -88,11 +88,6 @@ STREAM_WINDOW = 1024 * 1024
 CONNECTION_WINDOW = 1 << 30
 #: Response header lists up to this size are read (Go's defaultMaxHeaderListSize is 10 MiB).
 MAX_HEADER_LIST_SIZE = 10 << 20
-#: The largest frame the upstream may send (Go's Transport, client-go's: defaultMaxReadFrameSize,
-#: golang.org/x/net/http2/http2.go). The apiserver then sends a response body as it writes it (a
-#: list: one write) in frames of up to this size rather than of 16 KiB: a 500 KiB list arrives
-#: as one DATA frame, not 32. It buffers no more than the stream window (1 MiB) bounds anyway.
-MAX_READ_FRAME_SIZE = 1 << 20
 READ_IDLE_TIMEOUT = 30.0
 PING_TIMEOUT = 15.0
 #: A connection with no stream for this long is closed (client-go's IdleConnTimeout).
@@ -418,14 +413,9 @@ class H2Conn(asyncio.Protocol):
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_READ_FRAME_SIZE,
             },
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
-        # Frames that large are read from the start, as Go's Transport reads them (its framer's
-        # limit is set before its SETTINGS are sent, transport.go): h2 would wait for the ACK,
-        # and then refuse a large frame that came in the same read as the ACK.
-        self.h2.max_inbound_frame_size = MAX_READ_FRAME_SIZE
         # hpack's limits and errors, without its per-field calls and copies
         self.h2.decoder = TruncatingDecoder(self.h2.decoder, truncate=False)
         self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
