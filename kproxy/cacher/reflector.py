@@ -386,6 +386,7 @@ class Reflector:
             self.compaction.reset()  # the upstream went back in time: its revisions are new ones
         self.cache.replace(objects, rv)
         self._need_list = False
+        self.resumed = False
 
     async def _stream(self, *, listing: bool) -> None:
         cache = self.cache
@@ -409,7 +410,10 @@ class Reflector:
                 log.info("%s: resuming from the persisted state at resource version %s", self.name, rv)
             async for ev in self.lw.watch(resource_version=rv, send_initial_events=listing):
                 self._delivered += 1
-                self.resumed = False
+                if not listing:
+                    # The resumed watch answered. A list's stream does not clear it: until the list
+                    # replaces the cache, what the cache holds is still the state from disk.
+                    self.resumed = False
                 self.last_exception = None
                 self._answering = True
                 if defer_live and ev.type == BOOKMARK:

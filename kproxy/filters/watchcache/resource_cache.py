@@ -242,6 +242,8 @@ class ResourceCache:
                     self.cache.applied_rv,
                     latest,
                 )
+                # Not served while it is listed again: it holds objects the apiserver does not.
+                self.cache.unready()
                 return False
         return True
 

@@ -289,6 +289,57 @@ async def test_a_cache_loaded_from_disk_lists_when_the_upstream_never_reached_it
     assert sorted(cache.store) == ["ns/b"] and cache.applied_rv == 40
 
 
+async def test_a_state_from_disk_stays_unconfirmed_while_it_is_listed_again() -> None:
+    """The state loaded from disk is not resumed (the upstream never reached its resource
+    version): while the relist's stream delivers its initial events, the cache still holds the
+    state from disk, so the reflector still says ``resumed`` (no consistent read may be answered
+    from it) until the list has replaced it."""
+    from kproxy.cacher import ListPage, Reflector, TooLarge, UpstreamEvent
+
+    cache = WatchCache(GIZMO)
+    cache.replace([obj("a", 500)], 500)  # as loaded from disk
+    first_item = asyncio.Event()
+    go_on = asyncio.Event()
+    listed = asyncio.Event()
+
+    class LW:
+        async def list(self, *, limit: int, continue_token: str) -> ListPage:
+            raise AssertionError("streaming lists are used")
+
+        async def _watch(self, initial: bool) -> Any:
+            if not initial:
+                raise TooLarge("Too large resource version: 500, current: 40")
+            yield UpstreamEvent(ADDED, 30, obj("b", 30))
+            first_item.set()
+            await go_on.wait()
+            yield UpstreamEvent("BOOKMARK", 40, None, True)
+            listed.set()
+            await asyncio.Event().wait()
+
+        def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
+            return self._watch(send_initial_events)
+
+        async def current_rv(self) -> int:
+            return 40
+
+        async def progress_rv(self) -> int:
+            return 40
+
+        async def servable_at(self, rv: int) -> bool:
+            return True
+
+    reflector = Reflector("gizmos", LW(), cache, backoff=(0.01, 0.01))
+    reflector.start()
+    try:
+        await asyncio.wait_for(first_item.wait(), 5)
+        assert reflector.resumed and sorted(cache.store) == ["ns/a"]
+        go_on.set()
+        await asyncio.wait_for(listed.wait(), 5)
+        assert not reflector.resumed and sorted(cache.store) == ["ns/b"]
+    finally:
+        await reflector.stop()
+
+
 async def test_events_appended_after_a_load_load_again(tmp_path: Path) -> None:
     """A restarted kproxy appends to the log it loaded (the encrypted records' positions go on)."""
     key = Sealer(os.urandom(32))
