@@ -13,6 +13,7 @@ import h2.errors
 import h2.settings
 from hpack import Encoder
 
+from kproxy.server.http2 import client
 from kproxy.server.http2.client import H2Conn, request_fields
 
 
@@ -54,10 +55,21 @@ def _settings(values: dict[int, int], ack: bool = False) -> bytes:
     return _frame(0x4, 0x1 if ack else 0, 0, b"" if ack else payload)
 
 
-def _client(fast: bool, streams: int, heads: list[int]) -> tuple[H2Conn, _Transport]:
-    conn = H2Conn(_Pool())  # type: ignore[arg-type]
+def _client(fast: bool, streams: int, heads: list[int], window: int | None = None) -> tuple[H2Conn, _Transport]:
+    """A client connection; ``window``: the streams' and the connection's receive windows, small
+    enough for the answers to make the client send WINDOW_UPDATEs (default: kproxy's)."""
+    pool = _Pool()
+    saved = client.STREAM_WINDOW
+    if window is not None:
+        pool.connection_window = window
+        client.STREAM_WINDOW = window
+    try:
+        conn = H2Conn(pool)  # type: ignore[arg-type]
+    finally:
+        client.STREAM_WINDOW = saved
     if not fast:
         conn._receive_answers = conn.h2.receive_data  # type: ignore[method-assign]
+        conn.give_back = conn._give_back_h2  # type: ignore[method-assign]
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.data_received(_settings({h2.settings.SettingCodes.MAX_FRAME_SIZE: 16384}) + _settings({}, ack=True))
@@ -78,13 +90,24 @@ def _snapshot(conn: H2Conn, transport: _Transport, sids: list[int]) -> Any:
         conn.closed,
         c.state_machine.state,
         c._inbound_flow_control_window_manager.current_window_size,
+        c._inbound_flow_control_window_manager._bytes_processed,
         c.outbound_flow_control_window,
     ]
     transport.written.clear()
     for sid in sids:
         st = conn.streams.get(sid)
         hs = c.streams.get(sid)
-        seen.append(None if hs is None else (hs.state_machine.state, hs._inbound_window_manager.current_window_size))
+        seen.append(
+            None
+            if hs is None
+            else (
+                hs.state_machine.state,
+                hs.state_machine.stream_closed_by,
+                hs._inbound_window_manager.current_window_size,
+                hs._inbound_window_manager._bytes_processed,
+                hs._actual_content_length,
+            )
+        )
         if st is not None:
             head: Any = None
             if st.head.done():
@@ -241,8 +264,9 @@ async def test_fast_receive_matches_h2_on_random_and_hostile_frames() -> None:
         rng = random.Random(seed)
         streams = rng.randrange(1, 6)
         heads = [i for i in range(streams) if rng.random() < 0.15]
-        fast, fast_out = _client(True, streams, heads)
-        slow, slow_out = _client(False, streams, heads)
+        window = rng.choice([4096, 16384, 65535]) if rng.random() < 0.3 else None
+        fast, fast_out = _client(True, streams, heads, window)
+        slow, slow_out = _client(False, streams, heads, window)
         sids = sorted(fast.streams)
         assert sids == sorted(slow.streams)
         server = _FakeServer(rng, sids)
@@ -295,3 +319,26 @@ async def test_fast_receive_takes_a_whole_answer_without_the_frame_buffer() -> N
     assert conn._timer is not None
     conn._timer.cancel()
     await asyncio.sleep(0)
+
+
+async def test_a_window_run_dry_is_given_back_as_h2_gives_it_back() -> None:
+    """The connection's window used up by two answers, one of them consumed: h2 sends a
+    WINDOW_UPDATE for less than half the window when the window is empty (h2/windows.py), and
+    so must the client's own accounting of consumed data."""
+    results = []
+    for fast in (True, False):
+        conn, transport = _client(fast, 2, [], window=65535)
+        a, b = sorted(conn.streams)
+        block = Encoder().encode([(b":status", b"200")])
+        answers = _frame(0x1, 0x4, a, block) + _frame(0x1, 0x4, b, block)
+        for sid, size in ((a, 16384), (a, 3616), (b, 16384), (b, 16384), (b, 12767)):
+            answers += _frame(0x0, 0, sid, b"d" * size)
+        conn.data_received(answers)
+        assert conn.h2._inbound_flow_control_window_manager.current_window_size == 0
+        conn.streams[a].take()  # 20,000 bytes: under half the window
+        conn.flush_now()
+        results.append(_snapshot(conn, transport, [a, b]))
+        assert conn._timer is not None
+        conn._timer.cancel()
+    assert results[0] == results[1]
+    assert results[0][0], "a WINDOW_UPDATE was sent"

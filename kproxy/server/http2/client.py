@@ -59,6 +59,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import h2.stream
+import h2.windows
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from multidict import CIMultiDict
 
@@ -115,6 +116,12 @@ _RECEIVING = frozenset((h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_C
 _RECV_DATA = h2.connection.ConnectionInputs.RECV_DATA
 _RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+_STREAM_OPEN_STATE = h2.stream.StreamState.OPEN
+_HALF_CLOSED_REMOTE = h2.stream.StreamState.HALF_CLOSED_REMOTE
+_STREAM_CLOSED = h2.stream.StreamState.CLOSED
+_CLOSED_BY_END_STREAM = h2.stream.StreamClosedBy.RECV_END_STREAM
+#: h2's ``H2Stream.open`` (OPEN and both HALF_CLOSED states), by state.
+_STREAM_OPEN = h2.stream.STREAM_OPEN
 #: A frame's head: length (24 bits: high byte, low 16), type, flags, reserved bit and stream id.
 _FRAME_HEAD = struct.Struct(">BHBBL")
 
@@ -456,6 +463,7 @@ class H2Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         self.ping_sent = None
+        events: list[Any]
         try:
             buffered = self.h2.incoming_buffer
             if buffered._data or buffered._headers_buffer:  # a frame or header block in progress
@@ -475,16 +483,22 @@ class H2Conn(asyncio.Protocol):
             self._lost(UpstreamClosed(f"HTTP/2 protocol error from the upstream: {err}"))
             return
         for event in events:
-            self._event(event)
-        self.flush()
+            if type(event) is tuple:
+                self._data(*event)
+            else:
+                self._event(event)
+        if self.h2._data_to_send:  # acknowledgements (SETTINGS, PING), window updates, resets
+            self.flush()
 
     def _receive_answers(self, data: bytes) -> list[Any]:
         """h2's ``receive_data`` for what an answer is made of: whole HEADERS frames (END_HEADERS,
         neither padded nor with a priority) and unpadded DATA frames, each on a stream kproxy
-        opened that h2 has open for receiving, read without h2's frame buffer and frame objects
-        and handed to the same connection and stream state machines, HPACK decoder and window
-        accounting h2's ``_receive_headers_frame`` and ``_receive_data_frame`` call, in the same
-        order. From the first frame that is anything else (SETTINGS, PING, GOAWAY, RST_STREAM,
+        opened that h2 has open for receiving, read without h2's frame buffer and frame objects.
+        A HEADERS frame goes to the same HPACK decoder and state machines h2's
+        ``_receive_headers_frame`` calls; DATA frames make the state and window changes h2's
+        ``_receive_data_frame`` would make, in the same order, without its calls where its checks
+        cannot fail (``_hand_on``; ``tests/unit/test_http2_client_receive.py`` holds the two
+        paths equal on random and hostile frames). From the first frame that is anything else (SETTINGS, PING, GOAWAY, RST_STREAM,
         WINDOW_UPDATE, PUSH_PROMISE, CONTINUATION, padding, a frame over the frame size, a frame
         on another stream) the rest goes through h2's ``receive_data``. A frame of an answer
         that the read cut is kept (``_partial``) and read whole with the next read, as h2's
@@ -498,30 +512,18 @@ class H2Conn(asyncio.Protocol):
         theirs = conn.streams
         machine = conn.state_machine
         window = conn._inbound_flow_control_window_manager
+        view = memoryview(data)
         # DATA frames that cannot fail h2's checks (the windows hold them, the content length
         # too, the response's head came, the connection and the stream take DATA without
-        # changing state) are gathered per stream and handed to h2 as one frame per stream: the
-        # same states, windows and events as frame by frame, but one DataReceived per stream and
-        # read. The apiserver writes a list's items in 4 KiB frames, several streams' frames in
-        # turn: about 125 for 500 KiB. Before any other frame, one that could fail (it goes
-        # alone, as h2 takes it), and at the end of the read, every stream's frames are handed on;
-        # a stream's frames are handed on in order, and at once when one ends it.
+        # changing state) are gathered per stream and handed on as one piece per stream and
+        # read, with the state changes h2's calls would make (``_hand_on``). The apiserver writes
+        # a list's items in 4 KiB frames, several streams' frames in turn: about 125 for 500 KiB.
+        # The connection's window is taken as each frame is gathered; before any other frame,
+        # before a frame that could fail (it goes alone, as h2 takes it) and at the end of the
+        # read, every stream's frames are handed on, a stream's in order, and at once when one
+        # ends it.
         pending: dict[int, list[Any]] = {}  # sid: [stream, payloads, their length, room left]
-        held = 0  # bytes held over all streams
-
-        def hand_on(sid: int, ended: bool = False) -> None:
-            nonlocal held
-            stream, payloads, total, _ = pending.pop(sid)
-            held -= total
-            machine.process_input(_RECV_DATA)
-            window.window_consumed(total)
-            body = payloads[0] if len(payloads) == 1 else b"".join(payloads)
-            events.extend(stream.receive_data(body, ended, total)[1])
-
-        def hand_on_all() -> None:
-            for sid in list(pending):
-                hand_on(sid)
-
+        stop = 0
         try:
             while end - pos >= 9:
                 high, low, kind, flags, sid = _FRAME_HEAD.unpack_from(data, pos)
@@ -530,21 +532,24 @@ class H2Conn(asyncio.Protocol):
                 if kind > 1 or length > limit:
                     break
                 sid &= 0x7FFFFFFF
-                mine = pending.get(sid)
+                mine = pending.get(sid) if pending else None
                 if (
                     mine is not None
                     and kind == 0
-                    and not flags & 0x09  # neither END_STREAM nor PADDED
+                    and not flags & 0x08  # not PADDED
                     and length <= mine[3]
-                    and held + length <= window.current_window_size
+                    and length <= window.current_window_size
                     and stop <= end
+                    and (not flags & 0x01 or mine[4] is None or mine[4] == mine[2] + length)
                 ):
                     # More of a stream whose frames this read gathers, within what its checks allow.
-                    mine[1].append(data[pos + 9 : stop])
+                    window.current_window_size -= length
+                    mine[1].append(view[pos + 9 : stop])
                     mine[2] += length
                     mine[3] -= length
-                    held += length
                     pos = stop
+                    if flags & 0x01:
+                        self._hand_on(pending.pop(sid), True, events)
                     continue
                 stream = theirs.get(sid)
                 if sid not in ours or stream is None or stream.state_machine.state not in _RECEIVING:
@@ -554,52 +559,57 @@ class H2Conn(asyncio.Protocol):
                 if stop > end:
                     # The rest comes with a later read; the frame is judged again when whole (h2's
                     # buffer judges a frame's head alone only for what the checks above refuse).
-                    hand_on_all()
+                    if pending:
+                        self._hand_on_all(pending, events)
                     self._keep_partial(data[pos:], stop - pos)
                     return events
                 if kind == 0:  # DATA
-                    ended = bool(flags & 0x01)
-                    total = length + (mine[2] if mine else 0)
+                    # (A stream already gathering whose frame the branch above refused would fail
+                    # one of these checks: it goes to h2, which answers it.)
+                    ended = flags & 0x01
                     expected = stream._expected_content_length
-                    received = stream._actual_content_length + total
+                    received = stream._actual_content_length + length
+                    room = stream._inbound_window_manager.current_window_size - length
                     if (
-                        machine.state is _CLIENT_OPEN
+                        mine is None
+                        and machine.state is _CLIENT_OPEN
                         and stream.state_machine.headers_received
-                        and window.current_window_size >= held + length
-                        and stream._inbound_window_manager.current_window_size >= total
+                        and window.current_window_size >= length
+                        and room >= 0
                         and (expected is None or (received == expected if ended else received <= expected))
                     ):
-                        payload = data[pos + 9 : stop]
-                        # What more of the stream's DATA its window and content length take.
-                        budget = stream._inbound_window_manager.current_window_size - total
-                        if expected is not None:
-                            budget = min(budget, expected - received)
-                        if mine is None:
-                            pending[sid] = [stream, [payload], length, budget]
-                        else:
-                            mine[1].append(payload)
-                            mine[2] = total
-                            mine[3] = budget
-                        held += length
+                        window.current_window_size -= length
+                        # The room left for more of the stream's DATA (its window, its content
+                        # length), and the length its data must come to if one ends it (None: any).
+                        left = None if expected is None else expected - stream._actual_content_length
+                        run = [stream, [view[pos + 9 : stop]], length, room, left]
+                        if left is not None:
+                            run[3] = min(room, left - length)
                         if ended:
-                            hand_on(sid, True)
+                            self._hand_on(run, True, events)
+                        else:
+                            pending[sid] = run
                     else:
-                        hand_on_all()
+                        if pending:
+                            self._hand_on_all(pending, events)
                         events += machine.process_input(_RECV_DATA)
                         window.window_consumed(length)
-                        events += stream.receive_data(data[pos + 9 : stop], ended, length)[1]
+                        events += stream.receive_data(data[pos + 9 : stop], bool(ended), length)[1]
                 else:  # HEADERS
-                    hand_on_all()
+                    if pending:
+                        self._hand_on_all(pending, events)
                     headers = h2.connection._decode_headers(conn.decoder, data[pos + 9 : stop])
                     events += machine.process_input(_RECV_HEADERS)
                     events += stream.receive_headers(headers, bool(flags & 0x01), conn.config.header_encoding)[1]
                 pos = stop
             else:
-                hand_on_all()
+                if pending:
+                    self._hand_on_all(pending, events)
                 if pos < end:  # a frame head the read cut
                     self._keep_partial(data[pos:], 9)
                 return events
-            hand_on_all()
+            if pending:
+                self._hand_on_all(pending, events)
         except h2.exceptions.ProtocolError as err:
             # h2's buffer keeps what followed the frame (read by a later call, as h2 would)
             conn.incoming_buffer.add_data(data[stop:])
@@ -608,6 +618,33 @@ class H2Conn(asyncio.Protocol):
         if pos < end:
             events += conn.receive_data(data[pos:] if pos else data)
         return events
+
+    @staticmethod
+    def _hand_on(run: list[Any], ended: bool, events: list[Any]) -> None:
+        """A stream's DATA gathered by ``_receive_answers`` (its connection window already
+        taken): what h2's ``H2Stream.receive_data`` would do with the checks passed: the stream's
+        window and content length take it; an END_STREAM moves the stream on as h2's state
+        machine does (OPEN to HALF_CLOSED_REMOTE, HALF_CLOSED_LOCAL to CLOSED, closed by the
+        remote end). The data goes to the consumer as a ``(stream id, data, flow, ended)``
+        entry in the events, in order, in place of h2's DataReceived and StreamEnded."""
+        stream, payloads, total = run[0], run[1], run[2]
+        body = bytes(payloads[0]) if len(payloads) == 1 else b"".join(payloads)
+        stream._inbound_window_manager.current_window_size -= total
+        stream._actual_content_length += total
+        if ended:
+            machine = stream.state_machine
+            if machine.state is _STREAM_OPEN_STATE:
+                machine.state = _HALF_CLOSED_REMOTE
+            else:  # HALF_CLOSED_LOCAL
+                machine.state = _STREAM_CLOSED
+                machine.stream_closed_by = _CLOSED_BY_END_STREAM
+        events.append((stream.stream_id, body, total, ended))
+
+    @classmethod
+    def _hand_on_all(cls, pending: dict[int, list[Any]], events: list[Any]) -> None:
+        for run in pending.values():
+            cls._hand_on(run, False, events)
+        pending.clear()
 
     def _keep_partial(self, start: bytes, need: int) -> None:
         self._partial = [start]
@@ -630,19 +667,32 @@ class H2Conn(asyncio.Protocol):
 
     # -------------------------------------------------------------- events
 
+    def _data(self, sid: int, data: bytes, flow: int, ended: bool = False) -> None:
+        st = self.streams.get(sid)
+        if st is None:
+            # A stream kproxy abandoned: the connection window is still given back.
+            self.h2.acknowledge_received_data(flow, sid)
+            return
+        if data or flow:
+            st.chunks.append((data, flow))
+            st.buffered += len(data)
+        if ended:
+            self._ended(st)
+            return
+        w = st.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _ended(self, st: _Stream) -> None:
+        st.remote_ended = True
+        if not st.head.done():
+            st.fail(UpstreamClosed("the upstream ended the stream without a response"))
+        st.wake()
+        self._maybe_done(st)
+
     def _event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):
-            st = self.streams.get(event.stream_id or 0)
-            if st is None:
-                # A stream kproxy abandoned: the connection window is still given back.
-                self.h2.acknowledge_received_data(event.flow_controlled_length or 0, event.stream_id or 0)
-                return
-            data = event.data or b""
-            st.chunks.append((data, event.flow_controlled_length or 0))
-            st.buffered += len(data)
-            w = st.waiter
-            if w is not None and not w.done():
-                w.set_result(None)
+            self._data(event.stream_id or 0, event.data or b"", event.flow_controlled_length or 0)
         elif isinstance(event, h2.events.ResponseReceived):
             st = self.streams.get(event.stream_id or 0)
             if st is not None:
@@ -650,11 +700,7 @@ class H2Conn(asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             st = self.streams.get(event.stream_id or 0)
             if st is not None:
-                st.remote_ended = True
-                if not st.head.done():
-                    st.fail(UpstreamClosed("the upstream ended the stream without a response"))
-                st.wake()
-                self._maybe_done(st)
+                self._ended(st)
         elif isinstance(event, h2.events.StreamReset):
             st = self.streams.get(event.stream_id or 0)
             if st is not None:
@@ -802,6 +848,23 @@ class H2Conn(asyncio.Protocol):
         return st
 
     def give_back(self, st: _Stream, flow: int) -> None:
+        """``flow`` bytes of the stream's data were consumed: h2's ``acknowledge_received_data``,
+        which sends WINDOW_UPDATE once half a window was consumed (h2/windows.py
+        ``_maybe_update_window``). Below that, for a stream h2 holds open, it only counts the
+        bytes in both window managers: done here without its calls."""
+        if not flow or self.closed:
+            return
+        conn = self.h2._inbound_flow_control_window_manager
+        stream = self.h2.streams.get(st.sid)
+        if stream is not None and _STREAM_OPEN[stream.state_machine.state]:
+            mine = stream._inbound_window_manager
+            if _counts_only(conn, flow) and _counts_only(mine, flow):
+                conn._bytes_processed += flow
+                mine._bytes_processed += flow
+                return
+        self._give_back_h2(st, flow)
+
+    def _give_back_h2(self, st: _Stream, flow: int) -> None:
         if flow and not self.closed:
             try:
                 self.h2.acknowledge_received_data(flow, st.sid)
@@ -944,6 +1007,16 @@ class H2Conn(asyncio.Protocol):
             self.close()
             return
         self._schedule_check()
+
+
+def _counts_only(manager: h2.windows.WindowManager, size: int) -> bool:
+    """Whether h2's ``WindowManager.process_bytes(size)`` would only add ``size`` to the bytes
+    processed (no window update: the condition of h2/windows.py ``_maybe_update_window``)."""
+    processed = manager._bytes_processed + size
+    limit = manager.max_window_size
+    if manager.current_window_size == 0 and processed > min(1024, limit // 4):
+        return False
+    return processed < limit // 2
 
 
 def _code_name(code: Any) -> str:
