@@ -24,13 +24,27 @@ PYTEST_ARGS ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml examples/readonly-filter/pyproject.toml
+# Installed at the versions requirements.lock (run time) and requirements-dev.lock (tools) pin: a new release
+# changes nothing here until `make upgrade`.
+$(VENV)/.installed: pyproject.toml examples/readonly-filter/pyproject.toml requirements.lock requirements-dev.lock
 	@PYTHON=$(PYTHON) bash tools/check-prereqs.sh python
 	@echo "installing kproxy and its dependencies into $(VENV) (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -U pip
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' -e examples/readonly-filter
+	sed -n 's/^\([A-Za-z0-9_.-]*==[^ ;]*\).*/\1/p' requirements.lock requirements-dev.lock > $(VENV)/constraints.txt
+	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e '.[dev]' -e examples/readonly-filter
 	touch $@
+
+# The newest versions pyproject.toml allows, installed and locked (requirements.lock, requirements-dev.lock);
+# then `make test` before committing both.
+.PHONY: upgrade
+upgrade: venv
+	$(BIN)/pip install -q --disable-pip-version-check -U -e '.[dev]' -e examples/readonly-filter
+	$(MAKE) lock
+	{ sed -n '/^#/p' requirements-dev.lock; $(BIN)/pip freeze --disable-pip-version-check --exclude-editable \
+	  | grep -iE "^($$(sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' requirements-dev.lock | paste -sd'|'))==" | sort -f; } \
+	  > $(VENV)/dev.lock && mv $(VENV)/dev.lock requirements-dev.lock
+	touch $(VENV)/.installed
 
 # The local cluster's binaries (etcd, kube-apiserver, kubectl, kube-controller-manager, kube-scheduler,
 # standin-kubelet, kwok) built from their Go modules; rebuilt only when the pin changes. A cache built before
