@@ -59,6 +59,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import h2.stream
+import h2.utilities
 import h2.windows
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from multidict import CIMultiDict
@@ -483,10 +484,12 @@ class H2Conn(asyncio.Protocol):
             self._lost(UpstreamClosed(f"HTTP/2 protocol error from the upstream: {err}"))
             return
         for event in events:
-            if type(event) is tuple:
+            if type(event) is not tuple:
+                self._event(event)
+            elif len(event) == 4:
                 self._data(*event)
             else:
-                self._event(event)
+                self._response(*event)
         if self.h2._data_to_send:  # acknowledgements (SETTINGS, PING), window updates, resets
             self.flush()
 
@@ -494,16 +497,17 @@ class H2Conn(asyncio.Protocol):
         """h2's ``receive_data`` for what an answer is made of: whole HEADERS frames (END_HEADERS,
         neither padded nor with a priority) and unpadded DATA frames, each on a stream kproxy
         opened that h2 has open for receiving, read without h2's frame buffer and frame objects.
-        A HEADERS frame goes to the same HPACK decoder and state machines h2's
-        ``_receive_headers_frame`` calls; DATA frames make the state and window changes h2's
+        A header block goes to the HPACK decoder h2 would call. A response's head and its DATA
+        make the state, window and content-length changes h2's ``_receive_headers_frame`` and
         ``_receive_data_frame`` would make, in the same order, without its calls where its checks
-        cannot fail (``_hand_on``; ``tests/unit/test_http2_client_receive.py`` holds the two
-        paths equal on random and hostile frames). From the first frame that is anything else (SETTINGS, PING, GOAWAY, RST_STREAM,
-        WINDOW_UPDATE, PUSH_PROMISE, CONTINUATION, padding, a frame over the frame size, a frame
-        on another stream) the rest goes through h2's ``receive_data``. A frame of an answer
-        that the read cut is kept (``_partial``) and read whole with the next read, as h2's
-        buffer would keep it; the frame is judged when whole. As there, the events come back
-        together and a protocol error sends GOAWAY and discards them."""
+        cannot fail (``_hand_on``, ``_end_stream``; ``tests/unit/test_http2_client_receive.py``
+        holds the two paths equal on random and hostile frames); other headers (1xx, trailers)
+        go through h2's stream. From the first frame that is anything else (SETTINGS, PING,
+        GOAWAY, RST_STREAM, WINDOW_UPDATE, PUSH_PROMISE, CONTINUATION, padding, a frame over the
+        frame size, a frame on another stream) the rest goes through h2's ``receive_data``. A
+        frame of an answer that the read cut is kept (``_partial``) and read whole with the next
+        read, as h2's buffer would keep it; the frame is judged when whole. As there, the events
+        come back together and a protocol error sends GOAWAY and discards them."""
         conn = self.h2
         events: list[Any] = []
         pos, end = 0, len(data)
@@ -599,8 +603,25 @@ class H2Conn(asyncio.Protocol):
                     if pending:
                         self._hand_on_all(pending, events)
                     headers = h2.connection._decode_headers(conn.decoder, data[pos + 9 : stop])
-                    events += machine.process_input(_RECV_HEADERS)
-                    events += stream.receive_headers(headers, bool(flags & 0x01), conn.config.header_encoding)[1]
+                    stream_machine = stream.state_machine
+                    if (
+                        machine.state is _CLIENT_OPEN
+                        and not stream_machine.headers_received
+                        and not h2.utilities.is_informational_response(headers)
+                    ):
+                        # A response's head: what h2's ``H2Stream.receive_headers`` does with it
+                        # (the connection takes HEADERS without changing state; inbound headers
+                        # are neither normalized nor validated by h2 here: ``_head`` checks them),
+                        # in its order, delivered as a ``(stream id, headers, ended)`` entry in
+                        # place of ResponseReceived (and StreamEnded).
+                        stream_machine.headers_received = True
+                        if flags & 0x01:
+                            _end_stream(stream_machine)
+                        stream._initialize_content_length(headers)
+                        events.append((sid, headers, bool(flags & 0x01)))
+                    else:
+                        events += machine.process_input(_RECV_HEADERS)
+                        events += stream.receive_headers(headers, bool(flags & 0x01), conn.config.header_encoding)[1]
                 pos = stop
             else:
                 if pending:
@@ -632,12 +653,7 @@ class H2Conn(asyncio.Protocol):
         stream._inbound_window_manager.current_window_size -= total
         stream._actual_content_length += total
         if ended:
-            machine = stream.state_machine
-            if machine.state is _STREAM_OPEN_STATE:
-                machine.state = _HALF_CLOSED_REMOTE
-            else:  # HALF_CLOSED_LOCAL
-                machine.state = _STREAM_CLOSED
-                machine.stream_closed_by = _CLOSED_BY_END_STREAM
+            _end_stream(stream.state_machine)
         events.append((stream.stream_id, body, total, ended))
 
     @classmethod
@@ -682,6 +698,14 @@ class H2Conn(asyncio.Protocol):
         w = st.waiter
         if w is not None and not w.done():
             w.set_result(None)
+
+    def _response(self, sid: int, headers: list[Any], ended: bool) -> None:
+        st = self.streams.get(sid)
+        if st is None:
+            return
+        self._head(st, headers)
+        if ended and self.streams.get(sid) is st:  # (a head refused resets the stream)
+            self._ended(st)
 
     def _ended(self, st: _Stream) -> None:
         st.remote_ended = True
@@ -1007,6 +1031,16 @@ class H2Conn(asyncio.Protocol):
             self.close()
             return
         self._schedule_check()
+
+
+def _end_stream(machine: h2.stream.H2StreamStateMachine) -> None:
+    """h2's RECV_END_STREAM for a stream that is OPEN or HALF_CLOSED_LOCAL (h2/stream.py
+    ``_transitions``: ``stream_half_closed``, ``stream_ended``)."""
+    if machine.state is _STREAM_OPEN_STATE:
+        machine.state = _HALF_CLOSED_REMOTE
+    else:
+        machine.state = _STREAM_CLOSED
+        machine.stream_closed_by = _CLOSED_BY_END_STREAM
 
 
 def _counts_only(manager: h2.windows.WindowManager, size: int) -> bool:

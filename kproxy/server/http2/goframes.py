@@ -149,12 +149,20 @@ def write_header_block(out: bytearray, stream_id: int, block: bytes, end_stream:
         kind, flags = _CONTINUATION, 0
 
 
+#: Streams h2 may hold (open, and closed ones not yet forgotten) before its count is taken.
+_COUNT_AT = 128
+
+
 def send_request_headers(conn: h2.connection.H2Connection, stream_id: int, fields: list[Any], end_stream: bool) -> None:
     """h2's ``send_headers`` opening a client stream, without its generic pipeline (kproxy's
     upstream client checked the fields itself, as Go's transport does): h2's stream limit, the
     same state transitions and stream, the block from ``PlainEncoder.encode_literal``. ``fields``
     start with ``:authority`` and ``:method`` (``client.request_fields``)."""
-    if conn.open_outbound_streams + 1 > conn.remote_settings.max_concurrent_streams:
+    limit = conn.remote_settings.max_concurrent_streams
+    # h2's count of open streams walks every stream it holds (and forgets the closed ones): only
+    # when it can matter, the streams it holds, closed ones among them, being as many as the limit
+    # (or past a bound, so that closed ones are forgotten).
+    if len(conn.streams) >= min(limit, _COUNT_AT) and conn.open_outbound_streams + 1 > limit:
         raise h2.exceptions.TooManyStreamsError("Max outbound streams reached")
     conn.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
     stream = conn._begin_new_stream(stream_id, h2.connection.AllowedStreamIDs.ODD)
