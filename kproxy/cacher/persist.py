@@ -44,6 +44,7 @@ import logging
 import os
 import stat
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -92,9 +93,11 @@ class ClusterSource(Protocol):
         """Whether :meth:`read` answers without asking the apiserver."""
         ...
 
-    async def read(self) -> str | None:
+    async def read(self, since: float = 0.0) -> str | None:
         """The UID; None when it cannot be read (nothing is then persisted); raises when the
-        apiserver could not be asked (another attempt later)."""
+        apiserver could not be asked (another attempt later). ``since`` (``time.monotonic()``):
+        the UID read by a request sent then or later (what the apiserver behind the URL says
+        now, not what it said at start)."""
         ...
 
 
@@ -485,6 +488,10 @@ class ResourceStore:
         # Whose state this is: recorded in each snapshot (None: nothing recorded).
         self.cluster = cluster
         self._unwritten = False  # the last snapshot was not written: the cluster was not known yet
+        # When the cache was last listed again: its snapshot records the cluster's UID as read
+        # since (the cluster behind the URL may have changed, which is why it listed).
+        self._listed_at = 0.0
+        self._relists = 0
         # The loaded state is not yet confirmed as the cluster's (its owner compares the recorded
         # UID): no snapshot of it is written meanwhile, which would record the UID found for it.
         self.unconfirmed = False
@@ -669,6 +676,14 @@ class ResourceStore:
         discard(self.directory, self.ident)
 
     def _on_replace(self) -> None:
+        cache = self._cache
+        if cache is not None and cache.relists != self._relists:
+            # Listed again (a 410, a broken watch the upstream could not resume): the apiserver
+            # may be another cluster's now (blue/green behind one address), so the snapshot of
+            # this list records the UID as read after it, not the one read at start: a restart
+            # against the first cluster must not take this list for its own.
+            self._relists = cache.relists
+            self._listed_at = time.monotonic()
         self.flush_pending_only()  # events before the list, on the state it replaces
         if self._compacting is not None and not self._compacting.done():
             self._suspended = True
@@ -718,7 +733,7 @@ class ResourceStore:
         uid: str | None = None
         if self.cluster is not None:
             try:
-                uid = await self.cluster.read()
+                uid = await self.cluster.read(self._listed_at)
             except Exception as err:
                 # Not written now (the previous snapshot and its own log stay a consistent, older
                 # state): tried again on the next tick.

@@ -39,7 +39,7 @@ class Recorded:
     def settled(self) -> bool:
         return True
 
-    async def read(self) -> str | None:
+    async def read(self, since: float = 0.0) -> str | None:
         return self.uid
 
 

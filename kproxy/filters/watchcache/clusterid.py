@@ -14,7 +14,9 @@ is compared with the apiserver's before its watch resumes or anything of it is s
 apiserver can be reached (:meth:`ResourceCache.verify
 <kproxy.filters.watchcache.resource_cache.ResourceCache.verify>`).
 
-One read per upstream (shared by every cached resource). A 403 or 404 (kproxy may not get the
+One read per upstream at start (shared by every cached resource), and one more for the snapshot
+of a cache listed again while kproxy runs (its watch could not be resumed, as when the address now
+leads to another cluster): that list is recorded for the cluster that answered it. A 403 or 404 (kproxy may not get the
 namespace) counts as a different cluster: the state is discarded and nothing is persisted, with
 one warning naming the permission.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kproxy.cacher import Expired, ListerWatcher, ListPage, UpstreamEvent
@@ -60,7 +63,8 @@ def same_cluster(recorded: str | None, found: str | None) -> bool:
 
 
 class ClusterIdentity:
-    """kube-system's UID, read once through ``api`` (kproxy's own credentials) and kept."""
+    """kube-system's UID, read through ``api`` (kproxy's own credentials) and kept; read again
+    for a caller that needs it as of a later time (a snapshot of a cache listed again)."""
 
     def __init__(self, api: ApiClient, *, timeout: float = 10.0) -> None:
         self._api = api
@@ -68,30 +72,42 @@ class ClusterIdentity:
         self.uid: str | None = None
         self.denied = ""  # why it cannot be read (a 403 or 404): nothing is persisted
         self._task: asyncio.Task[str | None] | None = None
+        self._task_sent = 0.0  # when the request of ``_task`` was sent (time.monotonic())
+        self._uid_sent = 0.0  # when the request that read ``uid`` was sent
         self._warned: set[tuple[str | None, str | None]] = set()
         self.reads = 0  # requests sent
 
     def settled(self) -> bool:
         return self.uid is not None or bool(self.denied)
 
-    async def read(self) -> str | None:
-        """The UID (None: denied); raises when the apiserver could not be asked or answered
-        something else. One request at a time, shared by every caller."""
-        if self.uid is not None:
+    async def read(self, since: float = 0.0) -> str | None:
+        """The UID (None: denied) as read by a request sent at ``since`` (``time.monotonic()``)
+        or later; raises when the apiserver could not be asked or answered something else. One
+        request at a time, shared by every caller it answers."""
+        if self.uid is not None and self._uid_sent >= since:
             return self.uid
         if self.denied:
             return None
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._get(), name="kproxy-watchcache-cluster")
+        if self._task is None or self._task.done() or self._task_sent < since:
+            self._task_sent = time.monotonic()
+            self._task = asyncio.create_task(self._get(self._task_sent), name="kproxy-watchcache-cluster")
             self._task.add_done_callback(_consume)
         return await asyncio.shield(self._task)
 
-    async def _get(self) -> str | None:
+    async def _get(self, sent: float) -> str | None:
         self.reads += 1
         status, doc = await self._api.json("GET", PATH, timeout=self._timeout)
         uid = uid_of(status, doc)
         if uid is not None:
-            self.uid = uid
+            if self.uid is not None and uid != self.uid:
+                log.warning(
+                    "watchcache: the apiserver is now the cluster whose kube-system namespace has UID %s"
+                    " (it was %s): states listed from now on are recorded for it",
+                    uid,
+                    self.uid,
+                )
+            if sent >= self._uid_sent:
+                self.uid, self._uid_sent = uid, sent
             return uid
         self.denied = f"HTTP {status}"
         log.warning(

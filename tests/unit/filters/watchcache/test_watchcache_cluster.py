@@ -5,6 +5,7 @@ the comparison, one request shared by every reader, and the snapshot's record of
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,26 @@ async def test_a_failed_read_is_tried_again_a_refusal_is_kept(caplog: pytest.Log
     assert "`get` on `namespaces`, resourceName `kube-system`" in line.getMessage()
 
 
+async def test_read_again_for_a_later_time(caplog: pytest.LogCaptureFixture) -> None:
+    """A caller that needs the UID as of a later time (a snapshot of a cache listed again) gets a
+    new read, shared by the callers asking for that time or earlier; the cluster behind the URL
+    having changed is said once."""
+    other = "99999999-8888-4777-8666-555555555555"
+    api = FakeApi((200, namespace()), (200, namespace(uid=other)))
+    ident = ClusterIdentity(api)  # type: ignore[arg-type]
+    assert await ident.read() == UID
+    later = time.monotonic()
+    api.gate.clear()
+    readers = [asyncio.ensure_future(ident.read(later)) for _ in range(5)]
+    await asyncio.sleep(0)
+    api.gate.set()
+    assert await asyncio.gather(*readers) == [other] * 5
+    assert await ident.read() == other and await ident.read(later) == other
+    assert api.calls == 2
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"has UID {other} (it was {UID})" in line
+
+
 def test_mismatch_warned_once(caplog: pytest.LogCaptureFixture) -> None:
     ident = ClusterIdentity(FakeApi())  # type: ignore[arg-type]
     for _ in range(3):
@@ -116,11 +137,13 @@ def gizmo(name: str, rv: int) -> CachedObject:
 class Source:
     def __init__(self, *answers: str | Exception | None) -> None:
         self.answers = list(answers)
+        self.asked: list[float] = []  # each read's ``since``
 
     def settled(self) -> bool:
         return False
 
-    async def read(self) -> str | None:
+    async def read(self, since: float = 0.0) -> str | None:
+        self.asked.append(since)
         answer = self.answers[0] if len(self.answers) == 1 else self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -175,6 +198,29 @@ async def test_snapshot_waits_for_the_cluster_to_be_known(tmp_path: Path) -> Non
     await store.close()
     loaded = read_state(tmp_path, IDENT, IDENTITY, None)
     assert loaded is not None and loaded.cluster == UID and len(loaded.objects) == 2
+
+
+async def test_a_list_taken_again_records_the_uid_read_after_it(tmp_path: Path) -> None:
+    """The cache is listed again (its watch could not be resumed: the cluster behind the URL may
+    have changed): the snapshot of that list records the UID as read after the list, not the one
+    read at start."""
+    source = Source(UID)
+    store = await written(tmp_path, source)
+    assert source.asked == [0.0]
+    source.answers = ["uid-of-the-cluster-now"]
+    cache = store._cache
+    assert cache is not None
+    before = time.monotonic()
+    cache.replace([gizmo("c", 20)], 20)  # a relist
+    for _ in range(3):
+        await asyncio.sleep(0)
+    if store._compacting is not None:
+        await store._compacting
+    await store.close()
+    assert source.asked[-1] >= before
+    loaded = read_state(tmp_path, IDENT, IDENTITY, None)
+    assert loaded is not None and loaded.cluster == "uid-of-the-cluster-now"
+    assert len(loaded.objects) == 1
 
 
 def restore(
