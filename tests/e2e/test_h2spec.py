@@ -32,6 +32,9 @@ CASE_TIMEOUT = 2
 RUN_TIMEOUT = 240
 #: h2spec 2.2.1's case count (generic, http2 and hpack suites).
 CASES = 145
+#: The cases Go's server fails by design: a SETTINGS frame repeating a setting (it closes the
+#: connection), and two requests with connection-specific header fields (it answers them).
+GO_FAILS = frozenset(("http2/6.5.3/1", "http2/8.1.2.2/1", "http2/8.1.2.2/2"))
 
 
 def h2spec_version() -> str:
@@ -118,10 +121,24 @@ def tls_proxy(control_plane: ControlPlaneInfo, tmp_path_factory: pytest.TempPath
     rp.stop()
 
 
-def test_h2spec_against_the_apiserver(apiserver_report: Report) -> None:
-    """The reference: h2spec runs all its cases against Go's server, which fails only a handful."""
+def test_h2spec_against_the_apiserver(
+    h2spec: Path, apiserver_report: Report, control_plane: ControlPlaneInfo, tmp_path: Path
+) -> None:
+    """The reference: h2spec runs all its cases against Go's server, which fails only a handful.
+    Some cases race the server's scheduling under load (5.1.2/1, streams over the limit; 6.9.1/3,
+    a window opened by SETTINGS, answered after h2spec's 2 s): as for kproxy, a case beyond those
+    Go fails by design is run twice more, on its own, and counts when it fails every time."""
     assert apiserver_report.cases == CASES, apiserver_report.output[-3000:]
-    assert len(apiserver_report.failures) <= 4, "\n".join(apiserver_report.failures)
+    failures = dict(apiserver_report.failures)
+    for case in [c for c in failures if c not in GO_FAILS]:
+        for attempt in range(2):
+            again = run_h2spec(
+                h2spec, control_plane.apiserver_port, tmp_path / f"{case.replace('/', '_')}-{attempt}.xml", case
+            )
+            if case not in again.failures:
+                del failures[case]
+                break
+    assert len(failures) <= 4, "\n".join(f"- {k} {v}" for k, v in sorted(failures.items()))
 
 
 def test_h2spec_against_kproxy(h2spec: Path, apiserver_report: Report, tls_proxy: RunningProxy, tmp_path: Path) -> None:
