@@ -244,48 +244,62 @@ async def test_a_newer_store_of_the_resource_takes_over_the_files(tmp_path: Path
     assert sorted(final.store) == ["ns/a", "ns/b"]
 
 
+class _UpstreamAt40:
+    """An upstream at resource version 40, which never reached a persisted 500: a watch resumed
+    from it answers "Too large resource version"; its streaming list sends ``b`` (30), waits for
+    ``go_on``, then ends at 40 (``listed``). ``calls`` records the watches asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.first_item = asyncio.Event()
+        self.go_on = asyncio.Event()
+        self.go_on.set()
+        self.listed = asyncio.Event()
+
+    async def list(self, *, limit: int, continue_token: str) -> Any:
+        raise AssertionError("streaming lists are used")
+
+    async def _watch(self, rv: str, initial: bool) -> Any:
+        from kproxy.cacher import TooLarge, UpstreamEvent
+
+        self.calls.append("list" if initial else f"watch {rv}")
+        if not initial:
+            raise TooLarge("Too large resource version: 500, current: 40")
+        yield UpstreamEvent(ADDED, 30, obj("b", 30))
+        self.first_item.set()
+        await self.go_on.wait()
+        yield UpstreamEvent("BOOKMARK", 40, None, True)
+        self.listed.set()
+        await asyncio.Event().wait()
+
+    def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
+        return self._watch(resource_version, send_initial_events)
+
+    async def current_rv(self) -> int:
+        return 40
+
+    async def progress_rv(self) -> int:
+        return 40
+
+    async def servable_at(self, rv: int) -> bool:
+        return True
+
+
 async def test_a_cache_loaded_from_disk_lists_when_the_upstream_never_reached_its_version() -> None:
     """The persisted resource version is ahead of the upstream (another etcd, or one restored
     from a backup): its "Too large resource version" makes the reflector list, not retry forever."""
-    from kproxy.cacher import ListPage, Reflector, TooLarge, UpstreamEvent
+    from kproxy.cacher import Reflector
 
     cache = WatchCache(GIZMO)
     cache.replace([obj("a", 500)], 500)  # as loaded from disk
-    calls: list[str] = []
-    listed = asyncio.Event()
-
-    class LW:
-        async def list(self, *, limit: int, continue_token: str) -> ListPage:
-            raise AssertionError("streaming lists are used")
-
-        async def _watch(self, rv: str, initial: bool) -> Any:
-            calls.append("list" if initial else f"watch {rv}")
-            if not initial:
-                raise TooLarge("Too large resource version: 500, current: 40")
-            yield UpstreamEvent(ADDED, 30, obj("b", 30))
-            yield UpstreamEvent("BOOKMARK", 40, None, True)
-            listed.set()
-            await asyncio.Event().wait()
-
-        def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
-            return self._watch(resource_version, send_initial_events)
-
-        async def current_rv(self) -> int:
-            return 40
-
-        async def progress_rv(self) -> int:
-            return 40
-
-        async def servable_at(self, rv: int) -> bool:
-            return True
-
-    reflector = Reflector("gizmos", LW(), cache, backoff=(0.01, 0.01))
+    upstream = _UpstreamAt40()
+    reflector = Reflector("gizmos", upstream, cache, backoff=(0.01, 0.01))
     reflector.start()
     try:
-        await asyncio.wait_for(listed.wait(), 5)
+        await asyncio.wait_for(upstream.listed.wait(), 5)
     finally:
         await reflector.stop()
-    assert calls == ["watch 500", "list"]
+    assert upstream.calls == ["watch 500", "list"]
     assert sorted(cache.store) == ["ns/b"] and cache.applied_rv == 40
 
 
@@ -294,47 +308,19 @@ async def test_a_state_from_disk_stays_unconfirmed_while_it_is_listed_again() ->
     version): while the relist's stream delivers its initial events, the cache still holds the
     state from disk, so the reflector still says ``resumed`` (no consistent read may be answered
     from it) until the list has replaced it."""
-    from kproxy.cacher import ListPage, Reflector, TooLarge, UpstreamEvent
+    from kproxy.cacher import Reflector
 
     cache = WatchCache(GIZMO)
     cache.replace([obj("a", 500)], 500)  # as loaded from disk
-    first_item = asyncio.Event()
-    go_on = asyncio.Event()
-    listed = asyncio.Event()
-
-    class LW:
-        async def list(self, *, limit: int, continue_token: str) -> ListPage:
-            raise AssertionError("streaming lists are used")
-
-        async def _watch(self, initial: bool) -> Any:
-            if not initial:
-                raise TooLarge("Too large resource version: 500, current: 40")
-            yield UpstreamEvent(ADDED, 30, obj("b", 30))
-            first_item.set()
-            await go_on.wait()
-            yield UpstreamEvent("BOOKMARK", 40, None, True)
-            listed.set()
-            await asyncio.Event().wait()
-
-        def watch(self, *, resource_version: str, send_initial_events: bool) -> Any:
-            return self._watch(send_initial_events)
-
-        async def current_rv(self) -> int:
-            return 40
-
-        async def progress_rv(self) -> int:
-            return 40
-
-        async def servable_at(self, rv: int) -> bool:
-            return True
-
-    reflector = Reflector("gizmos", LW(), cache, backoff=(0.01, 0.01))
+    upstream = _UpstreamAt40()
+    upstream.go_on.clear()
+    reflector = Reflector("gizmos", upstream, cache, backoff=(0.01, 0.01))
     reflector.start()
     try:
-        await asyncio.wait_for(first_item.wait(), 5)
+        await asyncio.wait_for(upstream.first_item.wait(), 5)
         assert reflector.resumed and sorted(cache.store) == ["ns/a"]
-        go_on.set()
-        await asyncio.wait_for(listed.wait(), 5)
+        upstream.go_on.set()
+        await asyncio.wait_for(upstream.listed.wait(), 5)
         assert not reflector.resumed and sorted(cache.store) == ["ns/b"]
     finally:
         await reflector.stop()
