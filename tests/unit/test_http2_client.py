@@ -253,6 +253,36 @@ def test_request_fields_refuses_what_go_refuses() -> None:
     assert not auth.indexable
 
 
+def test_request_fields_are_the_same_for_names_seen_before() -> None:
+    """Names are remembered once checked: a second request with them gives the same fields, and
+    a name never seen is still checked (a bad one refused even beside known ones)."""
+    headers = [
+        ("Accept", "application/json"),
+        ("AUTHORIZATION", "Bearer t"),
+        ("Te", "gzip"),
+        ("TE", "trailers"),
+        ("Keep-Alive", "1"),
+        ("Content-Length", "9"),
+        ("Impersonate-User", "alice"),
+    ]
+    first = request_fields("POST", "/a", "h", headers, 3)
+    second = request_fields("POST", "/a", "h", headers, 3)
+    assert first == second
+    assert [type(f).__name__ for f in first] == [type(f).__name__ for f in second]
+    assert [(k, v) for k, v in first[4:]] == [
+        (b"accept", b"application/json"),
+        (b"authorization", b"Bearer t"),
+        (b"te", b"trailers"),
+        (b"impersonate-user", b"alice"),
+        (b"content-length", b"3"),
+    ]
+    assert [getattr(f, "indexable", True) for f in first[4:]] == [True, False, True, True, True]
+    with pytest.raises(InvalidRequestHead, match="invalid HTTP header name"):
+        request_fields("GET", "/", "h", [*headers, ("X Y", "1")])
+    with pytest.raises(InvalidRequestHead, match="invalid HTTP header value for header"):
+        request_fields("GET", "/", "h", [*headers, ("Accept", "a\rb")])
+
+
 async def test_stream_limit_opens_a_second_connection_and_never_blocks(tmp_path: Path) -> None:
     release = asyncio.Event()
 

@@ -61,7 +61,7 @@ import h2.settings
 import h2.stream
 import h2.utilities
 import h2.windows
-from hpack import HeaderTuple, NeverIndexedHeaderTuple
+from hpack import NeverIndexedHeaderTuple
 from multidict import CIMultiDict
 
 from kproxy.core.chunkreader import ChunkReader
@@ -156,12 +156,17 @@ def request_fields(
         raise InvalidRequestHead("invalid Host header")
     names: list[str] = []
     values: list[str] = []
+    kinds: list[Any] = []
+    known = _FIELD_NAMES.get
     for k, v in headers:
         names.append(k)
         values.append(v)
-    bad = first_invalid_name(names)
-    if bad is not None:
-        raise InvalidRequestHead(f"invalid HTTP header name {go_quote(bad)}")
+        kinds.append(known(k))
+    if None in kinds:
+        bad = first_invalid_name(names)
+        if bad is not None:
+            raise InvalidRequestHead(f"invalid HTTP header name {go_quote(bad)}")
+        kinds = [_field_name(k) for k in names]
     try:
         # One encode and one control scan for all values: "\n" separates them and must be the
         # only control byte (a value with CR, LF, NUL... adds one).
@@ -177,17 +182,13 @@ def request_fields(
         (b":path", encoded[0]),
         (b":scheme", scheme.encode("ascii")),
     ]
-    for name, value in zip(names, encoded[1:], strict=True):
-        lname = name.lower()  # a token: ASCII only
-        if lname in _CONNECTION_SPECIFIC:
-            continue
-        if lname == "te" and value != b"trailers":
-            continue
-        bname = lname.encode("ascii")
-        if lname in _SENSITIVE:
+    for (bname, kind), value in zip(kinds, encoded[1:], strict=True):
+        if kind is _PLAIN:
+            fields.append((bname, value))
+        elif kind is _SENSITIVE_FIELD:
             fields.append(NeverIndexedHeaderTuple(bname, value))
-        else:
-            fields.append(HeaderTuple(bname, value))
+        elif kind is _TE and value == b"trailers":
+            fields.append((bname, value))
     if content_length is not None:
         fields.append((b"content-length", str(content_length).encode("ascii")))
     return fields
@@ -209,6 +210,36 @@ def _clean(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return raw.translate(None, _CONTROLS) == raw
+
+
+#: What ``request_fields`` does with a field name: send it (``_PLAIN``), send it never indexed
+#: (``_SENSITIVE_FIELD``), send ``te`` only as ``trailers`` (``_TE``), or drop it (``_DROPPED``).
+_PLAIN, _SENSITIVE_FIELD, _TE, _DROPPED = "plain", "sensitive", "te", "dropped"
+#: Names seen in requests (valid tokens), as given: the lower-case name HTTP/2 sends and what to
+#: do with it. Bounded: names are the caller's.
+_FIELD_NAMES: dict[str, tuple[bytes, str]] = {}
+
+
+def _field_name(name: str) -> tuple[bytes, str]:
+    """The lower-case name and its kind for a name that is a token (checked by the caller)."""
+    found = _FIELD_NAMES.get(name)
+    if found is not None:
+        return found
+    lname = name.lower()  # a token: ASCII only
+    if lname in _CONNECTION_SPECIFIC:
+        kind = _DROPPED
+    elif lname == "te":
+        kind = _TE
+    elif lname in _SENSITIVE:
+        kind = _SENSITIVE_FIELD
+    else:
+        kind = _PLAIN
+    found = (lname.encode("ascii"), kind)
+    if len(name) <= 64:
+        if len(_FIELD_NAMES) >= 4096:
+            _FIELD_NAMES.clear()
+        _FIELD_NAMES[name] = found
+    return found
 
 
 def canonical_header_key(name: str) -> str:
@@ -257,7 +288,7 @@ class _Stream:
     def __init__(self, conn: H2Conn, sid: int) -> None:
         self.conn = conn
         self.sid = sid
-        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.head: asyncio.Future[None] = conn.loop.create_future()
         self.status = 0
         self.headers: list[tuple[str, str]] = []
         self.chunks: collections.deque[tuple[bytes, int]] = collections.deque()
@@ -304,7 +335,7 @@ class _Stream:
         return data
 
     async def wait(self) -> None:
-        self.waiter = asyncio.get_running_loop().create_future()
+        self.waiter = self.conn.loop.create_future()
         try:
             await self.waiter
         finally:
@@ -335,6 +366,10 @@ class _Stream:
         self.conn.cancel(self)
 
 
+#: The reason phrase of each status Python knows (others have none).
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+
 class H2Response:
     """Status, headers and the streamed body of one response (the HTTP/1.1 pool's interface)."""
 
@@ -343,10 +378,7 @@ class H2Response:
     def __init__(self, stream: _Stream) -> None:
         self._stream = stream
         self.status = stream.status
-        try:
-            self.reason: str | None = HTTPStatus(stream.status).phrase
-        except ValueError:
-            self.reason = None
+        self.reason: str | None = _REASONS.get(stream.status)
         self.headers: CIMultiDict[str] = end_to_end(stream.headers)
         self._content: Content | None = None
 
@@ -428,7 +460,8 @@ class H2Conn(asyncio.Protocol):
         self.h2.decoder = TruncatingDecoder(self.h2.decoder, truncate=False)
         self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
         self.streams: dict[int, _Stream] = {}
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = self.loop.create_future()
         self.goaway = False
         self.last_stream_id = _LAST_STREAM_ID
         self.closed = False
@@ -991,7 +1024,7 @@ class H2Conn(asyncio.Protocol):
         out in this pass (HEADERS of concurrent requests, window updates) leave in one TLS write."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush_now)
+            self.loop.call_soon(self.flush_now)
 
     def flush_now(self) -> None:
         self._flush_scheduled = False

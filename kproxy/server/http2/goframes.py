@@ -402,6 +402,9 @@ INDEXED_NAMES = frozenset(
 )
 
 
+#: HPACK's static table (RFC 7541 appendix A), index 1 first.
+_STATIC = HeaderTable.STATIC_TABLE
+_STATIC_LENGTH = len(_STATIC)
 #: Pseudo-header fields the HPACK static table holds whole (RFC 7541 Appendix A: ``:method GET``,
 #: ``:scheme https``, ``:status 200``...), as indexed field lines.
 _STATIC_EXACT = {
@@ -510,7 +513,8 @@ class TruncatingDecoder(Decoder):
         """hpack's ``_decode_literal`` for the field line at ``pos``: the field (a
         ``NeverIndexedHeaderTuple`` when sent as never indexed) and the bytes it took. It reads
         the block in place (hpack's copies the rest of the block for each literal: quadratic in
-        the block's length) and decodes a short Huffman string once per connection."""
+        the block's length) and decodes a short Huffman string once per connection. A field with
+        incremental indexing enters the table as hpack's ``HeaderTable.add`` enters it."""
         start, end = pos, len(data)
         first = data[pos]
         if should_index:
@@ -519,16 +523,37 @@ class TruncatingDecoder(Decoder):
             index, bits, never = first & 0x0F, 4, bool(first & 0x10)
         if index:
             index, pos = _integer(data, pos, bits)
-            name = self.header_table.get_by_index(index)[0]
+            name = self._entry(index)[0]
         else:
             pos += 1
-            name, pos = self._string(data, pos, end)
-        value, pos = self._string(data, pos, end)
+            name, pos = self._string(data, pos, end, True)
+        value, pos = self._string(data, pos, end, not should_index)
         if should_index:
-            self.header_table.add(name, value)
+            table = self.header_table
+            size = 32 + len(name) + len(value)  # table_entry_size (RFC 7541 4.1)
+            if size > table._maxsize:
+                table.dynamic_entries.clear()
+                table._current_size = 0
+            else:
+                table.dynamic_entries.appendleft((name, value))
+                table._current_size += size
+                if table._current_size > table._maxsize:
+                    table._shrink()
         return (NeverIndexedHeaderTuple(name, value) if never else (name, value)), pos - start
 
-    def _string(self, data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    def _entry(self, index: int) -> tuple[bytes, bytes]:
+        """hpack's ``HeaderTable.get_by_index`` (1-based; its error for an index past the table)."""
+        if 0 < index <= _STATIC_LENGTH:
+            return _STATIC[index - 1]
+        dynamic = self.header_table.dynamic_entries
+        if _STATIC_LENGTH < index <= _STATIC_LENGTH + len(dynamic):
+            return dynamic[index - _STATIC_LENGTH - 1]
+        return self.header_table.get_by_index(index)  # raises InvalidTableIndex
+
+    def _string(self, data: bytes, pos: int, end: int, cached: bool) -> tuple[bytes, int]:
+        """The string at ``pos`` and the position after it. A short Huffman-coded one is kept
+        decoded when ``cached`` (a value entered in the table comes again by its index, not as a
+        literal: those are not kept)."""
         if pos >= end:
             raise HPACKDecodingError("Truncated header block")
         huffman = data[pos] & 0x80
@@ -539,7 +564,7 @@ class TruncatingDecoder(Decoder):
         pos += length
         if not huffman:
             return text, pos
-        if length > _HUFFMAN_CACHED_LENGTH:
+        if length > _HUFFMAN_CACHED_LENGTH or not cached:
             return decode_huffman(text), pos
         cache = self._huffman_cache
         plain = cache.get(text)
@@ -558,12 +583,12 @@ class TruncatingDecoder(Decoder):
         pos, end = 0, len(data)
         limit = self.max_header_list_size
         truncate = self._truncate
-        entry = self.header_table.get_by_index
+        entry = self._entry
         while pos < end:
             current = data[pos]
             header: Any
             if current & 0x80:
-                if 0x80 < current < 0xFF:  # an index in the prefix byte (most fields of a request)
+                if 0x80 < current < 0xFF:  # an index in the prefix byte (most fields)
                     header, consumed = entry(current & 0x7F), 1
                 else:
                     header, consumed = self._decode_indexed(view[pos:])

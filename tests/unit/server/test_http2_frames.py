@@ -260,6 +260,23 @@ def test_the_decoder_reads_blocks_as_hpack_does() -> None:
             except HPACKError:
                 outcomes.append(None)
         assert outcomes[0] == outcomes[1], block
+    # Small tables the encoder resizes as it goes: entries evicted, an entry larger than the
+    # whole table emptying it, the table kept equal to hpack's after every block.
+    enc, ref, ours = Encoder(), Decoder(), TruncatingDecoder(Decoder())
+    ref.max_header_list_size = ours.max_header_list_size = 1 << 30
+    for i in range(3_000):
+        if i % 50 == 0:
+            enc.header_table_size = rng.choice([0, 40, 100, 300, 4096])
+        fields = [
+            (rng.choice([b"audit-id", b"date", b"x-" + bytes(rng.choices(b"abc", k=rng.randrange(1, 90)))]),
+             bytes(rng.choices(b"0123456789abcdef-", k=rng.randrange(0, 120))))
+            for _ in range(rng.randrange(1, 5))
+        ]  # fmt: skip
+        block = enc.encode(fields, huffman=rng.random() < 0.7)
+        want, got = ref.decode(block, raw=True), ours.decode(block, raw=True)
+        assert [tuple(f) for f in got] == [tuple(f) for f in want]
+        assert list(ours.header_table.dynamic_entries) == list(ref.header_table.dynamic_entries)
+        assert ours.header_table._current_size == ref.header_table._current_size
     # The upstream client's mode: hpack's error past the header list limit, not a truncation.
     for _ in range(2_000):
         limit = rng.choice([50, 200, 1 << 20])
