@@ -38,6 +38,18 @@ BOOKMARK = "BOOKMARK"
 class Expired(Exception):
     """The upstream no longer has the requested resource version (410 / Expired)."""
 
+    #: The ``reason`` of ``kproxy_watchcache_relists_total`` for the list it makes.
+    reason = "expired"
+
+
+class NotResumed(Expired):
+    """The cache's state is not resumed but listed again, for ``reason``: it was loaded from disk
+    and found to be another cluster's (``discarded``), or ahead of the apiserver (``ahead``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
 
 class TooLarge(Exception):
     """The upstream has not reached the requested resource version (its 504 "Too large resource
@@ -125,6 +137,9 @@ class Reflector:
         self.upstream_rv = 0
         self._progress: asyncio.Future[int] | None = None
         self._relist_reason = "relist"
+        #: A list replaces a state that was there (an Expired, a state not resumed): counted in
+        #: ``on_relist`` even when the cache was made unready before it.
+        self._relist_owed = False
         self._probe_task: asyncio.Task[None] | None = None
         # The probe the readers that arrived during the one in flight wait for (consistent_rv).
         self._next_progress: asyncio.Future[int] | None = None
@@ -327,9 +342,15 @@ class Reflector:
                 self._relist_reason = "expired"
             except Expired as err:
                 self.last_exception = err  # the upstream answered: it is reachable
-                log.info("%s: resource version %d expired upstream; listing again", self.name, self.cache.applied_rv)
+                if isinstance(err, NotResumed):
+                    log.info("%s: %s", self.name, err)
+                else:
+                    rv = self.cache.applied_rv
+                    log.info("%s: resource version %d expired upstream; listing again", self.name, rv)
                 self._need_list = True
-                self._relist_reason = "expired"
+                self._relist_reason = err.reason
+                # The list replaces a state: counted, also when one not resumed was made unready.
+                self._relist_owed = self.cache.ready or isinstance(err, NotResumed)
             except Exception as err:
                 if isinstance(err, NotServed) and self.cache.ready:
                     # Readers go to the apiserver (and get its 404) until it serves it again.
@@ -380,8 +401,9 @@ class Reflector:
         return self._live is not None
 
     def _replace(self, objects: list[CachedObject], rv: int) -> None:
-        if self.cache.ready and self._on_relist is not None:
+        if (self.cache.ready or self._relist_owed) and self._on_relist is not None:
             self._on_relist(self._relist_reason)
+        self._relist_owed = False
         if rv < self.cache.applied_rv:
             self.compaction.reset()  # the upstream went back in time: its revisions are new ones
         self.cache.replace(objects, rv)

@@ -208,6 +208,12 @@ class WatchCache:
             return 0.0
         return float(seconds * 0.5 ** ((self._clock() - when) / 60.0))
 
+    def clear(self) -> None:
+        """Forget every object (a state dropped as another cluster's): no snapshot, body or
+        order kept from it. The resource version and history stay until the next ``replace``."""
+        self.store.clear()
+        self._changed(sort=True)
+
     def unready(self) -> None:
         """The upstream no longer serves the resource: readers go to it, open watches end."""
         self.ready = False

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from kproxy.cacher import Expired, ListerWatcher, ListPage, UpstreamEvent
+from kproxy.cacher import ListerWatcher, ListPage, NotResumed, UpstreamEvent
 from kproxy.core.context import ApiClient
 
 log = logging.getLogger("kproxy.watchcache")
@@ -132,6 +132,13 @@ class ClusterIdentity:
         )
 
 
+#: Why a persisted state is listed again instead of resumed (``VerifiedListerWatcher``).
+_NOT_RESUMED = {
+    "discarded": "it is not this cluster's, or the cluster is unknown",
+    "ahead": "it is ahead of the apiserver",
+}
+
+
 class StateDiscarded(Exception):
     """The state a read was about to be answered from was another cluster's, found out by the
     read's own request to the apiserver: dropped, and the read goes to the apiserver. Not an
@@ -139,8 +146,9 @@ class StateDiscarded(Exception):
 
 
 class VerifiedListerWatcher:
-    """``lw``, whose watches first have the cache's persisted state verified (``verify``: False
-    when it was discarded, and the watch then answers Expired so that the reflector lists), and
+    """``lw``, whose watches first have the cache's persisted state verified (``verify``: why it
+    is not resumed, ``discarded`` or ``ahead``, and the watch then answers NotResumed so that the
+    reflector lists; None: resumed), and
     whose reads' requests (a consistent read's latest resource version, a progress probe, a
     continue token's compaction probe) compare it first too (``before_contact``: raises
     StateDiscarded when it was dropped): such a request may be kproxy's first contact with the
@@ -150,7 +158,7 @@ class VerifiedListerWatcher:
     def __init__(
         self,
         lw: ListerWatcher,
-        verify: Callable[[], Awaitable[bool]],
+        verify: Callable[[], Awaitable[str | None]],
         before_contact: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.lw = lw
@@ -166,8 +174,9 @@ class VerifiedListerWatcher:
 
     async def watch(self, *, resource_version: str, send_initial_events: bool) -> AsyncIterator[UpstreamEvent]:
         # Raises what reaching the apiserver raised: the reflector retries as after a failed watch.
-        if not await self._verify():
-            raise Expired("the persisted state is not resumed (another cluster's, or ahead of the apiserver); listing")
+        why = await self._verify()
+        if why is not None:
+            raise NotResumed(f"the persisted state is not resumed ({_NOT_RESUMED[why]}); listing", why)
         async for ev in self.lw.watch(resource_version=resource_version, send_initial_events=send_initial_events):
             yield ev
 

@@ -199,8 +199,7 @@ class ResourceCache:
         rv = cache.applied_rv
         self.broadcaster.expire_all(resource_expired(f"too old resource version: {rv} ({rv + 1})").to_dict())
         cache.unready()  # readers go upstream, open watches end, the store removes the files
-        cache.store.clear()
-        cache.bodies.clear()
+        cache.clear()
         self._objects.set(0)
         if self.store is not None:
             self.store.forget()
@@ -217,13 +216,13 @@ class ResourceCache:
         self._retry = asyncio.create_task(self.verify(), name=f"kproxy-watchcache-verify-{self.spec.label}")
         self._retry.add_done_callback(_consume)
 
-    async def _before_watch(self) -> bool:
-        """Before each upstream watch: False when the state it would resume was dropped, or is
-        ahead of the apiserver."""
+    async def _before_watch(self) -> str | None:
+        """Before each upstream watch: why the state it would resume is listed again instead
+        (``discarded``: dropped as another cluster's; ``ahead``: ahead of the apiserver), or None."""
         await self.verify()
         if self._must_list:
             self._must_list = False
-            return False
+            return "discarded"
         if self._ahead_unchecked:
             # A state loaded from disk whose resource version the apiserver has not reached (the
             # same cluster's etcd restored from a backup goes back in revisions): the apiserver
@@ -244,8 +243,8 @@ class ResourceCache:
                 )
                 # Not served while it is listed again: it holds objects the apiserver does not.
                 self.cache.unready()
-                return False
-        return True
+                return "ahead"
+        return None
 
     async def _before_contact(self) -> None:
         """Before a read's own request to the apiserver (a freshness or compaction probe): a state

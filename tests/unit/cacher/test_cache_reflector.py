@@ -25,6 +25,7 @@ from kproxy.cacher import (
     Expired,
     Kind,
     ListPage,
+    NotResumed,
     Reflector,
     StreamingListUnsupported,
     UpstreamEvent,
@@ -289,6 +290,38 @@ async def test_expired_as_an_error_on_a_live_stream_also_relists() -> None:
         assert h.lw.watch_calls == [("", True), ("", True)]
         assert h.relists == ["expired"]
         assert h.state() == {"ns/a": 40}
+
+
+@pytest.mark.parametrize("reason", ["discarded", "ahead"])
+async def test_a_state_not_resumed_is_listed_and_counted_with_its_reason(
+    reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state the watch refuses to resume (dropped, or ahead of the apiserver: the cache made
+    unready first) is listed, counted as a relist with that reason, and logged as what it is,
+    not as an expired resource version."""
+    async with running() as h:
+        s = await h.listed(("ns/a", 3), rv=10)
+        h.cache.unready()
+        s.send(NotResumed("the persisted state is not resumed (test); listing", reason))
+        relist = h.lw.stream(ev(ADDED, "ns/b", 20), bookmark(21, end=True))
+        with caplog.at_level("INFO", logger="kproxy.cache"):
+            await relist.drained()
+        assert h.relists == [reason]
+        assert h.state() == {"ns/b": 20}
+        assert "is not resumed (test)" in caplog.text and "expired upstream" not in caplog.text
+        # A later expiry is counted as one.
+        relist.send(Expired("gone"))
+        again = h.lw.stream(ev(ADDED, "ns/b", 20), bookmark(30, end=True))
+        await again.drained()
+        assert h.relists == [reason, "expired"]
+
+
+async def test_an_expired_before_the_first_list_is_no_relist() -> None:
+    async with running() as h:
+        h.lw.stream(Expired("too old"))  # (a streaming list answered 410)
+        s = h.lw.stream(ev(ADDED, "ns/a", 3), bookmark(10, end=True))
+        await s.drained()
+        assert h.cache.ready and h.relists == []
 
 
 async def test_a_relist_that_fails_on_the_way_keeps_expired_as_its_reason() -> None:

@@ -343,6 +343,22 @@ def test_the_current_snapshot_is_shared_until_something_changes() -> None:
     assert first is not None and state(first) == {"ns/a": 3}  # a snapshot taken never changes
 
 
+def test_a_cleared_cache_keeps_no_snapshot_or_body_of_what_it_held() -> None:
+    cache = WatchCache(POD, clock=FakeClock())
+    cache.replace([obj("ns/a", 3), obj("ns/b", 4)], 10)
+    held = cache.snapshot()
+    assert held is not None and len(held.objects) == 2
+    cache.bodies[("list",)] = b"cached"
+    generation = cache.generation
+    cache.clear()
+    now = cache.snapshot()
+    assert now is not None and now.objects == () and len(cache) == 0
+    assert not cache.bodies and cache.generation > generation
+    cache.replace([obj("ns/c", 12)], 12)
+    again = cache.snapshot()
+    assert again is not None and state(again) == {"ns/c": 12}
+
+
 def test_random_histories_rebuild_every_intermediate_state() -> None:
     rng = random.Random(4)
     cache = WatchCache(POD, clock=FakeClock())
