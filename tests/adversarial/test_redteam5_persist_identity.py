@@ -254,6 +254,9 @@ def test_a_state_of_this_cluster_ahead_of_the_apiserver_is_never_a_consistent_re
         # open without an event, and the objects only the state holds would never be deleted.
         eventually(converged, 30, "the cache to list the apiserver's configmaps")
         assert "ahead of the apiserver's" in rp.log_text()
+        ahead = r'^kproxy_watchcache_relists_total\{reason="ahead",resource="configmaps"\} (\S+)$'
+        relists = re.search(ahead, rp.metrics(), re.M)
+        assert relists is not None and float(relists.group(1)) == 1, rp.metrics()
     finally:
         rp.stop(signal.SIGKILL)
 

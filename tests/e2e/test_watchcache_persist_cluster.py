@@ -172,6 +172,11 @@ def test_state_of_another_cluster_is_never_served_nor_resumed(
     # Listed afresh, not resumed from the planted resource version.
     requests = _upstream_requests(rp, "configmaps")
     assert requests and "sendInitialEvents" in requests[0], requests
+    # Counted as a list made again for that reason, and logged as such.
+    metrics = rp.metrics()
+    discarded = r'kproxy_watchcache_relists_total\{reason="discarded",resource="configmaps"\}'
+    assert _metric(metrics, discarded) == 1, metrics
+    assert "the persisted state is not resumed" in log and "expired upstream" not in log
     # The planted files were replaced: a snapshot of this cluster, without the planted object.
     eventually(lambda: state_on_disk(state) == (uid, False), 30, "the planted state to be replaced on disk")
     assert rp.stop() == 0
