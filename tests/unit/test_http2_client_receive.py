@@ -11,6 +11,7 @@ from typing import Any
 
 import h2.errors
 import h2.settings
+import pytest
 from hpack import Encoder
 
 from kproxy.server.http2 import client
@@ -122,6 +123,7 @@ def _snapshot(conn: H2Conn, transport: _Transport, sids: list[int]) -> Any:
                     # the bytes and their window, not the chunking: consecutive DATA frames
                     # of one stream may arrive as one chunk
                     (b"".join(c for c, _ in st.chunks), sum(f for _, f in st.chunks)),
+                    all(c or f for c, f in st.chunks),  # no empty chunk for the consumer
                     st.remote_ended,
                     st.local_ended,
                     st.done,
@@ -342,3 +344,66 @@ async def test_a_window_run_dry_is_given_back_as_h2_gives_it_back() -> None:
         conn._timer.cancel()
     assert results[0] == results[1]
     assert results[0][0], "a WINDOW_UPDATE was sent"
+
+
+@pytest.mark.parametrize(
+    ("stream_window", "sizes", "gives"),
+    [
+        # the stream's window exactly half consumed: h2 sends a WINDOW_UPDATE from there
+        (8192, [4096], [4096]),
+        (8192, [4096], [4095, 1]),
+        # the stream's window run dry: less than half given back is sent at once when over 1024
+        (8192, [4096, 4096], [1024, 1, 7167]),
+        (8192, [4096, 4096], [1025, 3000]),
+        (4096, [1024, 3072], [1024, 1, 3071]),
+        # the connection's window (65,535 here) exactly half consumed, the stream's far from it
+        (1 << 20, [16384, 16383, 1], [16384, 16383, 1]),
+        (1 << 20, [16384, 16383], [32766, 1]),
+    ],
+)
+async def test_data_given_back_at_the_windows_edges_as_h2_gives_it_back(
+    stream_window: int, sizes: list[int], gives: list[int]
+) -> None:
+    """Consumed data given back by the client's own accounting (``give_back``) at the exact
+    edges of h2's rule (h2/windows.py ``_maybe_update_window``): half the window, and a window
+    run dry; the same frames sent and the same windows left as h2's ``acknowledge_received_data``."""
+    results = []
+    for fast in (True, False):
+        saved = client.STREAM_WINDOW
+        client.STREAM_WINDOW = stream_window
+        try:
+            conn, transport = _client(fast, 1, [])
+        finally:
+            client.STREAM_WINDOW = saved
+        conn.h2._inbound_flow_control_window_manager.max_window_size = 65535
+        conn.h2._inbound_flow_control_window_manager.current_window_size = 65535
+        sid = next(iter(conn.streams))
+        st = conn.streams[sid]
+        frames = _frame(0x1, 0x4, sid, Encoder().encode([(b":status", b"200")]))
+        for size in sizes:
+            frames += _frame(0x0, 0, sid, b"d" * size)
+        conn.data_received(frames)
+        st.chunks.clear()  # (how the data was cut into chunks is not compared here)
+        seen = []
+        for n in gives:
+            conn.give_back(st, n) if fast else conn._give_back_h2(st, n)
+            conn.flush_now()
+            seen.append(_snapshot(conn, transport, [sid]))
+        results.append(seen)
+        assert conn._timer is not None
+        conn._timer.cancel()
+    assert results[0] == results[1]
+
+
+async def test_an_empty_data_frame_gives_the_consumer_no_empty_chunk() -> None:
+    for fast in (True, False):
+        conn, _ = _client(fast, 1, [])
+        sid = next(iter(conn.streams))
+        st = conn.streams[sid]
+        conn.data_received(_frame(0x1, 0x4, sid, Encoder().encode([(b":status", b"200")])))
+        conn.data_received(_frame(0x0, 0, sid, b""))
+        assert not st.chunks, fast
+        conn.data_received(_frame(0x0, 0, sid, b"x"))
+        assert list(st.chunks) == [(b"x", 1)], fast
+        assert conn._timer is not None
+        conn._timer.cancel()

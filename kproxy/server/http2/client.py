@@ -520,7 +520,17 @@ class H2Conn(asyncio.Protocol):
             if type(event) is not tuple:
                 self._event(event)
             elif len(event) == 4:
-                self._data(*event)
+                sid, body, flow, ended = event
+                st = self.streams.get(sid)
+                if st is None or ended or not flow:
+                    self._data(sid, body, flow, ended)
+                    continue
+                # ``_data`` for more of a body, inline: the common case of every read of one.
+                st.chunks.append((body, flow))
+                st.buffered += len(body)
+                w = st.waiter
+                if w is not None and not w.done():
+                    w.set_result(None)
             else:
                 self._response(*event)
         if self.h2._data_to_send:  # acknowledgements (SETTINGS, PING), window updates, resets
@@ -911,13 +921,22 @@ class H2Conn(asyncio.Protocol):
         bytes in both window managers: done here without its calls."""
         if not flow or self.closed:
             return
-        conn = self.h2._inbound_flow_control_window_manager
-        stream = self.h2.streams.get(st.sid)
+        h2conn = self.h2
+        conn = h2conn._inbound_flow_control_window_manager
+        stream = h2conn.streams.get(st.sid)
         if stream is not None and _STREAM_OPEN[stream.state_machine.state]:
             mine = stream._inbound_window_manager
-            if _counts_only(conn, flow) and _counts_only(mine, flow):
-                conn._bytes_processed += flow
-                mine._bytes_processed += flow
+            # ``_counts_only`` for both managers, inline: the common case of every body chunk.
+            both = conn._bytes_processed + flow
+            one = mine._bytes_processed + flow
+            if (
+                both < conn.max_window_size // 2
+                and one < mine.max_window_size // 2
+                and (conn.current_window_size or both <= min(1024, conn.max_window_size // 4))
+                and (mine.current_window_size or one <= min(1024, mine.max_window_size // 4))
+            ):
+                conn._bytes_processed = both
+                mine._bytes_processed = one
                 return
         self._give_back_h2(st, flow)
 
