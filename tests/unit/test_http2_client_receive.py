@@ -70,6 +70,7 @@ def _client(fast: bool, streams: int, heads: list[int], window: int | None = Non
         client.STREAM_WINDOW = saved
     if not fast:
         conn._receive_answers = conn.h2.receive_data  # type: ignore[method-assign]
+        conn._more_of_a_body = lambda data: False  # type: ignore[method-assign]
         conn.give_back = conn._give_back_h2  # type: ignore[method-assign]
     transport = _Transport()
     conn.connection_made(transport)  # type: ignore[arg-type]
@@ -272,8 +273,10 @@ async def test_fast_receive_matches_h2_on_random_and_hostile_frames() -> None:
         sids = sorted(fast.streams)
         assert sids == sorted(slow.streams)
         server = _FakeServer(rng, sids)
-        data = b"".join(_answers(rng, sids, server))
-        for piece in _chunks(rng, data):
+        frames = _answers(rng, sids, server)
+        # A frame per read (as a large answer arrives), or the frames cut anywhere.
+        pieces = frames if rng.random() < 0.3 else _chunks(rng, b"".join(frames))
+        for piece in pieces:
             take = rng.random()
             results = []
             for conn, out in ((fast, fast_out), (slow, slow_out)):
@@ -407,3 +410,33 @@ async def test_an_empty_data_frame_gives_the_consumer_no_empty_chunk() -> None:
         assert list(st.chunks) == [(b"x", 1)], fast
         assert conn._timer is not None
         conn._timer.cancel()
+
+
+@pytest.mark.parametrize(
+    ("frame", "window"),
+    [
+        (_frame(0x0, 0, 1, b"d" * 16385), 1 << 30),  # over the frame size: a connection error
+        (_frame(0x0, 0, 1, b"d" * 5000), 4096),  # over the connection's window, within the stream's
+        (_frame(0x0, 0, 1, b"d" * 100), 4096),  # within both
+    ],
+)
+async def test_a_frame_read_alone_is_judged_as_h2_judges_it(frame: bytes, window: int) -> None:
+    """A DATA frame arriving as a read of its own (``_more_of_a_body``) against h2's own reading:
+    the frame size and the connection's window are checked before anything is taken."""
+    results = []
+    for fast in (True, False):
+        conn, transport = _client(fast, 1, [])
+        conn.h2._inbound_flow_control_window_manager.current_window_size = window
+        sid = next(iter(conn.streams))
+        assert sid == 1
+        conn.data_received(_frame(0x1, 0x4, sid, Encoder().encode([(b":status", b"200")])))
+        try:
+            conn.data_received(frame)
+            raised = None
+        except Exception as err:
+            raised = (type(err).__name__, str(err))
+        conn.flush_now()
+        results.append((raised, _snapshot(conn, transport, [sid])))
+        if conn._timer is not None:
+            conn._timer.cancel()
+    assert results[0] == results[1]
