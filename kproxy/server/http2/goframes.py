@@ -149,6 +149,10 @@ def write_header_block(out: bytearray, stream_id: int, block: bytes, end_stream:
         kind, flags = _CONTINUATION, 0
 
 
+_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+_STREAM_OPEN = h2.stream.StreamState.OPEN
+_HALF_CLOSED_LOCAL = h2.stream.StreamState.HALF_CLOSED_LOCAL
+
 #: Streams h2 may hold (open, and closed ones not yet forgotten) before its count is taken.
 _COUNT_AT = 128
 
@@ -164,15 +168,32 @@ def send_request_headers(conn: h2.connection.H2Connection, stream_id: int, field
     # (or past a bound, so that closed ones are forgotten).
     if len(conn.streams) >= min(limit, _COUNT_AT) and conn.open_outbound_streams + 1 > limit:
         raise h2.exceptions.TooManyStreamsError("Max outbound streams reached")
-    conn.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
-    stream = conn._begin_new_stream(stream_id, h2.connection.AllowedStreamIDs.ODD)
+    if conn.state_machine.state is not _CLIENT_OPEN:  # (CLIENT_OPEN takes SEND_HEADERS unchanged)
+        conn.state_machine.process_input(h2.connection.ConnectionInputs.SEND_HEADERS)
+    if stream_id > conn.highest_outbound_stream_id and stream_id % 2:
+        # h2's ``_begin_new_stream`` for a valid new client stream, without its debug logging
+        stream = h2.stream.H2Stream(
+            stream_id,
+            config=conn.config,
+            inbound_window_size=conn.local_settings.initial_window_size,
+            outbound_window_size=conn.remote_settings.initial_window_size,
+        )
+        stream.max_outbound_frame_size = conn.max_outbound_frame_size
+        conn.streams[stream_id] = stream
+        conn.highest_outbound_stream_id = stream_id
+    else:
+        stream = conn._begin_new_stream(stream_id, h2.connection.AllowedStreamIDs.ODD)  # raises
+    # The stream's SEND_HEADERS from IDLE (h2/stream.py ``request_sent``: OPEN), then
+    # SEND_END_STREAM (HALF_CLOSED_LOCAL): h2's transitions, without its table lookups.
     machine = stream.state_machine
-    machine.process_input(h2.stream.StreamInputs.SEND_HEADERS)
+    machine.client = True
+    machine.headers_sent = True
+    machine.state = _STREAM_OPEN
     encoder = conn.encoder
     assert isinstance(encoder, PlainEncoder)
     block = encoder.encode_literal(fields)
     if end_stream:
-        machine.process_input(h2.stream.StreamInputs.SEND_END_STREAM)
+        machine.state = _HALF_CLOSED_LOCAL
     stream._authority = fields[0][1]
     stream.request_method = fields[1][1]  # a HEAD's answer has no body (h2 checks its length)
     write_header_block(conn._data_to_send, stream_id, block, end_stream, conn.max_outbound_frame_size)

@@ -9,6 +9,7 @@ import h2.config
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 import pytest
 from hpack import Decoder, Encoder
 from hyperframe.frame import ContinuationFrame, HeadersFrame, PingFrame, PriorityFrame, SettingsFrame
@@ -345,3 +346,80 @@ def test_the_meters_quick_pass_counts_as_the_general_one() -> None:
             assert a == b
             pos += step
         assert chunked._tokens == bytewise._tokens and chunked._skip == bytewise._skip
+
+
+def test_send_request_headers_opens_streams_as_h2_send_headers_does() -> None:
+    """goframes.send_request_headers (its own stream opening and transitions) against h2's
+    ``send_headers`` for the same streams: the same stream and connection state, the same
+    refusals (an even stream id, one over the peer's stream limit)."""
+    from kproxy.server.http2.goframes import PlainEncoder, send_request_headers
+
+    def client() -> h2.connection.H2Connection:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20}
+        )  # as the upstream client's (kproxy.server.http2.client)
+        conn.encoder = PlainEncoder()
+        conn.initiate_connection()
+        conn.data_to_send()
+        return conn
+
+    rng = random.Random(11)
+    ours, theirs = client(), client()
+    fields = [(b":authority", b"h"), (b":method", b"GET"), (b":path", b"/"), (b":scheme", b"https")]
+    sid = 1
+    for i in range(400):
+        if i % 50 == 10:  # the server's settings change: stream limit, initial window
+            frame = SettingsFrame(0)
+            frame.settings = {
+                SettingsFrame.MAX_CONCURRENT_STREAMS: rng.choice([3, 100]),
+                SettingsFrame.INITIAL_WINDOW_SIZE: rng.choice([65535, 1 << 20]),
+            }
+            for conn in (ours, theirs):
+                conn.receive_data(frame.serialize())
+                conn.data_to_send()
+        r = rng.random()
+        # the next id; now and then an even one, or one past the next (both as h2 takes them;
+        # an id used before is never sent: kproxy takes h2's next one)
+        sid = sid + 2 if r < 0.8 else rng.choice([sid + 1, sid + 4])
+        end = rng.random() < 0.7
+        reset = rng.random() < 0.3
+        outcomes = []
+        for conn in (ours, theirs):
+            try:
+                if conn is ours:
+                    send_request_headers(conn, sid, fields, end)
+                else:
+                    conn.send_headers(sid, fields, end_stream=end)
+                raised = None
+            except h2.exceptions.ProtocolError as err:
+                raised = type(err).__name__
+            stream = conn.streams.get(sid)
+            machine = None if stream is None else stream.state_machine
+            outcomes.append(
+                (
+                    raised,
+                    conn.state_machine.state,
+                    conn.highest_outbound_stream_id,
+                    # (h2 forgets closed streams at every count, send_request_headers near the limit)
+                    sorted(n for n, st in conn.streams.items() if st.open),
+                    None
+                    if stream is None
+                    else (
+                        machine.state,
+                        machine.client,
+                        machine.headers_sent,
+                        machine.stream_closed_by,
+                        stream.outbound_flow_control_window,
+                        stream._inbound_window_manager.max_window_size,
+                        stream.max_outbound_frame_size,
+                        stream._authority,
+                        stream.request_method,
+                    ),
+                )
+            )
+            if reset and stream is not None and not raised:
+                conn.reset_stream(sid)  # some close again, so the limit is reached and left
+                conn.data_to_send()
+        assert outcomes[0] == outcomes[1], i
+        sid = max(sid, ours.highest_outbound_stream_id)
