@@ -362,6 +362,11 @@ async def test_a_window_run_dry_is_given_back_as_h2_gives_it_back() -> None:
         # the connection's window (65,535 here) exactly half consumed, the stream's far from it
         (1 << 20, [16384, 16383, 1], [16384, 16383, 1]),
         (1 << 20, [16384, 16383], [32766, 1]),
+        # the same once the answer ended (the stream closed: only the connection's window counts)
+        (1 << 20, [16384, 16383, -1], [16384, 16383, 1]),
+        (1 << 20, [16384, 16383, -1], [32766, 1]),
+        (1 << 20, [16384, 16384, 16384, 16383, -1], [1024, 1, 65530]),
+        (1 << 20, [16384, 16384, 16384, 16383, -1], [1025]),
     ],
 )
 async def test_data_given_back_at_the_windows_edges_as_h2_gives_it_back(
@@ -369,7 +374,8 @@ async def test_data_given_back_at_the_windows_edges_as_h2_gives_it_back(
 ) -> None:
     """Consumed data given back by the client's own accounting (``give_back``) at the exact
     edges of h2's rule (h2/windows.py ``_maybe_update_window``): half the window, and a window
-    run dry; the same frames sent and the same windows left as h2's ``acknowledge_received_data``."""
+    run dry, for an open stream and a closed one; the same frames sent and the same windows left
+    as h2's ``acknowledge_received_data``."""
     results = []
     for fast in (True, False):
         saved = client.STREAM_WINDOW
@@ -383,8 +389,8 @@ async def test_data_given_back_at_the_windows_edges_as_h2_gives_it_back(
         sid = next(iter(conn.streams))
         st = conn.streams[sid]
         frames = _frame(0x1, 0x4, sid, Encoder().encode([(b":status", b"200")]))
-        for size in sizes:
-            frames += _frame(0x0, 0, sid, b"d" * size)
+        for size in sizes:  # -1: an empty frame that ends the answer
+            frames += _frame(0x0, 0x1, sid, b"") if size < 0 else _frame(0x0, 0, sid, b"d" * size)
         conn.data_received(frames)
         st.chunks.clear()  # (how the data was cut into chunks is not compared here)
         seen = []

@@ -460,6 +460,9 @@ class H2Conn(asyncio.Protocol):
         self.h2.decoder = TruncatingDecoder(self.h2.decoder, truncate=False)
         self.h2.encoder = PlainEncoder()  # encode_literal only (send_request_headers): no Huffman, no table search
         self.streams: dict[int, _Stream] = {}
+        #: The upstream's SETTINGS_MAX_CONCURRENT_STREAMS, as h2 holds it (read again at each
+        #: SETTINGS received: h2's settings object is slow to ask, and asked for every request).
+        self.peer_max_streams = self.h2.remote_settings.max_concurrent_streams
         self.loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = self.loop.create_future()
         self.goaway = False
@@ -840,6 +843,7 @@ class H2Conn(asyncio.Protocol):
                     if st.window_waiter is not None and not st.window_waiter.done():
                         st.window_waiter.set_result(None)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.peer_max_streams = self.h2.remote_settings.max_concurrent_streams
             if not self.ready.done():
                 self.ready.set_result(None)
             # A larger initial window opens every stream's window.
@@ -952,12 +956,12 @@ class H2Conn(asyncio.Protocol):
 
     @property
     def max_streams(self) -> int:
-        return min(self.h2.remote_settings.max_concurrent_streams, _MAX_STREAMS_CAP)
+        return min(self.peer_max_streams, _MAX_STREAMS_CAP)
 
     def open_stream(self, fields: list[Any], end_stream: bool) -> _Stream:
         sid = self.h2.get_next_available_stream_id()
         st = _Stream(self, sid)
-        send_request_headers(self.h2, sid, fields, end_stream)
+        send_request_headers(self.h2, sid, fields, end_stream, self.peer_max_streams)
         st.local_ended = end_stream
         self.streams[sid] = st
         self.flush()
@@ -986,6 +990,14 @@ class H2Conn(asyncio.Protocol):
             ):
                 conn._bytes_processed = both
                 mine._bytes_processed = one
+                return
+        elif st.sid <= h2conn.highest_outbound_stream_id:
+            # A stream h2 closed (or forgot): only the connection's window counts the bytes.
+            both = conn._bytes_processed + flow
+            if both < conn.max_window_size // 2 and (
+                conn.current_window_size or both <= min(1024, conn.max_window_size // 4)
+            ):
+                conn._bytes_processed = both
                 return
         self._give_back_h2(st, flow)
 

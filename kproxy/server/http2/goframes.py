@@ -157,12 +157,16 @@ _HALF_CLOSED_LOCAL = h2.stream.StreamState.HALF_CLOSED_LOCAL
 _COUNT_AT = 128
 
 
-def send_request_headers(conn: h2.connection.H2Connection, stream_id: int, fields: list[Any], end_stream: bool) -> None:
+def send_request_headers(
+    conn: h2.connection.H2Connection, stream_id: int, fields: list[Any], end_stream: bool, limit: int | None = None
+) -> None:
     """h2's ``send_headers`` opening a client stream, without its generic pipeline (kproxy's
     upstream client checked the fields itself, as Go's transport does): h2's stream limit, the
     same state transitions and stream, the block from ``PlainEncoder.encode_literal``. ``fields``
-    start with ``:authority`` and ``:method`` (``client.request_fields``)."""
-    limit = conn.remote_settings.max_concurrent_streams
+    start with ``:authority`` and ``:method`` (``client.request_fields``). ``limit``: the peer's
+    SETTINGS_MAX_CONCURRENT_STREAMS as the caller holds it (default: read from h2)."""
+    if limit is None:
+        limit = conn.remote_settings.max_concurrent_streams
     # h2's count of open streams walks every stream it holds (and forgets the closed ones): only
     # when it can matter, the streams it holds, closed ones among them, being as many as the limit
     # (or past a bound, so that closed ones are forgotten).
