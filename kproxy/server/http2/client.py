@@ -60,7 +60,6 @@ import h2.exceptions
 import h2.settings
 import h2.stream
 import h2.utilities
-import h2.windows
 from hpack import NeverIndexedHeaderTuple
 from multidict import CIMultiDict
 
@@ -979,7 +978,9 @@ class H2Conn(asyncio.Protocol):
         stream = h2conn.streams.get(st.sid)
         if stream is not None and _STREAM_OPEN[stream.state_machine.state]:
             mine = stream._inbound_window_manager
-            # ``_counts_only`` for both managers, inline: the common case of every body chunk.
+            # For both windows, whether h2's ``WindowManager.process_bytes`` would only add the
+            # bytes to those processed, no WINDOW_UPDATE due (h2/windows.py
+            # ``_maybe_update_window``): the common case of every body chunk.
             both = conn._bytes_processed + flow
             one = mine._bytes_processed + flow
             if (
@@ -1154,16 +1155,6 @@ def _end_stream(machine: h2.stream.H2StreamStateMachine) -> None:
     else:
         machine.state = _STREAM_CLOSED
         machine.stream_closed_by = _CLOSED_BY_END_STREAM
-
-
-def _counts_only(manager: h2.windows.WindowManager, size: int) -> bool:
-    """Whether h2's ``WindowManager.process_bytes(size)`` would only add ``size`` to the bytes
-    processed (no window update: the condition of h2/windows.py ``_maybe_update_window``)."""
-    processed = manager._bytes_processed + size
-    limit = manager.max_window_size
-    if manager.current_window_size == 0 and processed > min(1024, limit // 4):
-        return False
-    return processed < limit // 2
 
 
 def _code_name(code: Any) -> str:
