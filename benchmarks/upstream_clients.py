@@ -31,6 +31,7 @@ from hpack import Encoder
 
 from kproxy.server.http2.client import H2Conn, H2Response, request_fields
 from kproxy.server.pool import Pool, _Conn
+from kproxy.testing.h2fakes import FakeH2Pool, MemoryTransport, frame
 
 HEADERS = [
     ("User-Agent", "kube-controller-manager/v1.37.1 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:x"),
@@ -56,44 +57,11 @@ def flush_caches() -> None:
 # ------------------------------------------------------------------ HTTP/2: an apiserver's answers
 
 
-def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
-
-
-class _Pool:
-    read_idle_timeout = 30.0
-    ping_timeout = 15.0
-    idle_timeout = 90.0
-    connection_window = 1 << 30
-
-    def retire(self, conn: Any) -> None:
-        pass
-
-
-class _Alpn:
-    def selected_alpn_protocol(self) -> str:
-        return "h2"
-
-
-class _Transport:
-    def get_extra_info(self, key: str, default: Any = None) -> Any:
-        return _Alpn() if key == "ssl_object" else default
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
 class H2Side:
     def __init__(self) -> None:
         self.encoder = Encoder()
-        self.conn = H2Conn(_Pool())  # type: ignore[arg-type]
-        self.conn.connection_made(_Transport())  # type: ignore[arg-type]
+        self.conn = H2Conn(FakeH2Pool())  # type: ignore[arg-type]
+        self.conn.connection_made(MemoryTransport(keep=False))  # type: ignore[arg-type]
         settings = frame(0x4, 0, 0, (5).to_bytes(2, "big") + (16384).to_bytes(4, "big"))
         self.conn.data_received(settings + frame(0x4, 0x1, 0, b""))
         self.conn.flush_now()
@@ -177,7 +145,7 @@ class H1Side:
         self.conns = []
         for _ in range(conns):
             conn = _Conn(self.pool)
-            conn.connection_made(_Transport())  # type: ignore[arg-type]
+            conn.connection_made(MemoryTransport(keep=False))  # type: ignore[arg-type]
             self.conns.append(conn)
 
     @staticmethod

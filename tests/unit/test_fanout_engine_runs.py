@@ -6,26 +6,14 @@ starter gained a coding argument)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from kproxy.testing.benchrun import run_benchmark
 
 
 def test_fanout_engine_tiny_run() -> None:
     argv = ["--watchers", "20", "--rate", "200", "--batches", "2", "--sizes", "300", "--duration", "0.5"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.fanout_engine", *argv, "--procs", "1"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_benchmark("fanout_engine", [*argv, "--procs", "1"], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = re.findall(r"^\| 300 \| 2 \| (raw|kproxy) \| ([\d,]+) \|.*\| ([\d.]+) \| ([\d.]+) \|$", done.stdout, re.M)
     assert {r[0] for r in rows} == {"raw", "kproxy"}, done.stdout

@@ -16,39 +16,9 @@ from hpack import Encoder
 
 from kproxy.server.http2 import client
 from kproxy.server.http2.client import H2Conn, request_fields
-
-
-class _Pool:
-    read_idle_timeout = 30.0
-    ping_timeout = 15.0
-    idle_timeout = 90.0
-    connection_window = 1 << 30
-
-    def retire(self, conn: Any) -> None:
-        pass
-
-
-class _Alpn:
-    def selected_alpn_protocol(self) -> str:
-        return "h2"
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-
-    def get_extra_info(self, key: str, default: Any = None) -> Any:
-        return _Alpn() if key == "ssl_object" else default
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        pass
-
-
-def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
-    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+from kproxy.testing.h2fakes import FakeH2Pool as _Pool
+from kproxy.testing.h2fakes import MemoryTransport as _Transport
+from kproxy.testing.h2fakes import frame as _frame
 
 
 def _settings(values: dict[int, int], ack: bool = False) -> bytes:

@@ -5,25 +5,13 @@ whole), or an interface change in the clients would leave it measuring nothing."
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from kproxy.testing.benchrun import run_benchmark
 
 
 def test_upstream_clients_quick_run() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.upstream_clients", "--quick"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_benchmark("upstream_clients", ["--quick"], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = re.findall(r"^\| (GET|LIST)[^|]* \| ([\d.]+) \| ([\d.]+) \| ([\d.]+)x \|$", done.stdout, re.M)
     assert len(rows) == 4, done.stdout

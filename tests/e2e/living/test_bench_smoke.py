@@ -9,15 +9,12 @@ with kproxy holding at most one apiserver watch of pods (a measurement read from
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing.benchrun import run_benchmark
 
-ROOT = Path(__file__).resolve().parents[3]
 #: --quick: 2 Deployments x 5 steps
 ROLLOUTS = 10
 
@@ -25,15 +22,7 @@ ROLLOUTS = 10
 def test_quick_run_produces_the_table(living: ControlPlaneInfo, tmp_path: Path) -> None:
     out = tmp_path / "controlplane.md"
     argv = ["--quick", "--envtest-dir", str(living.dir), "--output", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.controlplane", *argv],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = run_benchmark("controlplane", argv, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()
     assert text in done.stdout
