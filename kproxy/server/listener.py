@@ -27,10 +27,22 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessingError, LineTooLong
+from aiohttp.http_writer import HttpVersion
 from aiohttp.streams import EMPTY_PAYLOAD
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from kproxy.server.connections import HEADER_LINE_COST, IDLE, TLS_HANDSHAKE, Connections
+from kproxy.server.h1request import (
+    GO_ERROR_HEADERS,
+    UNSUPPORTED_TE,
+    ChunkedBody,
+    Head,
+    HeadRefused,
+    MalformedChunked,
+    go_answer,
+    head_end,
+    read_head,
+)
 from kproxy.server.http2.server import H2ServerConnection, Handler
 from kproxy.server.http2.settings import H2Limits
 
@@ -41,9 +53,6 @@ log = logging.getLogger("kproxy")
 MAX_HEAD_BYTES = (1 << 20) + 4096
 #: Go counts no headers, only bytes; this bounds what a head of MAX_HEAD_BYTES costs in Python.
 MAX_HEADERS = 1 << 16
-
-_GO_ERROR_HEADERS = b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-_UNSUPPORTED_TE = b"HTTP/1.1 501 Not Implemented" + _GO_ERROR_HEADERS + b"Unsupported transfer encoding"
 
 
 class HeadTooLarge(BadHttpMessage):
@@ -65,6 +74,8 @@ def go_parse_error(err: BaseException) -> bytes:
     Its texts (net/http ``conn.serve``): ``431 Request Header Fields Too Large``; ``Unsupported
     transfer encoding`` (501); a status error with its text (a protocol version other than 1.x,
     a missing Host); ``400 Bad Request`` for anything else."""
+    if isinstance(err, HeadRefused):
+        return err.answer
     msg = str(err)
     if isinstance(err, (HeadTooLarge, LineTooLong)) or "Too many headers" in msg:
         public = b"431 Request Header Fields Too Large"
@@ -73,20 +84,10 @@ def go_parse_error(err: BaseException) -> bytes:
     elif "Missing 'Host' header" in msg:
         public = b"400 Bad Request: missing required Host header"
     elif "Transfer-Encoding" in msg and "Content-Length" not in msg:
-        return _UNSUPPORTED_TE
+        return UNSUPPORTED_TE
     else:
         public = b"400 Bad Request"
-    return b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public
-
-
-def go_chunked_error(err: BaseException) -> str:
-    """Go's chunked reader's error (net/http/internal/chunked.go) for llhttp's complaint."""
-    msg = str(err)
-    if "Invalid character in chunk size" in msg:
-        return "invalid byte in chunk length"
-    if "overflow" in msg.lower():
-        return "http chunk length too large"
-    return "malformed chunked encoding"
+    return b"HTTP/1.1 " + public + GO_ERROR_HEADERS + public
 
 
 class _RawAnswer(web.StreamResponse):
@@ -108,16 +109,29 @@ class _RawAnswer(web.StreamResponse):
 
 
 class _HeadLimit:
-    """The request parser, with Go's limit on the bytes of a head and its handling of a body
-    that turns malformed: the request already being served sees the error, no new one starts.
-    It tells the connection when a head is complete and what the heads it holds cost."""
+    """The request reader: every head is read by Go's rules first (``kproxy.server.h1request``),
+    with Go's limit on its bytes, and aiohttp's parser is handed only what Go took, in a form it
+    reads the same way: a head at a time, then exactly the body Go's framing gives it (a chunked
+    body re-encoded). A body that turns malformed is the request's error: the request being
+    served sees it, no new one starts. It tells the connection when a head is complete and what
+    the heads it holds cost."""
 
     def __init__(self, parser: Any, protocol: GoRequestHandler) -> None:
         self._parser = parser
         self._protocol = protocol
         self._body: Any = None  # the body of the last request whose head was parsed
-        self._head = 0  # bytes received since that head
-        self._lines = 0  # and the header lines among them
+        self._partial = bytearray()  # a head begun and not complete
+        self._scanned = 0  # how far the search for its end went
+        self._lines = 0  # the line ends in it
+        self._length = 0  # the bytes of a Content-Length body still to come
+        self._chunks: ChunkedBody | None = None  # a chunked body being read
+        self._rest = b""  # the part of a chunk's line that came so far
+        self._after_post = False
+        self._closing = False  # the last head read closes the connection after its request
+        self._since = 0  # bytes received since the last head (or the connection's start)
+        self._read_any = False  # a head was read on this connection
+        self._ended = False  # refused or upgraded: nothing more is read as HTTP
+        self._heads: deque[tuple[Head, int]] = deque()  # given to the parser, no message yet
         self._queued: deque[int] = deque()  # the cost of each parsed head not yet served
 
     def __getattr__(self, name: str) -> Any:
@@ -126,11 +140,17 @@ class _HeadLimit:
     @property
     def partial(self) -> int:
         """Bytes of a head that has begun and is not complete."""
-        return self._head
+        return len(self._partial)
+
+    def cut_off(self) -> bool:
+        """Whether the client's end of stream cuts off a head Go would have begun reading: any
+        byte of a connection's first head, four of a later one (Go's ``conn.serve`` peeks four
+        bytes before it reads the next request, and closes quietly without them)."""
+        return bool(self._partial) and self._since >= (4 if self._read_any else 1)
 
     def held(self) -> int:
         """Estimated memory of the heads this connection holds (begun, or parsed and queued)."""
-        return self._head + HEADER_LINE_COST * self._lines + sum(self._queued)
+        return len(self._partial) + HEADER_LINE_COST * self._lines + sum(self._queued)
 
     def message_consumed(self) -> None:
         if self._queued:
@@ -139,42 +159,138 @@ class _HeadLimit:
         self._protocol.holding()
 
     def feed_data(self, data: bytes) -> Any:
-        body = self._body
-        in_body = body is not None and not body.is_eof()
-        if not in_body:
-            self._head += len(data)
-            if self._head > MAX_HEAD_BYTES:
-                raise HeadTooLarge()
-            self._lines += data.count(b"\n")
+        if self._ended:
+            return (), False, b""
+        messages: list[Any] = []
         try:
-            messages, upgraded, tail = self._parser.feed_data(data)
-        except HttpProcessingError as err:
-            if not in_body or body.is_eof():
-                raise  # the error is in what follows a whole request: aiohttp answers it after that one
-            # Go's server hands the chunked reader's error to the handler reading the body,
-            # and reads nothing after it; the apiserver answers it (500) and closes.
-            body.set_exception(MalformedBody(go_chunked_error(err)))
+            if not data:  # aiohttp resuming a parser that paused on a full queue
+                self._give(b"", messages)
+            tail = self._consume(data, messages)
+        except HttpProcessingError as err:  # Go's refusal of a head, or kproxy's bound on heads
+            messages.append((_ErrInfo(status=400, exc=err, message=err.message), EMPTY_PAYLOAD))
+            self._ended, tail = True, None
+        except MalformedChunked as err:
+            # Go's server hands the chunked reader's error to the handler reading the body (after
+            # the data before it), and reads nothing after it; the apiserver answers it and closes.
+            if err.pieces:
+                self._give(b"".join(err.pieces), messages)
+            body = self._body
+            body.set_exception(MalformedBody(str(err)))
             body.feed_eof()  # every read still raises; aiohttp does not linger over the rest
             self._protocol.close()
-            return (), False, b""
-        if messages:
-            self._body = messages[-1][1]
-            self._queued.append(self._head + HEADER_LINE_COST * self._lines)
-            self._queued.extend([0] * (len(messages) - 1))
-            begun = _next_head(data) if self._body is EMPTY_PAYLOAD else b""
-            self._head, self._lines = len(begun), begun.count(b"\n")
-            self._protocol.head_done()
+            self._ended, tail = True, None
         if not self._protocol.holding():
             return (), False, b""  # a bound closed this connection
-        return messages, upgraded, tail
+        if tail is not None:
+            return messages, True, tail
+        return messages, False, b""
 
+    def _consume(self, buf: bytes, messages: list[Any]) -> bytes | None:
+        """Read ``buf``: heads, and the bodies they frame. The bytes after an upgrade, or None."""
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self._length:
+                n = min(self._length, end - pos)
+                self._length -= n
+                pos += n
+                if self._give(buf[pos - n : pos], messages):
+                    return buf[pos:]
+            elif self._chunks is not None:
+                if self._rest:
+                    buf, pos, self._rest = self._rest + buf[pos:], 0, b""
+                    end = len(buf)
+                pieces, pos, done = self._chunks.feed(buf, pos)
+                if done:
+                    self._chunks = None
+                elif pos < end:
+                    self._rest, pos = buf[pos:], end
+                if pieces and self._give(b"".join(pieces), messages):
+                    return buf[pos:]
+            elif self._closing:
+                break  # Go reads nothing after a request that closes the connection
+            else:
+                head, buf, pos = self._head(buf, pos)
+                end = len(buf)
+                if head is None:
+                    break
+                if self._give(head.canonical, messages):
+                    return buf[pos:]
+        return None
 
-def _next_head(data: bytes) -> bytes:
-    """What follows the last head in ``data`` when that head's request has no body: the part of
-    the next request's head that came with it (pipelined). The parser keeps it and does not say."""
-    crlf, lf = data.rfind(b"\n\r\n"), data.rfind(b"\n\n")
-    end = max(crlf + 3 if crlf >= 0 else 0, lf + 2 if lf >= 0 else 0)
-    return data[end:]
+    def _head(self, buf: bytes, pos: int) -> tuple[Head | None, bytes, int]:
+        """The next head, read by Go's rules, and the bytes and offset where its body starts;
+        None while the head is not whole (it is kept, and every byte of ``buf`` read)."""
+        work: bytes | bytearray = buf
+        self._since += len(buf) - pos
+        if self._partial:
+            more = buf[pos:] if pos else buf
+            self._partial += more
+            self._lines += more.count(b"\n")
+            work, pos = self._partial, 0
+        if self._after_post:  # Go's tolerance of old clients' CRLF after a POST body
+            skip = 0
+            while skip < 4 and pos + skip < len(work) and work[pos + skip] in b"\r\n":
+                skip += 1
+            if skip < 4 and pos + skip == len(work):
+                self._hold(work, pos)
+                return None, buf, len(buf)
+            pos += skip
+            self._after_post = False
+        end = head_end(work, pos, self._scanned)
+        if end - pos in (1, 2) and self._read_any and self._since < 4:
+            end = -1  # an empty line after a request: Go waits for four bytes before it reads one
+        if end < 0:
+            self._hold(work, pos)
+            return None, buf, len(buf)
+        raw = bytes(work[pos:end])
+        if work is self._partial:
+            buf, pos = bytes(work[end:]), 0
+            self._partial = bytearray()
+        else:
+            pos = end
+        self._scanned = self._lines = self._since = 0
+        self._read_any = True
+        head = read_head(raw)
+        self._after_post = head.post
+        self._closing = head.close
+        self._length = head.length
+        self._chunks = ChunkedBody() if head.chunked else None
+        self._heads.append((head, len(raw) + HEADER_LINE_COST * raw.count(b"\n")))
+        return head, buf, pos
+
+    def _hold(self, work: bytes | bytearray, pos: int) -> None:
+        """Keep the begun head (``work`` from ``pos``) for the next read, within Go's limit."""
+        if work is not self._partial:
+            self._partial = bytearray(work[pos:])
+            self._lines = self._partial.count(b"\n")
+        elif pos:
+            del self._partial[:pos]
+            self._lines = self._partial.count(b"\n")
+        self._scanned = len(self._partial)
+        if self._scanned > MAX_HEAD_BYTES:
+            raise HeadTooLarge()
+
+    def _give(self, piece: bytes, messages: list[Any]) -> bool:
+        """Hand ``piece`` to aiohttp's parser and collect the messages it makes, with Go's method,
+        target and version put back where it was given a stand-in; True once it upgraded."""
+        got, upgraded, _ = self._parser.feed_data(piece)
+        for msg, payload in got:
+            fix, cost = self._heads.popleft()
+            if fix.method is not None or fix.target is not None or fix.version is not None:
+                msg = msg._replace(
+                    method=fix.method or msg.method,
+                    path=msg.path if fix.target is None else fix.target,
+                    version=HttpVersion(*fix.version) if fix.version is not None else msg.version,
+                )
+            if fix.close != msg.should_close:
+                msg = msg._replace(should_close=fix.close)
+            messages.append((msg, payload))
+            self._body = payload
+            self._queued.append(cost)
+            self._protocol.head_done()
+        if upgraded:
+            self._ended = True
+        return bool(upgraded)
 
 
 # Where a connection is (kproxy.server.connections): accepted, not yet admitted; in its TLS
@@ -332,6 +448,7 @@ class GoRequestHandler(RequestHandler):
         self._disarm()
         self._phase = _BUSY
         self._conns.enter(self, None)
+
         def closed() -> None:
             self._release()
             http2.gone(conn.number)
@@ -355,6 +472,13 @@ class GoRequestHandler(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._release()
         super().connection_lost(exc)
+
+    def eof_received(self) -> None:
+        """The client ended its side. A head it left unfinished gets Go's answer to one cut off
+        (``readRequest``'s unexpected EOF: ``400 Bad Request``); then the connection closes."""
+        heads = self._heads()
+        if heads is not None and heads.cut_off() and self._phase in (_HEAD, _IDLE) and self.transport is not None:
+            self.transport.write(go_answer(b"400 Bad Request"))
 
     def _process_keepalive(self) -> None:
         """aiohttp's own keep-alive timer: the deadlines here replace it."""
@@ -579,7 +703,7 @@ def go_bad_request(why: str = "") -> web.StreamResponse:
     ``badRequestError`` such as ``malformed Host header``): ``400 Bad Request[: why]``, then the
     connection closes (net/http ``conn.serve``)."""
     public = b"400 Bad Request" + (b": " + why.encode() if why else b"")
-    return _RawAnswer(b"HTTP/1.1 " + public + _GO_ERROR_HEADERS + public)
+    return _RawAnswer(b"HTTP/1.1 " + public + GO_ERROR_HEADERS + public)
 
 
 def go_transfer_encoding_refused(version: tuple[int, int], values: list[str]) -> web.StreamResponse | None:
@@ -591,4 +715,4 @@ def go_transfer_encoding_refused(version: tuple[int, int], values: list[str]) ->
         return None
     if len(values) == 1 and values[0].isascii() and values[0].lower() == "chunked":  # ascii.EqualFold
         return None
-    return _RawAnswer(_UNSUPPORTED_TE)
+    return _RawAnswer(UNSUPPORTED_TE)

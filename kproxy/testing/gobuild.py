@@ -1,7 +1,7 @@
 """Building the small Go programs the tests drive, once per source version.
 
 Each program is its own Go module under the repository (``tests/e2e/informer``, ``tools/gooracle``).
-Its binary is cached under ``~/.cache/kproxy/<name>/<hash of go.mod, go.sum, main.go>/`` so only a
+Its binary is cached under ``~/.cache/kproxy/<name>/<hash of go.mod, go.sum and its .go files>/`` so only a
 change to the program rebuilds it; the build uses the control plane's Go settings
 (``tools/envtest/build.sh``: the Go module proxy, no cgo).
 """
@@ -19,12 +19,10 @@ from kproxy.localcluster.errors import EnvtestError
 
 __all__ = ["ensure_go_binary"]
 
-_INPUTS = ("go.mod", "go.sum", "main.go")
-
-
 def _digest(source: Path) -> str:
     h = hashlib.sha256()
-    for name in _INPUTS:
+    names = ["go.mod", "go.sum", *sorted(p.name for p in source.glob("*.go"))]
+    for name in names:
         path = source / name
         h.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
     return h.hexdigest()[:16]

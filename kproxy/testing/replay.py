@@ -32,6 +32,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from kproxy.gocompat.url import query_values
+from kproxy.server.listener import GoServer
 
 __all__ = ["DEFAULT_RECORDINGS", "Received", "Recorded", "ReplayUpstream", "load_recordings", "recording"]
 
@@ -217,7 +218,8 @@ class ReplayUpstream:
         return resp
 
     async def start(self) -> ReplayUpstream:
-        server = web.Server(self._handle, handler_cancellation=True, access_log=None)
+        # Read as the apiserver's Go server reads requests (kproxy's listener does the same).
+        server = GoServer(self._handle, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

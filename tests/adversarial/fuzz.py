@@ -524,37 +524,11 @@ def _target(raw: bytes) -> bytes:
 #: Differences at the HTTP edge that are known and reported, each with why (never a policy failure:
 #: only answers where kproxy refuses what Go serves, or serves what Go refuses, are excused here).
 #: A class no longer seen in a full CI run fails the test, so the entry goes when its fix lands.
-KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {
-    "method-case": (
-        "kproxy's HTTP parser refuses a method that is not upper case (text 400); Go takes any token",
-        lambda raw, via, direct: raw.split(b" ", 1)[0] != raw.split(b" ", 1)[0].upper() and _text_400(via),
-    ),
-    "scheme-only-absolute-form": (
-        "kproxy refuses `x:/api/...` and `foo:///api/...` (text 400); Go's ParseRequestURI takes them and the"
-        " apiserver routes by the path",
-        lambda raw, via, direct: not re.match(rb"(?i)(/|\*|https?://)", _target(raw)) and _text_400(via),
-    ),
-    "duplicate-content-type": (
-        "kproxy refuses two Content-Type headers (text 400); Go's Header.Get takes the first",
-        lambda raw, via, direct: raw.split(b"\r\n\r\n")[0].count(b"\r\nContent-Type:") > 1 and _text_400(via),
-    ),
-    "request-line-spaces": (
-        "kproxy serves a request line with two spaces before the version; Go answers 400 (malformed HTTP version)",
-        lambda raw, via, direct: _request_line(raw).count(b" ") > 2 and _text_400(direct) and not _text_400(via),
-    ),
-    "unknown-coding-order": (
-        "kproxy's HTTP parser checks Transfer-Encoding before the target (its 501 where Go answers 400)",
-        lambda raw, via, direct: (
-            # The head's last line too (the split takes its CRLF).
-            b"\r\nTransfer-Encoding: identity\r\n" in raw.split(b"\r\n\r\n")[0] + b"\r\n"
-            and 501 in (via.status, direct.status)
-        ),
-    ),
-}
+KNOWN: dict[str, tuple[str, Callable[[bytes, Answer, Answer], bool]]] = {}
 #: The chains each KNOWN class must show in, in a full CI run (the others lack the filter it needs,
 #: or the class is too rare for 1,000 requests); by default the chains of mutated requests (the
 #: identity chain has its own generator, which mutates no target, method or body).
-KNOWN_IN = {"unknown-coding-order": ()}
+KNOWN_IN: dict[str, tuple[str, ...]] = {}
 MUTATED_CHAINS = ("transparent", "policy")
 
 

@@ -14,29 +14,21 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange
 
-GARBAGE = "kproxy refuses the first request (text 400) when unreadable bytes follow it; Go answers it first"
-METHOD = "kproxy refuses a method that is not upper case (text 400); Go takes any token, the apiserver answers"
-SCHEME = "kproxy refuses a target with a scheme and no host (text 400); Go's ParseRequestURI takes it"
-DUP_CT = "kproxy refuses two Content-Type headers (text 400); Go's Header.Get takes the first"
-FOLD = "kproxy refuses an obs-fold continuation line (text 400); Go's server joins it to the header"
-SPACES = "kproxy serves a request line with two spaces before the version; Go answers 400"
-ORDER = "kproxy checks Transfer-Encoding before the target: its 501 where Go answers 400 for the bad target"
-
 H = b"Host: localhost\r\nAccept: application/json\r\nConnection: close\r\n"
 CASES = {
     "plain": (b"GET /version HTTP/1.1\r\n" + H + b"\r\n", None),
-    "garbage-after-request": (b"GET /version HTTP/1.1\r\n" + H + b"\r\nGARBAGE\r\n\r\n", GARBAGE),
+    "garbage-after-request": (b"GET /version HTTP/1.1\r\n" + H + b"\r\nGARBAGE\r\n\r\n", None),
     "second-chunked-terminator": (
-        b"GET /version HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n0\r\n\r\n", GARBAGE),
-    "lower-case-method": (b"get /api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", METHOD),
-    "scheme-without-host": (b"GET x:/api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", SCHEME),
+        b"GET /version HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n0\r\n\r\n", None),
+    "lower-case-method": (b"get /api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", None),
+    "scheme-without-host": (b"GET x:/api/v1/namespaces HTTP/1.1\r\n" + H + b"\r\n", None),
     "two-content-types": (
         b"PATCH /api/v1/namespaces/default HTTP/1.1\r\n" + H + b"Content-Type: application/merge-patch+json\r\n"
-        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", DUP_CT),
-    "obs-fold": (b"GET /version HTTP/1.1\r\n" + H + b"X-A: a\r\n b\r\n\r\n", FOLD),
-    "two-spaces-before-version": (b"GET /version  HTTP/1.1\r\n" + H + b"\r\n", SPACES),
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", None),
+    "obs-fold": (b"GET /version HTTP/1.1\r\n" + H + b"X-A: a\r\n b\r\n\r\n", None),
+    "two-spaces-before-version": (b"GET /version  HTTP/1.1\r\n" + H + b"\r\n", None),
     "bad-target-and-unknown-coding": (
-        b"POST /api/v1/namespaces% HTTP/1.1\r\n" + H + b"Transfer-Encoding: identity\r\n\r\n", ORDER),
+        b"POST /api/v1/namespaces% HTTP/1.1\r\n" + H + b"Transfer-Encoding: identity\r\n\r\n", None),
     "upgrade-with-unknown-coding": (
         b"POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n"
         b"Content-Type: application/json\r\nTransfer-Encoding: identity\r\nUpgrade: websocket\r\n"

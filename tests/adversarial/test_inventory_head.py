@@ -18,9 +18,6 @@ from kproxy.testing.proxyproc import RunningProxy
 from .conftest import start_capped
 from .wire import Endpoint, exchange
 
-LF = "kproxy's parser refuses bare LF line endings (text 400); Go's textproto reads them"
-CL_TE = "kproxy refuses Transfer-Encoding with Content-Length (400); Go reads the chunked body and drops the length"
-SAME_CL = "kproxy refuses two equal Content-Length headers (400); Go takes them as one"
 CONNECT = "kproxy refuses CONNECT with an authority-form target (400); Go reads it, the apiserver answers 403"
 
 A = b"Accept: application/json\r\nConnection: close\r\n"
@@ -37,12 +34,13 @@ CASES: dict[str, tuple[bytes, str | None]] = {
     "name-non-ascii": (G + b"X-\xc3\xa9: 1\r\n" + A + b"\r\n", None),
     "name-space-before-colon": (G + b"Authorization : Bearer x\r\n" + A + b"\r\n", None),
     "name-empty": (G + b": x\r\n" + A + b"\r\n", None),
-    "lf-line-endings": (b"GET /version HTTP/1.1\nHost: localhost\nAccept: application/json\nConnection: close\n\n", LF),
+    "lf-line-endings": (b"GET /version HTTP/1.1\nHost: localhost\nAccept: application/json\nConnection: close\n\n",
+                        None),
     "two-content-lengths-differ": (POST + CT + b"Content-Length: " + N + b"\r\nContent-Length: 1\r\n\r\n" + SSR, None),
     "two-content-lengths-equal": (POST + CT + b"Content-Length: " + N + b"\r\nContent-Length: " + N + b"\r\n\r\n" + SSR,
-                                  SAME_CL),
+                                  None),
     "chunked-and-length": (POST + CT + b"Content-Length: " + N + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
-                           + f"{len(SSR):x}\r\n".encode() + SSR + b"\r\n0\r\n\r\n", CL_TE),
+                           + f"{len(SSR):x}\r\n".encode() + SSR + b"\r\n0\r\n\r\n", None),
     "connect-origin-form": (b"CONNECT /version HTTP/1.1\r\nHost: localhost\r\n" + A + b"\r\n", None),
     "connect-authority-form": (b"CONNECT localhost:443 HTTP/1.1\r\nHost: localhost\r\n" + A + b"\r\n", CONNECT),
     "nul-in-value": (G + b"X-A: a\x00b\r\n" + A + b"\r\n", None),

@@ -16,6 +16,10 @@
 //	["mediatype", v]        mime.ParseMediaType (how the apiserver reads Content-Type): {"err": bool, "type"}
 //	["yamltojson", doc]     sigs.k8s.io/yaml YAMLToJSON (how the apiserver reads a YAML body): {"err": bool, "json"}
 //	["yamlstring", s]       sigs.k8s.io/yaml Marshal of {"v": s} (how the apiserver writes a string in YAML): {"out"}
+//	["serve", raw]          Go's net/http server reading raw as one connection's bytes (serve.go):
+//	                        {"requests": [{"method", "uri", "host", "major", "minor", "header":
+//	                        [[name, [value, ...]], ...], "body", "bodyErr"}, ...], "response": the bytes
+//	                        it wrote}
 //	["unicode"]             the unicode tables: {"space": [r...], "lower": [[r, l]...], "fold": [[r, f]...]}
 //	                        (unicode.IsSpace; unicode.ToLower and unicode.SimpleFold where they differ from r)
 //	["request", name, value, name, value, ...]
@@ -185,6 +189,8 @@ func main() {
 			_ = out.Encode(map[string]any{"out": y})
 		case "unicode":
 			_ = out.Encode(unicodeTables())
+		case "serve":
+			_ = out.Encode(serve([]byte(args[0])))
 		case "request":
 			r := newRequest(args)
 			_ = out.Encode(map[string]any{

@@ -214,6 +214,10 @@ def violation(policy: str, req: Received) -> str | None:
     forbids it, or None."""
     if req.method not in WRITES or req.path.startswith(REVIEWS) or _prefix_verb(req.path):
         return None
+    if not req.path.startswith("/"):
+        # ``*`` (Go reads it as the path): the apiserver routes no path that does not begin with a
+        # slash, so nothing is written (tests/adversarial/test_policy_corpus.py shows it persisting nothing).
+        return None
     query = query_values(req.target.partition("?")[2])
     if policy == "strict":
         fv = query.get("fieldValidation", [])
