@@ -66,10 +66,15 @@ _NOT_TOKEN = re.compile(rb"[^" + _TCHAR + rb"]")
 _NAME_BYTES = re.compile(rb"[" + _TCHAR + rb" ]+")  # textproto keeps a name with spaces, uncanonicalized
 _BAD_VALUE_BYTE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # textproto validHeaderValueByte
 _BAD_HOST_BYTE = re.compile(rb"[^0-9A-Za-z!$%&()*+,\-.:;=\[\]'_~]")  # httpguts ValidHostHeader
-#: What llhttp reads in a clean head exactly as Go does: printable ASCII, CRLF line ends, no
-#: HTAB, no blank before a line end (llhttp trims values by rules of its own).
-_CLEAN_HEAD = re.compile(
-    rb"[\x21-\x7e][\x20-\x7e]*(?:\r\n[\x21-\x7e](?:[\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)*\r\n\r\n"
+#: What llhttp reads in a plain head exactly as Go does: printable ASCII, CRLF line ends, no HTAB,
+#: no blank before a line end (llhttp trims values by rules of its own), token names.
+_CLEAN_FIELDS = re.compile(rb"(?:[" + _TCHAR + rb"]+:(?:[\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?\r\n)*\r\n")
+_PRINTABLE_LINE = re.compile(rb"[\x21-\x7e][\x20-\x7e]*")
+#: In a plain head, the fields this module decides by (the others go to llhttp untouched).
+_DECISIVE = re.compile(
+    rb"\r\n(host|transfer-encoding|content-length|connection|trailer|content-location|content-range|content-type"
+    rb"|etag|max-forwards|server|user-agent):[ ]*([^\r\n]*)",
+    re.IGNORECASE,
 )
 #: Targets llhttp takes and reads as the same string (origin-form, printable ASCII); any other
 #: reaches it as a stand-in (kproxy reads the target from the message's ``path``).
@@ -212,11 +217,16 @@ def read_fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], bool]:
     return fields, folded
 
 
-def read_head(head: bytes) -> Head:
+def read_head(head: bytes, quick: bool = True) -> Head:
     """Go's reading of one request head (``head`` ends with its blank line); raises
-    :class:`HeadRefused` with Go's answer where Go refuses it, in Go's order."""
-    lines, crlf = _lines(head) if len(head) > 2 else ([b""], True)
-    line = lines[0]
+    :class:`HeadRefused` with Go's answer where Go refuses it, in Go's order.
+
+    A head whose header lines are all plain (``_CLEAN_FIELDS``: token names, printable values,
+    CRLF) is read ``quick``ly: only the fields a decision here depends on are taken out of it, in
+    C, and it goes to llhttp as it came. Any other head, or a plain one needing a rewrite, is read
+    line by line (``read_fields``)."""
+    first = head.find(b"\n") + 1
+    line = head[: first - 1].removesuffix(b"\r") if first else head
     method, sp1, rest = line.partition(b" ")
     target, sp2, proto = rest.partition(b" ")
     if not sp1 or not sp2:
@@ -228,8 +238,12 @@ def read_head(head: bytes) -> Head:
         raise _bad("malformed HTTP version")
     if _target_refused(method, target):
         raise _bad("invalid request target")
-    fields, folded = read_fields(lines[1:])
-    clean = crlf and not folded and _CLEAN_HEAD.fullmatch(head) is not None
+    if quick and head[first - 2 : first] == b"\r\n" and _CLEAN_FIELDS.fullmatch(head, first):
+        fields, clean = _DECISIVE.findall(head, first - 2), _PRINTABLE_LINE.fullmatch(line) is not None
+    else:
+        lines, _ = _lines(head) if len(head) > 2 else ([b""], True)
+        fields, _ = read_fields(lines[1:])
+        clean, quick = False, False
     out = Head()
     out.post = method == b"POST"
     keep: list[tuple[bytes, bytes]] = []
@@ -271,14 +285,14 @@ def read_head(head: bytes) -> Head:
     elif te:
         clean = False  # ignored on HTTP/1.0: the body is framed by Content-Length alone
     if cl:  # checked even where chunked framing then drops it
-        first = cl[0].strip(b" \t\r\n")
-        if any(v.strip(b" \t\r\n") != first for v in cl[1:]):
+        declared = cl[0].strip(b" \t\r\n")
+        if any(v.strip(b" \t\r\n") != declared for v in cl[1:]):
             raise _bad("multiple Content-Length headers")
-        if not first.isdigit() or not first.isascii() or int(first) >= 1 << 63:
+        if not declared.isdigit() or not declared.isascii() or int(declared) >= 1 << 63:
             raise _bad("bad Content-Length")
         if not out.chunked:
-            out.length = int(first)
-            keep.append((b"Content-Length", first))
+            out.length = int(declared)
+            keep.append((b"Content-Length", declared))
             clean = clean and len(cl) == 1
     if out.chunked:
         _check_trailer_keys(keep)
@@ -305,6 +319,8 @@ def read_head(head: bytes) -> Head:
     if clean:
         out.canonical = head
         return out
+    if quick:  # plain, but llhttp must be given it rewritten: every field is needed
+        return read_head(head, quick=False)
     parts = [method, b" ", target, b" HTTP/1.%d\r\n" % min(version[1], 1)]
     if not hosts and version >= (1, 1):
         parts.append(b"Host: \r\n")  # CONNECT needs none; aiohttp's parser does

@@ -24,7 +24,7 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestPayloadError, _ErrInfo
 
-from kproxy.server.h1request import go_answer
+from kproxy.server.h1request import _CLEAN_FIELDS, HeadRefused, go_answer, head_end, read_head
 from kproxy.server.listener import MAX_HEAD_BYTES, MAX_HEADERS, _HeadLimit, go_parse_error
 from kproxy.testing.gooracle import GoOracle, b64
 
@@ -348,3 +348,26 @@ def test_kproxy_reads_what_go_reads_mutated(go: GoOracle) -> None:
         # One in ten arrives in random pieces, as from a slow or hostile client.
         cuts = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, 6))) if i % 10 == 0 and len(raw) > 1 else []
         _compare(raw, answer, asyncio.run(_kproxy_reads(raw, cuts)))
+
+
+def _verdict(head: bytes, quick: bool) -> object:
+    try:
+        h = read_head(head, quick=quick)
+    except HeadRefused as err:
+        return err.answer
+    return (h.method, h.target, h.version, h.length, h.chunked, h.close, h.post)
+
+
+def test_the_quick_reading_of_plain_heads_is_the_full_one() -> None:
+    """A plain head is read by a C regex and only its decisive fields (``read_head``'s quick
+    path); every verdict it gives must be the line-by-line reading's."""
+    rng = random.Random(7)
+    heads = [raw[: head_end(raw)] for raw in (_mutate(rng, rng.choice(SEEDS)) for _ in range(4000))]
+    heads += [CASES[c][: head_end(CASES[c])] for c in CASES]
+    quick = 0
+    for head in heads:
+        if head_end(head) != len(head):
+            continue
+        assert _verdict(head, True) == _verdict(head, False), head
+        quick += _CLEAN_FIELDS.fullmatch(head, head.find(b"\n") + 1) is not None
+    assert quick > 1000  # the quick path was taken, often
