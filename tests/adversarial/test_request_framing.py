@@ -62,35 +62,100 @@ def _cases(ns: str) -> dict[str, bytes]:
         out[case] = build(hidden(case))  # type: ignore[operator]
 
     # Content-Length says the hidden requests are body; chunked ends the body first (and the reverse).
-    add("cl-te", lambda h: head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % (
-        len(_chunk(SSR)) + 5 + len(h)) + _chunk(SSR) + b"0\r\n\r\n" + h)
-    add("te-cl", lambda h: head + b"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n" % len(SSR)
-        + _chunk(SSR + h) + b"0\r\n\r\n")
-    spellings = {"tab": b"chunked\t", "space": b" chunked", "upper": b"Chunked", "then-identity": b"chunked, identity",
-                 "identity-then": b"identity, chunked", "prefixed": b"xchunked", "plain": b"chunked"}
+    add(
+        "cl-te",
+        lambda h: (
+            head
+            + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % (len(_chunk(SSR)) + 5 + len(h))
+            + _chunk(SSR)
+            + b"0\r\n\r\n"
+            + h
+        ),
+    )
+    add(
+        "te-cl",
+        lambda h: (
+            head
+            + b"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n" % len(SSR)
+            + _chunk(SSR + h)
+            + b"0\r\n\r\n"
+        ),
+    )
+    spellings = {
+        "tab": b"chunked\t",
+        "space": b" chunked",
+        "upper": b"Chunked",
+        "then-identity": b"chunked, identity",
+        "identity-then": b"identity, chunked",
+        "prefixed": b"xchunked",
+        "plain": b"chunked",
+    }
     for tag, spelling in spellings.items():
-        add(f"te-{tag}", lambda h, s=spelling: head + b"Content-Length: %d\r\nTransfer-Encoding: %s\r\n\r\n" % (
-            len(_chunk(SSR)) + 5 + len(h), s) + _chunk(SSR) + b"0\r\n\r\n" + h)
-    add("te-folded", lambda h: head + b"Content-Length: %d\r\nTransfer-Encoding:\r\n chunked\r\n\r\n" % (
-        len(_chunk(SSR)) + 5 + len(h)) + _chunk(SSR) + b"0\r\n\r\n" + h)
-    add("cl-folded", lambda h: head + b"X-A: a\r\n Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (
-        len(SSR) + len(h), len(SSR)) + SSR + h)
-    add("te-http10", lambda h: head.replace(b"HTTP/1.1", b"HTTP/1.0") + b"Connection: keep-alive\r\n"
-        b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(SSR) + SSR + h)
-    add("two-cl", lambda h: head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (
-        len(SSR), len(SSR) + len(h)) + SSR + h)
+        add(
+            f"te-{tag}",
+            lambda h, s=spelling: (
+                head
+                + b"Content-Length: %d\r\nTransfer-Encoding: %s\r\n\r\n" % (len(_chunk(SSR)) + 5 + len(h), s)
+                + _chunk(SSR)
+                + b"0\r\n\r\n"
+                + h
+            ),
+        )
+    add(
+        "te-folded",
+        lambda h: (
+            head
+            + b"Content-Length: %d\r\nTransfer-Encoding:\r\n chunked\r\n\r\n" % (len(_chunk(SSR)) + 5 + len(h))
+            + _chunk(SSR)
+            + b"0\r\n\r\n"
+            + h
+        ),
+    )
+    add(
+        "cl-folded",
+        lambda h: (
+            head
+            + b"X-A: a\r\n Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(SSR) + len(h), len(SSR))
+            + SSR
+            + h
+        ),
+    )
+    add(
+        "te-http10",
+        lambda h: (
+            head.replace(b"HTTP/1.1", b"HTTP/1.0") + b"Connection: keep-alive\r\n"
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(SSR) + SSR + h
+        ),
+    )
+    add(
+        "two-cl",
+        lambda h: head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(SSR), len(SSR) + len(h)) + SSR + h,
+    )
     add("lf-head", lambda h: head.replace(b"\r\n", b"\n") + b"Content-Length: %d\n\n" % len(SSR) + SSR + h)
-    add("cr-head", lambda h: head + b"Content-Length: %d\r\rTransfer-Encoding: chunked\r\n\r\n" % len(SSR)
-        + SSR + h)
-    add("chunk-bare-lf", lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\n" % len(SSR) + SSR
-        + b"\r\n0\r\n\r\n" + h)
-    add("chunk-ext-lf", lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x;\n\r\n" % len(SSR) + SSR
-        + b"\r\n0\r\n\r\n" + h)
-    add("chunk-size-overflow", lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + b"1" + b"0" * 16
-        + b"%x\r\n" % len(SSR) + SSR + b"\r\n0\r\n\r\n" + h)
+    add("cr-head", lambda h: head + b"Content-Length: %d\r\rTransfer-Encoding: chunked\r\n\r\n" % len(SSR) + SSR + h)
+    add(
+        "chunk-bare-lf",
+        lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\n" % len(SSR) + SSR + b"\r\n0\r\n\r\n" + h,
+    )
+    add(
+        "chunk-ext-lf",
+        lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x;\n\r\n" % len(SSR) + SSR + b"\r\n0\r\n\r\n" + h,
+    )
+    add(
+        "chunk-size-overflow",
+        lambda h: (
+            head
+            + b"Transfer-Encoding: chunked\r\n\r\n"
+            + b"1"
+            + b"0" * 16
+            + b"%x\r\n" % len(SSR)
+            + SSR
+            + b"\r\n0\r\n\r\n"
+            + h
+        ),
+    )
     add("trailer-request", lambda h: head + b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(SSR) + b"0\r\n" + h)
-    add("get-with-body", lambda h: HEAD.replace("POST", "GET", 1).encode() + b"Content-Length: %d\r\n\r\n" % len(h)
-        + h)
+    add("get-with-body", lambda h: HEAD.replace("POST", "GET", 1).encode() + b"Content-Length: %d\r\n\r\n" % len(h) + h)
     return out  # fmt: skip
 
 

@@ -287,8 +287,8 @@ SEEDS = [
     b"GET /api/v1/namespaces/default/pods?limit=5 HTTP/1.1\r\nHost: h\r\nAccept: application/json\r\n"
     b"User-Agent: kubectl\r\nAuthorization: Bearer t\r\n\r\n",
     POST + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY,
-    POST + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"ki\r\n10;x=y\r\n"
-    b"nd\":\"ConfigMap\"}\r\n0\r\nX-T: 1\r\n\r\n",
+    POST + b'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"ki\r\n10;x=y\r\n'
+    b'nd":"ConfigMap"}\r\n0\r\nX-T: 1\r\n\r\n',
     b"GET /a HTTP/1.1\r\n" + H + b"\r\n" + POST + b"Content-Length: 2\r\n\r\n{}",
 ]
 _INSERTS = [b" ", b"\t", b"\r", b"\n", b"\r\n", b"\r\n ", b":", b",", b"\x00", b"\x7f", b"\x80", b";", b"0", b"a", b"%"]
