@@ -41,7 +41,7 @@ from kproxy.server.h1request import (
     MalformedChunked,
     go_answer,
     head_end,
-    read_head,
+    read_known_head,
 )
 from kproxy.server.http2.server import H2ServerConnection, Handler
 from kproxy.server.http2.settings import H2Limits
@@ -209,17 +209,18 @@ class _HeadLimit:
             elif self._closing:
                 break  # Go reads nothing after a request that closes the connection
             else:
-                head, buf, pos = self._head(buf, pos)
+                given, buf, pos = self._head(buf, pos)
                 end = len(buf)
-                if head is None:
+                if given is None:
                     break
-                if self._give(head.canonical, messages):
+                if self._give(given, messages):
                     return buf[pos:]
         return None
 
-    def _head(self, buf: bytes, pos: int) -> tuple[Head | None, bytes, int]:
-        """The next head, read by Go's rules, and the bytes and offset where its body starts;
-        None while the head is not whole (it is kept, and every byte of ``buf`` read)."""
+    def _head(self, buf: bytes, pos: int) -> tuple[bytes | None, bytes, int]:
+        """The next head, read by Go's rules (what aiohttp's parser is to be given of it), and the
+        bytes and offset where its body starts; None while the head is not whole (it is kept, and
+        every byte of ``buf`` read)."""
         work: bytes | bytearray = buf
         self._since += len(buf) - pos
         if self._partial:
@@ -242,7 +243,7 @@ class _HeadLimit:
         if end < 0:
             self._hold(work, pos)
             return None, buf, len(buf)
-        raw = bytes(work[pos:end])
+        raw = work if pos == 0 and end == len(work) and work is buf else bytes(work[pos:end])
         if work is self._partial:
             buf, pos = bytes(work[end:]), 0
             self._partial = bytearray()
@@ -250,13 +251,13 @@ class _HeadLimit:
             pos = end
         self._scanned = self._lines = self._since = 0
         self._read_any = True
-        head = read_head(raw)
+        head = read_known_head(raw)
         self._after_post = head.post
         self._closing = head.close
         self._length = head.length
         self._chunks = ChunkedBody() if head.chunked else None
         self._heads.append((head, len(raw) + HEADER_LINE_COST * raw.count(b"\n")))
-        return head, buf, pos
+        return head.canonical or raw, buf, pos
 
     def _hold(self, work: bytes | bytearray, pos: int) -> None:
         """Keep the begun head (``work`` from ``pos``) for the next read, within Go's limit."""

@@ -440,10 +440,9 @@ class ProxyServer:
         status = 500
         sent = 0
         audit_id = ""
-        # aiohttp takes what follows a CONNECT head as a tunnel, never as a body, so it cannot be
-        # read as Go reads it (by Content-Length, net/http/transfer.go); it goes upstream without
-        # one (no apiserver route serves CONNECT: its 405 or 404 comes before any body is read),
-        # and the connection closes after the answer, nothing after the head read as a request.
+        # A CONNECT's body (framed as Go frames it, kproxy.server.h1request) does not go upstream:
+        # no apiserver route serves CONNECT, and its 405 or 404 comes before any body is read.
+        # The connection closes after the answer.
         close = request.method == "CONNECT"
         try:
             if expect and not expects_continue(expect):

@@ -371,3 +371,17 @@ def test_the_quick_reading_of_plain_heads_is_the_full_one() -> None:
         assert _verdict(head, True) == _verdict(head, False), head
         quick += _CLEAN_FIELDS.fullmatch(head, head.find(b"\n") + 1) is not None
     assert quick > 1000  # the quick path was taken, often
+
+
+def test_known_heads_are_remembered_by_digest_only() -> None:
+    from kproxy.server import h1request
+
+    head = b"GET /a HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer secret-token-xyz\r\n\r\n"
+    first = h1request.read_known_head(head)
+    assert h1request.read_known_head(head) is first  # remembered
+    assert all(b"secret-token-xyz" not in key and len(key) == 16 for key in h1request._KNOWN)
+    folded = b"GET /a HTTP/1.1\r\nHost: h\r\nX-A: a\r\n b\r\n\r\n"  # rewritten for llhttp: not remembered
+    assert h1request.read_known_head(folded) is not h1request.read_known_head(folded)
+    for i in range(h1request._KNOWN_MAX + 10):  # bounded
+        h1request.read_known_head(b"GET /%d HTTP/1.1\r\nHost: h\r\n\r\n" % i)
+    assert len(h1request._KNOWN) == h1request._KNOWN_MAX
