@@ -29,7 +29,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessingError, LineTooLong
 from aiohttp.http_writer import HttpVersion
 from aiohttp.streams import EMPTY_PAYLOAD
-from aiohttp.web_protocol import RequestHandler, _ErrInfo
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, _ErrInfo
 
 from kproxy.server.connections import HEADER_LINE_COST, IDLE, TLS_HANDSHAKE, Connections
 from kproxy.server.h1request import (
@@ -130,6 +130,7 @@ class _HeadLimit:
         self._closing = False  # the last head read closes the connection after its request
         self._since = 0  # bytes received since the last head (or the connection's start)
         self._read_any = False  # a head was read on this connection
+        self._waiting = b""  # bytes not read yet: aiohttp's queue of requests was full
         self._ended = False  # refused or upgraded: nothing more is read as HTTP
         self._heads: deque[tuple[Head, int]] = deque()  # given to the parser, no message yet
         self._queued: deque[int] = deque()  # the cost of each parsed head not yet served
@@ -150,7 +151,7 @@ class _HeadLimit:
 
     def held(self) -> int:
         """Estimated memory of the heads this connection holds (begun, or parsed and queued)."""
-        return len(self._partial) + HEADER_LINE_COST * self._lines + sum(self._queued)
+        return len(self._partial) + len(self._waiting) + HEADER_LINE_COST * self._lines + sum(self._queued)
 
     def message_consumed(self) -> None:
         if self._queued:
@@ -162,6 +163,8 @@ class _HeadLimit:
         if self._ended:
             return (), False, b""
         messages: list[Any] = []
+        if self._waiting:
+            data, self._waiting = self._waiting + data, b""
         try:
             if not data:  # aiohttp resuming a parser that paused on a full queue
                 self._give(b"", messages)
@@ -208,6 +211,11 @@ class _HeadLimit:
                     return buf[pos:]
             elif self._closing:
                 break  # Go reads nothing after a request that closes the connection
+            elif len(self._queued) >= MAX_MSG_QUEUE_SIZE:
+                # aiohttp's queue of parsed requests is full: the rest waits, unread, until it
+                # drains (aiohttp stops reading the socket meanwhile), as its own parser does.
+                self._waiting = buf[pos:]
+                break
             else:
                 given, buf, pos = self._head(buf, pos)
                 end = len(buf)
