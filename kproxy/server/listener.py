@@ -143,6 +143,10 @@ class _HeadLimit:
         """Bytes of a head that has begun and is not complete."""
         return len(self._partial)
 
+    def in_body(self) -> bool:
+        """Whether a request's body is being read."""
+        return bool(self._length) or self._chunks is not None
+
     def cut_off(self) -> bool:
         """Whether the client's end of stream cuts off a head Go would have begun reading: any
         byte of a connection's first head, four of a later one (Go's ``conn.serve`` peeks four
@@ -319,7 +323,8 @@ TLS_SHUTDOWN_TIMEOUT = 5.0
 AIOHTTP_SEAM: dict[type, tuple[str, ...]] = {
     RequestHandler: (
         "_parser",  # wrapped by _HeadLimit: Go's head limit, the malformed-body handling
-        "_messages",  # requests parsed and not yet served (pipelining)
+        "_messages",  # requests parsed and not yet served (pipelining); a cut-off head's answer joins them
+        "_waiter",  # woken when that answer is queued for a connection waiting for a request
         "_force_close",  # the connection closes after this answer
         "_manager",  # the Server that made the handler (its bounds, its HTTP/2 serving)
         "_loop",
@@ -393,6 +398,7 @@ class GoRequestHandler(RequestHandler):
         self._source = ""
         self._admitted = False
         self._h2: H2ServerConnection | None = None  # the connection speaks HTTP/2 (ALPN chose h2)
+        self._client_done = False  # the client ended its side: close once what it sent is answered
 
     # -- where the connection is ------------------------------------------------------------------
 
@@ -482,12 +488,25 @@ class GoRequestHandler(RequestHandler):
         self._release()
         super().connection_lost(exc)
 
-    def eof_received(self) -> None:
-        """The client ended its side. A head it left unfinished gets Go's answer to one cut off
-        (``readRequest``'s unexpected EOF: ``400 Bad Request``); then the connection closes."""
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's protocol allows True
+        """The client ended its side (a TCP half-close). Go's server still answers what it read:
+        the request being served and those queued, then a head the client left unfinished with
+        its answer to one cut off (``readRequest``'s unexpected EOF: ``400 Bad Request``), then
+        it closes; so does this. A body cut off ends the connection at once, as before. (Under
+        TLS asyncio closes the connection whatever this returns.)"""
         heads = self._heads()
-        if heads is not None and heads.cut_off() and self._phase in (_HEAD, _IDLE) and self.transport is not None:
-            self.transport.write(go_answer(b"400 Bad Request"))
+        if heads is None or heads.in_body():
+            return None
+        if heads.cut_off():
+            err = HeadRefused(go_answer(b"400 Bad Request"), "a head cut off by the client's end of stream")
+            self._messages.append((_ErrInfo(status=400, exc=err, message=err.message), EMPTY_PAYLOAD))
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+        if not self._messages and self._phase != _BUSY:
+            return None  # nothing left to answer
+        self._client_done = True
+        return True
 
     def _process_keepalive(self) -> None:
         """aiohttp's own keep-alive timer: the deadlines here replace it."""
@@ -528,7 +547,11 @@ class GoRequestHandler(RequestHandler):
 
     def _request_done(self) -> None:
         """The response is written: the next request, already parsed, is served at once;
-        otherwise the connection reads the next head (if it has begun) or waits for it."""
+        otherwise the connection reads the next head (if it has begun) or waits for it, unless
+        the client has ended its side (then it closes)."""
+        if self._client_done and not self._messages:
+            self.close()
+            return
         if self._phase != _BUSY or self._messages:
             return
         heads = self._heads()

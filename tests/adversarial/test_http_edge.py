@@ -4,11 +4,14 @@ the apiserver writes one). One line per case; each is a reproduction."""
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 
 import pytest
 
 from kproxy.localcluster.envtest import ControlPlaneInfo
+from kproxy.testing.gooracle import GoOracle, b64
 from kproxy.testing.proxyproc import RunningProxy
 
 from .conftest import start_capped
@@ -55,3 +58,34 @@ def test_edge_answer_is_gos(case: str, plain: RunningProxy, control_plane: Contr
     via = exchange(Endpoint.from_url(plain.url), raw)
     assert (via.status, via.is_status()) == (direct.status, direct.is_status()), (via.short(), direct.short(), raw)
     assert plain.proc.poll() is None
+
+
+HALF_CLOSED = {
+    "head-cut-off": b"GET /version HTTP/1.1\r\nHost: localhost\r\n",
+    "request-line-cut-off": b"GET /vers",
+    "request-then-two-bytes": b"GET /version HTTP/1.1\r\n" + H.replace(b"Connection: close\r\n", b"") + b"\r\n\r\n",
+    "two-requests": (b"GET /version HTTP/1.1\r\n" + H.replace(b"Connection: close\r\n", b"") + b"\r\n") * 2,
+    "request-then-a-head-begun": b"GET /version HTTP/1.1\r\n" + H.replace(b"Connection: close\r\n", b"") + b"\r\nGET /",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HALF_CLOSED))
+def test_a_head_cut_off_by_the_clients_end_is_answered_as_go_answers(case: str, plain: RunningProxy) -> None:
+    """The client sends, then ends its side of the connection (TCP half-close): Go's server answers
+    a head it began reading with 400, and closes quietly when fewer than four bytes of a later
+    one came. The same bytes go to kproxy's listener and to Go's own server (tools/gooracle)."""
+    raw = HALF_CLOSED[case]
+    oracle = GoOracle()
+    try:
+        [go] = oracle.ask_many("serve", [raw.decode()])
+    finally:
+        oracle.close()
+    expected = re.findall(rb"HTTP/1\.1 (\d{3})", b64(go["response"]))
+    host, port = plain.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    assert re.findall(rb"HTTP/1\.1 (\d{3})", got) == expected, (got, b64(go["response"]))
