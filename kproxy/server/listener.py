@@ -255,6 +255,8 @@ class _HeadLimit:
         if end < 0:
             self._hold(work, pos)
             return None, buf, len(buf)
+        if end - pos > MAX_HEAD_BYTES:
+            raise HeadTooLarge()
         raw = work if pos == 0 and end == len(work) and work is buf else bytes(work[pos:end])
         if work is self._partial:
             buf, pos = bytes(work[end:]), 0

@@ -391,3 +391,19 @@ def test_known_heads_are_remembered_by_digest_only() -> None:
     for i in range(h1request._KNOWN_MAX + 10):  # bounded
         h1request.read_known_head(b"GET /%d HTTP/1.1\r\nHost: h\r\n\r\n" % i)
     assert len(h1request._KNOWN) == h1request._KNOWN_MAX
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_head_over_gos_limit_gets_431_however_it_arrives(over: int) -> None:
+    """Go's limit is on the whole head (1 MiB + 4 KiB): one byte over gets 431 whether the head
+    is completed by the read that crosses the limit or by a later one."""
+    line = b"X-A: " + b"a" * 1000 + b"\r\n"
+    head = b"GET / HTTP/1.1\r\nHost: h\r\n" + line * ((MAX_HEAD_BYTES - 100) // len(line))
+    head += b"X-B: " + b"b" * (MAX_HEAD_BYTES - len(head) - 9 + over) + b"\r\n\r\n"
+    assert len(head) == MAX_HEAD_BYTES + over
+    for cuts in ([], [len(head) - 3], list(range(65536, len(head), 65536))):
+        requests, error = asyncio.run(_kproxy_reads(head, cuts))
+        if over:
+            assert requests == [] and error is not None and error.startswith(b"HTTP/1.1 431"), cuts
+        else:
+            assert len(requests) == 1 and error is None, cuts
