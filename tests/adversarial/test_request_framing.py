@@ -186,8 +186,8 @@ def _context(rp: RunningProxy, ca: certs.CertKey, tmp: Path) -> ssl.SSLContext:
 
 
 def _converse(rp: RunningProxy, ctx: ssl.SSLContext, raw: bytes) -> bytes:
-    """Everything kproxy writes back on one connection carrying ``raw``, until it closes (or goes
-    quiet after the client ended its side)."""
+    """Everything kproxy writes back on one connection carrying ``raw``, until it closes or has
+    been quiet for a second after its first answer (a kept-alive connection waits for more)."""
     host, port = rp.url.removeprefix("https://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as plain:
         sock = ctx.wrap_socket(plain, server_hostname=host)
@@ -196,6 +196,7 @@ def _converse(rp: RunningProxy, ctx: ssl.SSLContext, raw: bytes) -> bytes:
         with contextlib.suppress(OSError):
             while chunk := sock.recv(65536):
                 got += chunk
+                sock.settimeout(1.0)
                 if got.count(b"HTTP/1.1 ") >= 8:
                     break
         return got
