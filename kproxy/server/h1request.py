@@ -76,7 +76,7 @@ _PRINTABLE_LINE = re.compile(rb"[\x21-\x7e][\x20-\x7e]*")
 #: In a plain head, the fields this module decides by (the others go to llhttp untouched).
 _DECISIVE = re.compile(
     rb"\r\n(host|transfer-encoding|content-length|connection|trailer|content-location|content-range|content-type"
-    rb"|etag|max-forwards|server|user-agent):[ ]*([^\r\n]*)",
+    rb"|etag|max-forwards|server|user-agent|proxy-connection):[ ]*([^\r\n]*)",
     re.IGNORECASE,
 )
 #: Targets llhttp takes and reads as the same string (origin-form, printable ASCII); any other
@@ -199,15 +199,14 @@ def read_fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], bool]:
     folded = False
     if lines and lines[0][:1] in (b" ", b"\t"):
         raise _bad("malformed MIME header initial line")
-    pending: bytes | None = None
+    pending: list[bytes] = []  # a field's line and its folds (joined once: no quadratic copying)
     for line in [*lines, None]:
         if line is not None and line[:1] in (b" ", b"\t"):
-            assert pending is not None  # a first line that is a fold was refused above
-            pending += b" " + line.strip(b" \t")
+            pending.append(line.strip(b" \t"))  # a first line that is a fold was refused above
             folded = True
             continue
-        if pending is not None:
-            name, colon, value = pending.partition(b":")
+        if pending:
+            name, colon, value = b" ".join(pending).partition(b":")
             if not colon:
                 raise _bad("malformed MIME header: missing colon")
             if not name or _NAME_BYTES.fullmatch(name) is None or _BAD_VALUE_BYTE.search(value):
@@ -215,8 +214,8 @@ def read_fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], bool]:
             fields.append((name, value.lstrip(b" \t")))
         if line is None:
             break
-        pending = line.strip(b" \t")
-        if b":" not in pending:
+        pending = [line.strip(b" \t")]
+        if b":" not in pending[0]:
             raise _bad("malformed MIME header: missing colon")
     return fields, folded
 
@@ -267,6 +266,11 @@ def read_head(head: bytes, quick: bool = True) -> Head:
             continue
         elif lower == b"content-length":
             cl.append(value)
+            continue
+        elif lower == b"proxy-connection":
+            # llhttp takes it for Connection (close, upgrade); Go's server does not, and it is
+            # hop-by-hop, never forwarded: llhttp is not shown it.
+            clean = False
             continue
         elif lower in _ONCE:
             if lower in seen:
@@ -345,14 +349,15 @@ def _has_token(value: bytes, token: bytes) -> bool:
 
 
 def _closes(version: tuple[int, int], connection: list[bytes]) -> bool:
-    """Whether Go's server closes the connection after this request: ``shouldClose`` (its
-    ``Request.Close``) or ``wantsClose`` (``close`` in the first Connection value)."""
-    if version[0] < 1:
-        return True
-    close = _token_in(connection, b"close") or (bool(connection) and _has_token(connection[0], b"close"))
-    if version == (1, 0):
-        return close or not _token_in(connection, b"keep-alive")
-    return close
+    """Whether Go's server closes the connection after this request (server.go
+    ``chunkWriter.writeHeader``): on HTTP/1.0 unless the first Connection value names
+    ``keep-alive`` (``wantsHttp10KeepAlive``; the answer must then carry its length, which
+    aiohttp sees to); on HTTP/1.1 when ``close`` is a token of any value (``shouldClose``) or of
+    the first (``wantsClose``)."""
+    first = connection[0] if connection else b""
+    if version < (1, 1):
+        return not _has_token(first, b"keep-alive")
+    return _token_in(connection, b"close") or _has_token(first, b"close")
 
 
 _FORBIDDEN_TRAILERS = frozenset((b"transfer-encoding", b"trailer", b"content-length"))
@@ -394,6 +399,15 @@ def read_known_head(head: bytes) -> Head:
         if len(_KNOWN) > _KNOWN_MAX:
             _KNOWN.popitem(last=False)
     return read
+
+
+def _int64(n: int) -> int:
+    """``n`` as Go's int64 holds it (two's complement, wrapping)."""
+    return ((n + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
+
+
+#: A size line llhttp reads as Go does, handed on as it came: hex digits, CRLF.
+_PLAIN_SIZE = re.compile(rb"([0-9a-fA-F]{1,16})\r\n")
 
 
 class MalformedChunked(Exception):
@@ -445,6 +459,19 @@ class ChunkedBody:
                 pos += 2
                 self._state = self._SIZE
             elif state == self._SIZE:
+                pos = self._whole_chunks(buf, pos, out)
+                plain = _PLAIN_SIZE.match(buf, pos)
+                if plain is not None:  # the usual size line: no extension, no blanks
+                    size = int(plain[1], 16)
+                    self._account(len(plain[1]), size)
+                    pos = plain.end()
+                    if size == 0:
+                        self._state = self._TRAILER
+                        continue
+                    out.append(plain[0])
+                    self._data = size
+                    self._state = self._DATA
+                    continue
                 nl = buf.find(b"\n", pos, pos + CHUNK_LINE_MAX)
                 if nl < 0:
                     if end - pos >= CHUNK_LINE_MAX:
@@ -491,7 +518,7 @@ class ChunkedBody:
         p = line[:-2]
         if len(p) >= CHUNK_LINE_MAX:
             raise MalformedChunked("header line too long")
-        self._excess += len(p) + 2
+        line_length = len(p)
         p = p.rstrip(b" \t\r\n").partition(b";")[0]
         if not p:
             raise MalformedChunked("empty hex number for chunk length")
@@ -508,7 +535,37 @@ class ChunkedBody:
             if i == 16:
                 raise MalformedChunked("http chunk length too large")
             n = (n << 4) | d
-        self._excess = max(self._excess - (16 + 2 * n), 0)
+        self._account(line_length, n)
+        return n
+
+    def _whole_chunks(self, buf: bytes, pos: int, out: list[bytes]) -> int:
+        """From ``pos``, the run of whole plain chunks (a plain size line, its data, CRLF) that
+        ``buf`` holds, handed on as one piece as they came (llhttp reads them as Go does); where
+        the run stops. Many small chunks cost one regex match each, not a pass of the state
+        machine."""
+        start, end = pos, len(buf)
+        match = _PLAIN_SIZE.match
+        while (plain := match(buf, pos)) is not None:
+            size = int(plain[1], 16)
+            stop = plain.end() + size
+            if size == 0 or stop + 2 > end:
+                break
+            if buf[stop : stop + 2] != b"\r\n":
+                break  # the state machine reads it (and refuses it), after the run is handed on
+            self._account(len(plain[1]), size)
+            pos = stop + 2
+        if pos > start:
+            out.append(buf[start:pos])
+        return pos
+
+    def _account(self, line_length: int, n: int) -> None:
+        """``beginChunk``'s bound on bytes that are not data (in Go's int64 arithmetic, whose
+        wrapping a chunk size near 2^63 reaches)."""
+        if n < 1 << 61:
+            excess = self._excess + line_length + 2 - 16 - 2 * n
+            self._excess = excess if excess > 0 else 0
+        else:
+            excess = _int64(self._excess + line_length + 2)
+            self._excess = max(_int64(excess - _int64(16 + _int64(2 * _int64(n)))), 0)
         if self._excess > 16 * 1024:
             raise MalformedChunked("chunked encoding contains too much non-data")
-        return n

@@ -29,7 +29,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, BadStatusLine, HttpProcessingError, LineTooLong
 from aiohttp.http_writer import HttpVersion
 from aiohttp.streams import EMPTY_PAYLOAD
-from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, _ErrInfo
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayloadError, _ErrInfo
 
 from kproxy.server.connections import HEADER_LINE_COST, IDLE, TLS_HANDSHAKE, Connections
 from kproxy.server.h1request import (
@@ -116,9 +116,11 @@ class _HeadLimit:
     served sees it, no new one starts. It tells the connection when a head is complete and what
     the heads it holds cost."""
 
-    def __init__(self, parser: Any, protocol: GoRequestHandler) -> None:
+    def __init__(self, parser: Any, protocol: GoRequestHandler, renew: Callable[[], Any]) -> None:
         self._parser = parser
         self._protocol = protocol
+        self._renew = renew  # a new aiohttp parser, for one left in a state Go's reading is not in
+        self._stale = False  # the parser took the last request to close or upgrade; Go did not
         self._body: Any = None  # the body of the last request whose head was parsed
         self._partial = bytearray()  # a head begun and not complete
         self._scanned = 0  # how far the search for its end went
@@ -266,6 +268,8 @@ class _HeadLimit:
         self._scanned = self._lines = self._since = 0
         self._read_any = True
         head = read_known_head(raw)
+        if self._stale:  # llhttp would refuse what follows a request it took to close or upgrade
+            self._parser, self._stale = self._renew(), False
         self._after_post = head.post
         self._closing = head.close
         self._length = head.length
@@ -298,7 +302,10 @@ class _HeadLimit:
                     version=HttpVersion(*fix.version) if fix.version is not None else msg.version,
                 )
             if fix.close != msg.should_close:
+                self._stale = self._stale or msg.should_close
                 msg = msg._replace(should_close=fix.close)
+            if msg.upgrade and not upgraded:  # llhttp paused for an upgrade aiohttp does not take
+                self._stale = True
             messages.append((msg, payload))
             self._body = payload
             self._queued.append(cost)
@@ -327,6 +334,7 @@ AIOHTTP_SEAM: dict[type, tuple[str, ...]] = {
         "_parser",  # wrapped by _HeadLimit: Go's head limit, the malformed-body handling
         "_messages",  # requests parsed and not yet served (pipelining); a cut-off head's answer joins them
         "_waiter",  # woken when that answer is queued for a connection waiting for a request
+        "_read_bufsize",  # a new parser is made with it (_HeadLimit's renew)
         "_force_close",  # the connection closes after this answer
         "_manager",  # the Server that made the handler (its bounds, its HTTP/2 serving)
         "_loop",
@@ -390,7 +398,16 @@ class GoRequestHandler(RequestHandler):
             raise RuntimeError(f"kproxy's HTTP/1.1 edge cannot wrap aiohttp {aiohttp_version()}'s request parser")
         # aiohttp drops its parser when the connection is lost, which breaks the reference cycle
         # through the wrapper's ``_protocol``: no other reference to the wrapper is kept.
-        self._parser = _HeadLimit(parser, self)  # type: ignore[assignment]
+        limits = {k: kwargs[k] for k in ("max_line_size", "max_field_size", "max_headers") if k in kwargs}
+        made: Any = type(parser)
+
+        def renew() -> Any:  # made as aiohttp's RequestHandler makes its parser
+            return made(
+                self, self._loop, self._read_bufsize, **limits, payload_exception=RequestPayloadError,
+                auto_decompress=kwargs.get("auto_decompress", True), max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
+            )  # fmt: skip
+
+        self._parser = _HeadLimit(parser, self, renew)  # type: ignore[assignment]
         conns = getattr(manager, "conns", None)
         self._conns: Connections = conns if isinstance(conns, Connections) else Connections()
         self._phase = _NEW

@@ -13,6 +13,7 @@ from kproxy.testing.benchrun import run_benchmark
 def test_request_reader_quick_run() -> None:
     done = run_benchmark("request_reader", ["--quick"], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+) \| ([\d.]+) \| (-?[\d.]+) \|$", done.stdout, re.M)
-    assert len(rows) == 5, done.stdout
-    assert all(float(alone) > 0 and float(ours) > 0 for _, alone, ours, _ in rows), rows
+    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+|refuses) \| ([\d.]+) \| (-?[\d.]+|-) \|$", done.stdout, re.M)
+    assert len(rows) == 7, done.stdout
+    assert all(float(ours) > 0 for _, _, ours, _ in rows), rows
+    assert [name for name, alone, _, _ in rows if alone == "refuses"] == ["a head of 262,000 folded lines"], rows

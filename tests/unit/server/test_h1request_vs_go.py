@@ -59,18 +59,21 @@ async def _kproxy_reads(raw: bytes, cuts: list[int]) -> Reading:
     """The requests kproxy's listener would serve from ``raw`` (sent in pieces ending at ``cuts``)
     and its answer to an unreadable one, if any."""
     loop = asyncio.get_running_loop()
-    parser = HttpRequestParser(
-        BaseProtocol(loop),
-        loop,
-        2**16,
-        max_line_size=MAX_HEAD_BYTES,
-        max_field_size=MAX_HEAD_BYTES,
-        max_headers=MAX_HEADERS,
-        payload_exception=RequestPayloadError,
-        auto_decompress=False,
-        max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
-    )
-    reader = _HeadLimit(parser, _Conn())  # type: ignore[arg-type]
+
+    def parser() -> Any:
+        return HttpRequestParser(
+            BaseProtocol(loop),
+            loop,
+            2**16,
+            max_line_size=MAX_HEAD_BYTES,
+            max_field_size=MAX_HEAD_BYTES,
+            max_headers=MAX_HEADERS,
+            payload_exception=RequestPayloadError,
+            auto_decompress=False,
+            max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
+        )
+
+    reader = _HeadLimit(parser(), _Conn(), parser)  # type: ignore[arg-type]
     messages: list[Any] = []
     start = 0
     for cut in [*cuts, len(raw)]:
@@ -115,8 +118,9 @@ async def _kproxy_reads(raw: bytes, cuts: list[int]) -> Reading:
     return requests, cut_off
 
 
-#: Headers Go's server takes out of ``Header`` (the framing) or kproxy keeps only the first of.
-_GO_REMOVES = {b"host", b"transfer-encoding", b"trailer"}
+#: Headers Go's server takes out of ``Header`` (the framing), and Proxy-Connection, which llhttp
+#: would take for Connection and kproxy never forwards (hop-by-hop): aiohttp's parser is not shown it.
+_GO_REMOVES = {b"host", b"transfer-encoding", b"trailer", b"proxy-connection"}
 _FIRST_ONLY = {
     b"content-location", b"content-range", b"content-type", b"etag", b"max-forwards", b"server", b"user-agent",
 }  # fmt: skip
@@ -257,6 +261,26 @@ CASES: dict[str, bytes] = {
     "post-then-5-crlf": POST + b"Content-Length: 2\r\n\r\n{}\r\n\r\n\r\nGET /b HTTP/1.1\r\n" + H + b"\r\n",
     "get-then-crlf": b"GET /a HTTP/1.1\r\n" + H + b"\r\n\r\nGET /b HTTP/1.1\r\n" + H + b"\r\n",
     "leading-crlf": b"\r\nGET /a HTTP/1.1\r\n" + H + b"\r\n",
+    "http10-keep-alive-and-close": b"GET /a HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\nGET /b HTTP/1.0\r\n\r\n",
+    "http10-keep-alive-second": b"GET /a HTTP/1.0\r\nConnection: x\r\nConnection: keep-alive\r\n\r\n"
+                                b"GET /b HTTP/1.0\r\n\r\n",
+    "close-in-second-value": b"GET /a HTTP/1.1\r\n" + H + b"Connection: x\r\nConnection: close\r\n\r\n"
+                             b"GET /b HTTP/1.1\r\n" + H + b"\r\n",
+    "close-among-words": b"GET /a HTTP/1.1\r\n" + H + b"Connection: x close\r\n\r\nGET /b HTTP/1.1\r\n" + H + b"\r\n",
+    "proxy-connection-close": b"GET /a HTTP/1.1\r\n" + H + b"Proxy-Connection: close\r\n\r\nGET /b HTTP/1.1\r\n" + H
+                              + b"\r\n",
+    "proxy-connection-upgrade": b"GET /a HTTP/1.1\r\n" + H + b"Proxy-Connection: upgrade\r\nUpgrade: websocket\r\n\r\n"
+                                b"GET /b HTTP/1.1\r\n" + H + b"\r\n",
+    "spdy-upgrade-then-more": b"GET /a HTTP/1.1\r\n" + H + b"Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n"
+                              b"GET /b HTTP/1.1\r\n" + H + b"\r\n",
+    "chunk-size-wraps-int64": POST + b"Transfer-Encoding: chunked\r\n\r\n" + (b"1;" + b"e" * 200 + b"\r\nx\r\n") * 86
+                              + b"8000000000000001;" + b"e" * 600 + b"\r\nxyz",
+    "many-small-chunks": POST + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 2000 + b"0\r\n\r\n",
+    "small-chunks-then-bad-end": POST + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 5
+                                 + b"1\r\nxy\r\n0\r\n\r\n",
+    "small-chunks-over-the-overhead": POST + b"Transfer-Encoding: chunked\r\n\r\n"
+                                      + b"1;" + b"e" * 300 + b"\r\nx\r\n" + b"1\r\nx\r\n" * 100 + b"0\r\n\r\n",
+    "many-folds": b"GET /a HTTP/1.1\r\n" + H + b"X: a\r\n" + b" b\r\n" * 20000 + b"\r\n",
     "close-then-more": b"GET /a HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\nGET /b HTTP/1.1\r\n" + H + b"\r\n",
     "preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
 }  # fmt: skip
