@@ -461,29 +461,22 @@ class ChunkedBody:
             elif state == self._SIZE:
                 pos = self._whole_chunks(buf, pos, out)
                 plain = _PLAIN_SIZE.match(buf, pos)
-                if plain is not None:  # the usual size line: no extension, no blanks
-                    size = int(plain[1], 16)
+                if plain is not None:  # the usual size line (no extension, no blanks), kept as it came
+                    size, line = int(plain[1], 16), plain[0]
                     self._account(len(plain[1]), size)
                     pos = plain.end()
-                    if size == 0:
-                        self._state = self._TRAILER
-                        continue
-                    out.append(plain[0])
-                    self._data = size
-                    self._state = self._DATA
-                    continue
-                nl = buf.find(b"\n", pos, pos + CHUNK_LINE_MAX)
-                if nl < 0:
-                    if end - pos >= CHUNK_LINE_MAX:
-                        raise MalformedChunked("header line too long")
-                    break
-                line = buf[pos : nl + 1]
-                size = self._size(line)
-                pos = nl + 1
+                else:
+                    nl = buf.find(b"\n", pos, pos + CHUNK_LINE_MAX)
+                    if nl < 0:
+                        if end - pos >= CHUNK_LINE_MAX:
+                            raise MalformedChunked("header line too long")
+                        break
+                    size = self._size(buf[pos : nl + 1])
+                    line, pos = b"%x\r\n" % size, nl + 1
                 if size == 0:
                     self._state = self._TRAILER
                     continue
-                out.append(b"%x\r\n" % size)
+                out.append(line)
                 self._data = size
                 self._state = self._DATA
             else:

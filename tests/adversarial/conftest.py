@@ -8,6 +8,7 @@ import json
 import resource
 import secrets
 import signal
+import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kproxy.localcluster import certs
 from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy, start_proxy
 
@@ -129,3 +131,32 @@ def twins(control_plane: ControlPlaneInfo) -> Iterator[Twins]:
     yield t
     for ns in (t.via, t.direct):
         control_plane.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+@pytest.fixture(scope="module")
+def caller_ca() -> certs.CertKey:
+    """The CA of the callers' client certificates, which ``imp`` trusts."""
+    return certs.generate_ca("adv-callers-ca")
+
+
+@pytest.fixture(scope="module")
+def imp(
+    control_plane: ControlPlaneInfo, caller_ca: certs.CertKey, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningProxy]:
+    """kproxy in ``impersonate`` mode over TLS, its callers certificates from ``caller_ca``."""
+    tmp = tmp_path_factory.mktemp("adv-imp")
+    ca_file = certs.write_pem(tmp / "callers-ca.crt", caller_ca.cert_pem, private=False)
+    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
+                      extra={"tls": {"client_ca_file": str(ca_file)}})  # fmt: skip
+    yield rp
+    rp.stop()
+
+
+def caller_context(rp: RunningProxy, ca: certs.CertKey, tmp: Path, cn: str, groups: list[str]) -> ssl.SSLContext:
+    """A TLS client context for ``rp`` presenting a certificate from ``ca`` for ``cn`` in ``groups``."""
+    leaf = certs.generate_client_cert(ca, cn, groups)
+    crt = certs.write_pem(tmp / "c.crt", leaf.cert_pem, private=False)
+    key = certs.write_pem(tmp / "c.key", leaf.key_pem, private=True)
+    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
+    ctx.load_cert_chain(str(crt), str(key))
+    return ctx

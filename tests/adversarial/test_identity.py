@@ -8,8 +8,6 @@ to was not persisted."""
 
 from __future__ import annotations
 
-import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .bodies import cm_json
-from .conftest import Twins, start_capped
+from .conftest import Twins, caller_context
 from .wire import Answer, Endpoint, exchange, request_bytes
 
 SSR = b'{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}'
@@ -58,30 +56,8 @@ ID_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def caller_ca() -> certs.CertKey:
-    return certs.generate_ca("adv-callers-ca")
-
-
-@pytest.fixture(scope="module")
-def imp(
-    control_plane: ControlPlaneInfo, caller_ca: certs.CertKey, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningProxy]:
-    tmp = tmp_path_factory.mktemp("adv-imp")
-    ca_file = certs.write_pem(tmp / "callers-ca.crt", caller_ca.cert_pem, private=False)
-    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
-                      extra={"tls": {"client_ca_file": str(ca_file)}})  # fmt: skip
-    yield rp
-    rp.stop()
-
-
 def _caller_endpoint(rp: RunningProxy, ca: certs.CertKey, case: IdCase, tmp: Path) -> Endpoint:
-    leaf = certs.generate_client_cert(ca, case.cn, case.groups)
-    crt = certs.write_pem(tmp / "c.crt", leaf.cert_pem, private=False)
-    key = certs.write_pem(tmp / "c.key", leaf.key_pem, private=True)
-    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
-    ctx.load_cert_chain(str(crt), str(key))
-    return Endpoint.from_url(rp.url, ctx)
+    return Endpoint.from_url(rp.url, caller_context(rp, ca, tmp, case.cn, list(case.groups)))
 
 
 def _send(ep: Endpoint, case: IdCase, method: str, target: str, body: bytes) -> tuple[bytes, Answer]:

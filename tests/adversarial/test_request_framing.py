@@ -18,17 +18,13 @@ import json
 import re
 import socket
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from kproxy.localcluster import certs
-from kproxy.localcluster.envtest import ControlPlaneInfo
 from kproxy.testing.proxyproc import RunningProxy
 
 from .bodies import cm_json
-from .conftest import Twins, start_capped
+from .conftest import Twins, caller_context
 from .inventory_support import SSR
 
 CALLER = "adv-eve"
@@ -159,30 +155,8 @@ def _cases(ns: str) -> dict[str, bytes]:
     return out  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def caller_ca() -> certs.CertKey:
-    return certs.generate_ca("adv-framing-ca")
-
-
-@pytest.fixture(scope="module")
-def imp(
-    control_plane: ControlPlaneInfo, caller_ca: certs.CertKey, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningProxy]:
-    tmp = tmp_path_factory.mktemp("adv-framing")
-    ca_file = certs.write_pem(tmp / "callers-ca.crt", caller_ca.cert_pem, private=False)
-    rp = start_capped(tmp / "p", control_plane, credentials="impersonate", tls=True,
-                      extra={"tls": {"client_ca_file": str(ca_file)}})  # fmt: skip
-    yield rp
-    rp.stop()
-
-
 def _context(rp: RunningProxy, ca: certs.CertKey, tmp: Path) -> ssl.SSLContext:
-    leaf = certs.generate_client_cert(ca, CALLER, [])
-    crt = certs.write_pem(tmp / "c.crt", leaf.cert_pem, private=False)
-    key = certs.write_pem(tmp / "c.key", leaf.key_pem, private=True)
-    ctx = ssl.create_default_context(cafile=str(rp.ca_file))
-    ctx.load_cert_chain(str(crt), str(key))
-    return ctx
+    return caller_context(rp, ca, tmp, CALLER, [])
 
 
 def _converse(rp: RunningProxy, ctx: ssl.SSLContext, raw: bytes) -> bytes:
