@@ -511,10 +511,11 @@ class GoRequestHandler(RequestHandler):
         """The client ended its side (a TCP half-close). Go's server still answers what it read:
         the request being served and those queued, then a head the client left unfinished with
         its answer to one cut off (``readRequest``'s unexpected EOF: ``400 Bad Request``), then
-        it closes; so does this. A body cut off ends the connection at once, as before. (Under
-        TLS asyncio closes the connection whatever this returns.)"""
+        it closes; so does this. A body cut off ends the connection at once, as before; so does
+        any end of stream under TLS (asyncio closes the connection whatever this returns)."""
         heads = self._heads()
-        if heads is None or heads.in_body():
+        tls = self.transport is not None and self.transport.get_extra_info("ssl_object") is not None
+        if heads is None or heads.in_body() or tls:
             return None
         if heads.cut_off():
             err = HeadRefused(go_answer(b"400 Bad Request"), "a head cut off by the client's end of stream")
