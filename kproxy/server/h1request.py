@@ -76,9 +76,11 @@ _PRINTABLE_LINE = re.compile(rb"[\x21-\x7e][\x20-\x7e]*")
 #: In a plain head, the fields this module decides by (the others go to llhttp untouched).
 _DECISIVE = re.compile(
     rb"\r\n(host|transfer-encoding|content-length|connection|trailer|content-location|content-range|content-type"
-    rb"|etag|max-forwards|server|user-agent|proxy-connection):[ ]*([^\r\n]*)",
+    rb"|etag|max-forwards|server|user-agent|proxy-connection|sec-websocket-key1):[ ]*([^\r\n]*)",
     re.IGNORECASE,
 )
+#: The end of a line followed by an empty one (CR optional before each LF).
+_BLANK_LINE = re.compile(rb"\n\r?\n")
 #: Targets llhttp takes and reads as the same string (origin-form, printable ASCII); any other
 #: reaches it as a stand-in (kproxy reads the target from the message's ``path``).
 _LLHTTP_TARGET = re.compile(rb"/[\x21-\x7e]*")
@@ -89,6 +91,13 @@ _LLHTTP_METHODS = frozenset((b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"PATC
 _ONCE = frozenset(
     (b"content-location", b"content-range", b"content-type", b"etag", b"max-forwards", b"server", b"user-agent")
 )
+
+
+#: Headers aiohttp's parser is not shown: ``Proxy-Connection``, which llhttp takes for
+#: Connection (close, upgrade) and Go's server does not (hop-by-hop, kproxy never forwards it);
+#: ``Sec-WebSocket-Key1`` (the 2010 WebSocket draft's), for which aiohttp refuses the request
+#: and Go's server, and the apiserver, do not (nothing reads it; it does not go upstream).
+_NOT_SHOWN = frozenset((b"proxy-connection", b"sec-websocket-key1"))
 
 
 def go_answer(status: bytes, why: bytes = b"") -> bytes:
@@ -140,14 +149,8 @@ def head_end(buf: bytes | bytearray, begin: int = 0, scanned: int = 0) -> int:
         return begin + 1
     if buf[begin : begin + 2] == b"\r\n":
         return begin + 2
-    start = max(begin, scanned - 2)
-    crlf = buf.find(b"\n\r\n", start)
-    lf = buf.find(b"\n\n", start)
-    if crlf < 0:
-        return -1 if lf < 0 else lf + 2
-    if lf < 0 or crlf < lf:
-        return crlf + 3
-    return lf + 2
+    blank = _BLANK_LINE.search(buf, max(begin, scanned - 2))  # one scan, stopping at the first
+    return -1 if blank is None else blank.end()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -267,9 +270,7 @@ def read_head(head: bytes, quick: bool = True) -> Head:
         elif lower == b"content-length":
             cl.append(value)
             continue
-        elif lower == b"proxy-connection":
-            # llhttp takes it for Connection (close, upgrade); Go's server does not, and it is
-            # hop-by-hop, never forwarded: llhttp is not shown it.
+        elif lower in _NOT_SHOWN:
             clean = False
             continue
         elif lower in _ONCE:

@@ -145,10 +145,6 @@ class _HeadLimit:
         """Bytes of a head that has begun and is not complete."""
         return len(self._partial)
 
-    def in_body(self) -> bool:
-        """Whether a request's body is being read."""
-        return bool(self._length) or self._chunks is not None
-
     def cut_off(self) -> bool:
         """Whether the client's end of stream cuts off a head Go would have begun reading: any
         byte of a connection's first head, four of a later one (Go's ``conn.serve`` peeks four
@@ -169,10 +165,11 @@ class _HeadLimit:
         if self._ended:
             return (), False, b""
         messages: list[Any] = []
+        resuming = not data or bool(self._waiting)
         if self._waiting:
             data, self._waiting = self._waiting + data, b""
         try:
-            if not data:  # aiohttp resuming a parser that paused on a full queue
+            if resuming:  # aiohttp resuming a parser that paused (a full queue, a body's flow control)
                 self._give(b"", messages)
             tail = self._consume(data, messages)
         except HttpProcessingError as err:  # Go's refusal of a head, or kproxy's bound on heads
@@ -217,6 +214,11 @@ class _HeadLimit:
                     return buf[pos:]
             elif self._closing:
                 break  # Go reads nothing after a request that closes the connection
+            elif self._stale and not (self._body is EMPTY_PAYLOAD or self._body.is_eof()):
+                # aiohttp's parser is to be replaced, but it has not finished the last request
+                # (it paused its body for flow control): the rest waits for it to finish.
+                self._waiting = buf[pos:]
+                break
             elif len(self._queued) >= MAX_MSG_QUEUE_SIZE:
                 # aiohttp's queue of parsed requests is full: the rest waits, unread, until it
                 # drains (aiohttp stops reading the socket meanwhile), as its own parser does.
@@ -332,8 +334,7 @@ TLS_SHUTDOWN_TIMEOUT = 5.0
 AIOHTTP_SEAM: dict[type, tuple[str, ...]] = {
     RequestHandler: (
         "_parser",  # wrapped by _HeadLimit: Go's head limit, the malformed-body handling
-        "_messages",  # requests parsed and not yet served (pipelining); a cut-off head's answer joins them
-        "_waiter",  # woken when that answer is queued for a connection waiting for a request
+        "_messages",  # requests parsed and not yet served (pipelining)
         "_read_bufsize",  # a new parser is made with it (_HeadLimit's renew)
         "_force_close",  # the connection closes after this answer
         "_manager",  # the Server that made the handler (its bounds, its HTTP/2 serving)
@@ -417,7 +418,6 @@ class GoRequestHandler(RequestHandler):
         self._source = ""
         self._admitted = False
         self._h2: H2ServerConnection | None = None  # the connection speaks HTTP/2 (ALPN chose h2)
-        self._client_done = False  # the client ended its side: close once what it sent is answered
 
     # -- where the connection is ------------------------------------------------------------------
 
@@ -507,26 +507,16 @@ class GoRequestHandler(RequestHandler):
         self._release()
         super().connection_lost(exc)
 
-    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio's protocol allows True
-        """The client ended its side (a TCP half-close). Go's server still answers what it read:
-        the request being served and those queued, then a head the client left unfinished with
-        its answer to one cut off (``readRequest``'s unexpected EOF: ``400 Bad Request``), then
-        it closes; so does this. A body cut off ends the connection at once, as before; so does
-        any end of stream under TLS (asyncio closes the connection whatever this returns)."""
+    def eof_received(self) -> None:
+        """The client ended its side (a TCP half-close, or a close). A head it left unfinished
+        gets Go's answer to one cut off (``readRequest``'s unexpected EOF: ``400 Bad Request``),
+        unless fewer than four bytes of a later one came; then the connection closes. A request
+        being served is cancelled, as Go's server cancels its context when its background read
+        sees the end (so a watch ends with its client); the requests queued behind it are not
+        answered (Go would go on to read them)."""
         heads = self._heads()
-        tls = self.transport is not None and self.transport.get_extra_info("ssl_object") is not None
-        if heads is None or heads.in_body() or tls:
-            return None
-        if heads.cut_off():
-            err = HeadRefused(go_answer(b"400 Bad Request"), "a head cut off by the client's end of stream")
-            self._messages.append((_ErrInfo(status=400, exc=err, message=err.message), EMPTY_PAYLOAD))
-            waiter = self._waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        if not self._messages and self._phase != _BUSY:
-            return None  # nothing left to answer
-        self._client_done = True
-        return True
+        if heads is not None and self._phase in (_HEAD, _IDLE) and heads.cut_off() and self.transport is not None:
+            self.transport.write(go_answer(b"400 Bad Request"))
 
     def _process_keepalive(self) -> None:
         """aiohttp's own keep-alive timer: the deadlines here replace it."""
@@ -567,11 +557,7 @@ class GoRequestHandler(RequestHandler):
 
     def _request_done(self) -> None:
         """The response is written: the next request, already parsed, is served at once;
-        otherwise the connection reads the next head (if it has begun) or waits for it, unless
-        the client has ended its side (then it closes)."""
-        if self._client_done and not self._messages:
-            self.close()
-            return
+        otherwise the connection reads the next head (if it has begun) or waits for it."""
         if self._phase != _BUSY or self._messages:
             return
         heads = self._heads()

@@ -89,7 +89,8 @@ async def _kproxy_reads(raw: bytes, cuts: list[int]) -> Reading:
             break
     with contextlib.suppress(HttpProcessingError):
         reader.feed_eof()
-    cut_off = go_answer(b"400 Bad Request") if reader.cut_off() else None  # GoRequestHandler.eof_received
+    # GoRequestHandler.eof_received answers a cut-off head (when no request is being served then).
+    cut_off = go_answer(b"400 Bad Request") if reader.cut_off() else None
     requests: list[dict[str, Any]] = []
     for msg, payload in messages:
         if isinstance(msg, _ErrInfo):
@@ -118,9 +119,9 @@ async def _kproxy_reads(raw: bytes, cuts: list[int]) -> Reading:
     return requests, cut_off
 
 
-#: Headers Go's server takes out of ``Header`` (the framing), and Proxy-Connection, which llhttp
-#: would take for Connection and kproxy never forwards (hop-by-hop): aiohttp's parser is not shown it.
-_GO_REMOVES = {b"host", b"transfer-encoding", b"trailer", b"proxy-connection"}
+#: Headers Go's server takes out of ``Header`` (the framing), and those aiohttp's parser is not
+#: shown (``h1request._NOT_SHOWN``: Proxy-Connection, Sec-WebSocket-Key1).
+_GO_REMOVES = {b"host", b"transfer-encoding", b"trailer", b"proxy-connection", b"sec-websocket-key1"}
 _FIRST_ONLY = {
     b"content-location", b"content-range", b"content-type", b"etag", b"max-forwards", b"server", b"user-agent",
 }  # fmt: skip
@@ -280,6 +281,8 @@ CASES: dict[str, bytes] = {
                                  + b"1\r\nxy\r\n0\r\n\r\n",
     "small-chunks-over-the-overhead": POST + b"Transfer-Encoding: chunked\r\n\r\n"
                                       + b"1;" + b"e" * 300 + b"\r\nx\r\n" + b"1\r\nx\r\n" * 100 + b"0\r\n\r\n",
+    "sec-websocket-key1": b"GET /a HTTP/1.1\r\n" + H + b"sec-WebSocket-Key1: x\r\n\r\nGET /b HTTP/1.1\r\n" + H
+                          + b"\r\n",
     "many-folds": b"GET /a HTTP/1.1\r\n" + H + b"X: a\r\n" + b" b\r\n" * 20000 + b"\r\n",
     "close-then-more": b"GET /a HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\nGET /b HTTP/1.1\r\n" + H + b"\r\n",
     "preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
@@ -431,3 +434,66 @@ def test_a_head_over_gos_limit_gets_431_however_it_arrives(over: int) -> None:
             assert requests == [] and error is not None and error.startswith(b"HTTP/1.1 431"), cuts
         else:
             assert len(requests) == 1 and error is None, cuts
+
+
+class _FlowControlled(BaseProtocol):
+    """The connection under the parser, with aiohttp's flow control wired to the reader: a body
+    over its buffer's high-water mark pauses the parser, reading it resumes it (data_received)."""
+
+    reader: Any = None
+    messages: list[Any]
+
+    def data_received(self, data: bytes) -> None:
+        self.messages.extend(self.reader.feed_data(data)[0])
+
+
+async def _read_with_flow_control(raw: bytes) -> list[tuple[str, str, int, str]]:
+    loop = asyncio.get_running_loop()
+    proto = _FlowControlled(loop)
+    proto.messages = []
+
+    def parser() -> Any:
+        return HttpRequestParser(
+            proto, loop, 2**16, max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES,
+            max_headers=MAX_HEADERS, payload_exception=RequestPayloadError, auto_decompress=False,
+            max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
+        )  # fmt: skip
+
+    proto.reader = _HeadLimit(parser(), _Conn(), parser)  # type: ignore[arg-type]
+    proto._parser = proto.reader
+    proto.data_received(raw)
+    out = []
+    while proto.messages:
+        msg, payload = proto.messages.pop(0)
+        proto.reader.message_consumed()
+        body, err = b"", ""
+        try:
+            while chunk := await asyncio.wait_for(payload.readany(), 2):
+                body += chunk
+        except Exception as e:  # any failure to read the body is its error
+            err = repr(e)
+        out.append((msg.method, msg.path, len(body), err))
+        proto.data_received(b"")  # aiohttp reads on once the request is served
+    return out
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\n",
+        b"POST /a HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: foo\r\nContent-Length: 300000\r\n\r\n",
+        b"POST /a HTTP/1.0\r\nConnection: x keep-alive\r\nContent-Length: 300000\r\n\r\n",
+    ],
+)
+def test_a_paused_body_ends_before_its_parser_is_replaced(head: bytes) -> None:
+    """A large body fills aiohttp's buffer and pauses the parser before the message ends; when that
+    request also leaves llhttp in a state Go's reading is not in (closing, upgrading), the parser
+    is replaced only after it has finished the body, and the next request is read."""
+    tail = b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = b"x" * 300000
+    both = [("POST", "/a", 300000, ""), ("GET", "/b", 0, "")]
+    assert asyncio.run(_read_with_flow_control(head + body + tail)) == both
+    chunked = head.replace(b"Content-Length: 300000", b"Transfer-Encoding: chunked")
+    if b"HTTP/1.1" in chunked:
+        raw = chunked + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n" + tail
+        assert asyncio.run(_read_with_flow_control(raw)) == both
