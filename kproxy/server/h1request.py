@@ -125,9 +125,8 @@ def _status(status: bytes, why: bytes) -> HeadRefused:
 
 class Head:
     """A head Go takes. ``canonical`` is what llhttp is given (empty: the head as it came);
-    ``method``, ``target`` and
-    ``version`` are set where llhttp is given a stand-in for them. ``length`` is the body's
-    Content-Length (0: none), ``chunked`` a chunked body."""
+    ``method``, ``target`` and ``version`` are set where llhttp is given a stand-in for them.
+    ``length`` is the body's Content-Length (0: none), ``chunked`` a chunked body."""
 
     __slots__ = ("canonical", "chunked", "close", "length", "method", "post", "target", "version")
 
@@ -181,32 +180,24 @@ def _version(proto: bytes) -> tuple[int, int] | None:
     return proto[5] - 48, proto[7] - 48
 
 
-def _lines(head: bytes) -> tuple[list[bytes], bool]:
-    """The head's lines without their ends (the blank one dropped), and whether each ended CRLF."""
+def _lines(head: bytes) -> list[bytes]:
+    """The head's lines without their ends (an LF and a CR before it; the blank one dropped)."""
     lines = head.split(b"\n")
     lines.pop()  # after the last LF
-    lines.pop()  # the blank line (CR stripped below for the others)
-    crlf = True
-    for i, line in enumerate(lines):
-        if line.endswith(b"\r"):
-            lines[i] = line[:-1]
-        else:
-            crlf = False
-    return lines, crlf
+    lines.pop()  # the blank line
+    return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
-def read_fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], bool]:
-    """textproto ``readMIMEHeader`` on header lines: (name, value) pairs, and whether a fold was
-    joined. Raises :class:`HeadRefused` for what it refuses (each a plain 400 from Go)."""
+def read_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """textproto ``readMIMEHeader`` on header lines: (name, value) pairs, folds joined. Raises
+    :class:`HeadRefused` for what it refuses (each a plain 400 from Go)."""
     fields: list[tuple[bytes, bytes]] = []
-    folded = False
     if lines and lines[0][:1] in (b" ", b"\t"):
         raise _bad("malformed MIME header initial line")
     pending: list[bytes] = []  # a field's line and its folds (joined once: no quadratic copying)
     for line in [*lines, None]:
         if line is not None and line[:1] in (b" ", b"\t"):
             pending.append(line.strip(b" \t"))  # a first line that is a fold was refused above
-            folded = True
             continue
         if pending:
             name, colon, value = b" ".join(pending).partition(b":")
@@ -220,7 +211,7 @@ def read_fields(lines: list[bytes]) -> tuple[list[tuple[bytes, bytes]], bool]:
         pending = [line.strip(b" \t")]
         if b":" not in pending[0]:
             raise _bad("malformed MIME header: missing colon")
-    return fields, folded
+    return fields
 
 
 def read_head(head: bytes, quick: bool = True) -> Head:
@@ -247,8 +238,7 @@ def read_head(head: bytes, quick: bool = True) -> Head:
     if quick and head[first - 2 : first] == b"\r\n" and _CLEAN_FIELDS.fullmatch(head, first):
         fields, clean = _DECISIVE.findall(head, first - 2), _PRINTABLE_LINE.fullmatch(line) is not None
     else:
-        lines, _ = _lines(head) if len(head) > 2 else ([b""], True)
-        fields, _ = read_fields(lines[1:])
+        fields = read_fields(_lines(head)[1:] if len(head) > 2 else [])
         clean, quick = False, False
     out = Head()
     out.post = method == b"POST"
@@ -494,7 +484,7 @@ class ChunkedBody:
                 trailer = buf[pos : stop + 4]
                 last = head_end(b"x\r\n" + trailer) - 3  # ReadMIMEHeader stops at the first blank line
                 try:
-                    read_fields(_lines(b"x\r\n" + trailer[:last])[0][1:])
+                    read_fields(_lines(b"x\r\n" + trailer[:last])[1:])
                 except HeadRefused as err:
                     raise MalformedChunked(str(err.message)) from None
                 out.append(b"0\r\n\r\n")  # trailers are not forwarded (the apiserver reads none)
