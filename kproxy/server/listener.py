@@ -169,9 +169,9 @@ class _HeadLimit:
         if self._waiting:
             data, self._waiting = self._waiting + data, b""
         try:
-            if resuming:  # aiohttp resuming a parser that paused (a full queue, a body's flow control)
-                self._give(b"", messages)
-            tail = self._consume(data, messages)
+            # aiohttp resuming a parser that paused (a full queue, a body's flow control): the
+            # parser finishes what it holds first, which may be an upgrade (then the rest is its).
+            tail = data if resuming and self._give(b"", messages) else self._consume(data, messages)
         except HttpProcessingError as err:  # Go's refusal of a head, or kproxy's bound on heads
             messages.append((_ErrInfo(status=400, exc=err, message=err.message), EMPTY_PAYLOAD))
             self._ended, tail = True, None
