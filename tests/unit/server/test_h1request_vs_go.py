@@ -442,14 +442,18 @@ class _FlowControlled(BaseProtocol):
 
     reader: Any = None
     messages: list[Any]
+    tail: bytes | None = None  # what followed an upgrade
 
     def data_received(self, data: bytes) -> None:
-        self.messages.extend(self.reader.feed_data(data)[0])
+        got, upgraded, tail = self.reader.feed_data(data)
+        self.messages.extend(got)
+        if upgraded:
+            self.tail = tail
 
 
-async def _read_with_flow_control(raw: bytes) -> list[tuple[str, str, int, str]]:
+async def _read_with_flow_control(raw: bytes, proto: _FlowControlled | None = None) -> list[tuple[str, str, int, str]]:
     loop = asyncio.get_running_loop()
-    proto = _FlowControlled(loop)
+    proto = proto or _FlowControlled(loop)
     proto.messages = []
 
     def parser() -> Any:
@@ -497,3 +501,17 @@ def test_a_paused_body_ends_before_its_parser_is_replaced(head: bytes) -> None:
     if b"HTTP/1.1" in chunked:
         raw = chunked + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n" + tail
         assert asyncio.run(_read_with_flow_control(raw)) == both
+
+
+def test_an_upgrade_whose_body_paused_hands_on_what_follows_it() -> None:
+    """A WebSocket upgrade with a large body: aiohttp takes the upgrade once the body is read,
+    after its parser paused and resumed; what followed the body goes to the upgraded connection."""
+    body = b"x" * 300000
+    raw = b"POST /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+    raw += b"Content-Length: %d\r\n\r\n" % len(body) + body + b"frames"
+
+    async def run() -> tuple[list[tuple[str, str, int, str]], bytes | None]:
+        proto = _FlowControlled(asyncio.get_running_loop())
+        return await _read_with_flow_control(raw, proto), proto.tail
+
+    assert asyncio.run(run()) == ([("POST", "/a", 300000, "")], b"frames")
