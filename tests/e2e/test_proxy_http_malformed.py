@@ -253,8 +253,8 @@ def test_big_body_the_apiserver_refuses_unread_gets_its_answer(
         f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n"
         "Connection: close\r\n\r\n"
     ).encode()
-    answers = []
-    for target in (control_plane, proxy):
+
+    def answer(target: ControlPlaneInfo | RunningProxy) -> tuple[bytes, set[bytes], bytes]:
         sock = _connect(target)
         sock.sendall(head)
 
@@ -264,9 +264,19 @@ def test_big_body_the_apiserver_refuses_unread_gets_its_answer(
 
         sender = threading.Thread(target=send_body)
         sender.start()
-        answers.append(_comparable(_read_to_close(sock)))
+        got = _comparable(_read_to_close(sock))
         sender.join()
-    direct, via = answers
+        return got
+
+    # The reference: Go's server closes with the body unread, and on a loaded machine the reset
+    # that follows its answer can reach the client first and take the answer with it (the
+    # client then reads nothing); that says nothing of kproxy, so the reference is asked again.
+    direct = answer(control_plane)
+    for _ in range(3):
+        if direct[0]:
+            break
+        direct = answer(control_plane)
+    via = answer(proxy)
     assert via[0] == direct[0] and via[2] == direct[2]
     assert via[0] in (b"HTTP/1.1 404 Not Found", b"HTTP/1.1 405 Method Not Allowed")
     _no_traceback(proxy)
